@@ -1,0 +1,259 @@
+"""The one interface every KV allocation policy implements, and the memory breakdown it reports.
+
+The simulator, the CLI and the reports only ever talk to `KVPolicy`, so a new policy is a new
+class plus one `register_policy` line. All quantities are in KV *slots* (one token of KV in
+every layer), never bytes: bytes are capacity x the model's KV bytes per token.
+
+Conventions shared by all policies
+----------------------------------
+* A request's KV is written for `prompt + output - 1` tokens (the last sampled token is never
+  written back). That count is the request's *final length* L.
+* `written` is how many of the request's tokens have KV in the pool (its device length).
+* Every operation that can fail for lack of memory is all-or-nothing: on failure it returns
+  False/None and no request's state changes (a policy may still have evicted cache to try).
+* `check_invariants()` raises `InvariantError` naming the broken rule; it is cheap enough to call
+  after every operation in tests and with `--check-invariants`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+
+class InvariantError(AssertionError):
+    """A kvcore data structure is in a state its design forbids (a bug, never a user error)."""
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Where every slot of the pool is at one instant; the six parts add up to `capacity`.
+
+    internal fragmentation = over_reservation + rounding.
+    """
+
+    capacity: int
+    token_states: int  # KV written for live requests (shared slots counted once)
+    cached: int  # held only by the prefix cache: evictable, reusable by a future match
+    reserved: int  # allocated, not yet written, will be written before its request ends
+    over_reservation: int  # reserved beyond L by the policy (contiguous max / pow2)
+    rounding: int  # allocator granularity: a last page's unused tail, a buddy block's slack
+    external: int  # free slots in holes too small for the waiting head's reservation
+    free: int  # the rest of the free memory
+    largest_free_hole: int  # contiguous free slots in the largest hole (all free for paged)
+    failed_allocs: int  # allocations refused while the total free memory would have sufficed
+
+    @property
+    def internal(self) -> int:
+        return self.over_reservation + self.rounding
+
+    @property
+    def free_total(self) -> int:
+        return self.external + self.free
+
+    @property
+    def frag_index(self) -> float:
+        """1 - largest free hole / total free memory (0 when nothing is free)."""
+        total = self.free_total
+        return 0.0 if total == 0 else 1.0 - self.largest_free_hole / total
+
+    def parts(self) -> dict[str, int]:
+        """The six parts, in the order reports stack them."""
+        return {
+            "token_states": self.token_states,
+            "cached": self.cached,
+            "reserved": self.reserved,
+            "internal": self.internal,
+            "external": self.external,
+            "free": self.free,
+        }
+
+    def check(self) -> None:
+        names = [f.name for f in fields(self)]
+        for name in names:
+            if getattr(self, name) < 0:
+                raise InvariantError(f"breakdown part {name} is negative: {self}")
+        total = sum(self.parts().values())
+        if total != self.capacity:
+            raise InvariantError(f"breakdown sums to {total}, capacity is {self.capacity}: {self}")
+
+
+@dataclass(frozen=True)
+class AdmitResult:
+    """What admission gave a request: its page-table row and the prefix already cached.
+
+    `cached_len` tokens of the prompt were found in the prefix cache (page-aligned, at most
+    prompt - 1); the request's `written` starts there.
+    """
+
+    row: int
+    cached_len: int
+
+
+class KVPolicy(ABC):
+    """A KV allocation policy driven request by request.
+
+    Lifecycle of one request `rid` (the simulator guarantees this order):
+
+        admit -> extend* (prefill chunks) -> cache_prefix? -> decode* -> finish
+                    \\-> release (preempted or aborted; may be re-admitted later as new)
+
+    Invariants every implementation keeps (checked by `check_invariants`):
+    * no slot is owned twice (free list, one request's private memory, the prefix cache);
+    * nothing leaks: free + privately owned + cached == capacity;
+    * `breakdown()` parts are non-negative and sum to `capacity`.
+    """
+
+    #: registry name, e.g. "paged"
+    name: str = ""
+
+    def __init__(self, capacity: int, page_size: int) -> None:
+        self.capacity = capacity
+        self.page_size = page_size
+
+    # -- admission -------------------------------------------------------------------------
+    @abstractmethod
+    def peek_prefix(self, token_ids: np.ndarray) -> int:
+        """Tokens of `token_ids` (already capped by the caller) the cache would serve now.
+
+        Read-only: no lock, no LRU touch; used by schedulers to order and budget the queue."""
+
+    @abstractmethod
+    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
+        """Slots this policy reserves up front for such a request (0 for on-demand paging)."""
+
+    @abstractmethod
+    def admit(
+        self, rid: int, token_ids: np.ndarray, final_len: int, max_new_tokens: int
+    ) -> AdmitResult | None:
+        """Give `rid` a page-table row, lock its cached prefix, and make any up-front
+        reservation. `token_ids` is the prompt. None (nothing changed) when there is no row or,
+        for reserving policies, no hole that fits."""
+
+    # -- growth ----------------------------------------------------------------------------
+    @abstractmethod
+    def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
+        """Allocate and write KV so that each `rids[i]` has `target_lens[i]` written tokens
+        (a prefill chunk). Batched, all-or-nothing; evicts unlocked cache when short."""
+
+    @abstractmethod
+    def decode(self, rids: Sequence[int]) -> bool:
+        """One more written token for each request (a decode step). Batched, all-or-nothing."""
+
+    @abstractmethod
+    def decode_room(self, rid: int) -> int:
+        """Decode tokens `rid` can write before it needs new memory (the rest of its partial
+        page or its reservation). Lets the engine advance many steps at once exactly."""
+
+    # -- ending ----------------------------------------------------------------------------
+    @abstractmethod
+    def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
+        """Offer the request's written tokens (`token_ids` are their ids) to the prefix cache
+        while it keeps running, so later requests can match them (SGLang's
+        cache_unfinished_req). A no-op for policies without a cache."""
+
+    @abstractmethod
+    def finish(self, rid: int, token_ids: np.ndarray) -> None:
+        """The request completed: cache its `written` tokens (ids in `token_ids`), free what is
+        private, release its row."""
+
+    @abstractmethod
+    def release(self, rid: int) -> None:
+        """Preempt or abort: give back everything `rid` holds without caching its new KV."""
+
+    # -- observation -----------------------------------------------------------------------
+    @abstractmethod
+    def written(self, rid: int) -> int:
+        """KV tokens written for `rid` so far."""
+
+    @abstractmethod
+    def available_tokens(self) -> int:
+        """Slots obtainable right now without preempting anyone: free + evictable cache."""
+
+    @abstractmethod
+    def evictable_tokens(self) -> int:
+        """Slots held only by the prefix cache."""
+
+    @abstractmethod
+    def breakdown(self, head_reservation: int) -> MemoryBreakdown:
+        """Where every slot is now. `head_reservation` is what the request at the head of the
+        waiting queue would need (the max context length when none waits); it decides which
+        free holes count as external fragmentation."""
+
+    @abstractmethod
+    def page_table_entries(self) -> int:
+        """Block-table entries of live requests: sum of ceil(context / page_size)."""
+
+    @abstractmethod
+    def check_invariants(self) -> None:
+        """Raise InvariantError if any invariant of the policy or its structures is broken."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release tensors early (optional)."""
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Everything a policy factory needs; one shape for every policy.
+
+    `kv_tokens` is the pool size in slots; paged policies use `kv_tokens // page_size` pages
+    (capacity = pages x page_size), so a capacity is always a whole number of pages.
+    `max_requests` is the number of page-table rows (concurrent requests). `placement` is read
+    by contiguous policies only, `eviction` by cache-holding ones; `store_kv` allocates a real
+    K/V buffer (tests, small pools) instead of shape-only accounting.
+    """
+
+    kv_tokens: int
+    page_size: int = 1
+    max_context_len: int = 2048
+    max_requests: int = 256
+    device: str = "cpu"
+    placement: str = "first-fit"
+    eviction: str = "lru"
+    num_layers: int = 1
+    num_kv_heads: int = 1
+    head_dim: int = 1
+    kv_dtype: str = "bf16"
+    store_kv: bool = False
+
+    @property
+    def num_pages(self) -> int:
+        return self.kv_tokens // self.page_size
+
+    @property
+    def capacity(self) -> int:
+        return self.num_pages * self.page_size
+
+
+# -- registry --------------------------------------------------------------------------------
+
+PolicyFactory = Callable[[PolicyConfig], KVPolicy]
+_REGISTRY: dict[str, tuple[PolicyFactory, str]] = {}
+
+
+def register_policy(name: str, when: str) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Register a factory under `name`; `when` is the one-line 'pick it when' shown to users."""
+
+    def deco(factory: PolicyFactory) -> PolicyFactory:
+        _REGISTRY[name] = (factory, when)
+        return factory
+
+    return deco
+
+
+def policy_names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def policy_help() -> dict[str, str]:
+    return {name: when for name, (_, when) in _REGISTRY.items()}
+
+
+def make_policy(name: str, config: PolicyConfig) -> KVPolicy:
+    """Build a registered policy by name; an unknown name lists the known ones."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name][0](config)

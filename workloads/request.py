@@ -1,0 +1,200 @@
+"""The canonical request: the one form every generator and trace loader produces.
+
+Token ids are produced on demand (`prompt_ids()`), never stored for a whole trace: a one-hour
+Mooncake replay has 144 M prompt tokens. Ids live in disjoint namespaces so that unrelated
+requests never share a prefix by accident:
+
+* Mooncake-style block hashes: hash id h at offset i in its 512-token block -> h * 512 + i;
+* synthetic unique content: `unique_tokens(namespace, n)` -> namespace * 2**24 + arange(n), with
+  namespaces drawn from a seeded 62-bit mix (far above any block-hash id);
+* explicit token ids from a generic trace are used as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TOKEN_DTYPE = np.int64
+HASH_BLOCK_TOKENS = 512
+NAMESPACE_SPAN = 1 << 24  # tokens per synthetic namespace (a 16 M-token sequence at most)
+OUTPUT_TAG = 7  # namespace tag of generated (output) tokens
+
+
+def mix64(*parts: int) -> int:
+    """A deterministic 64-bit mix of integers (splitmix64 steps), independent of PYTHONHASHSEED."""
+    x = 0x9E3779B97F4A7C15
+    for p in parts:
+        x = (x ^ (int(p) & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
+        x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 31
+    return x
+
+
+def namespace_of(*parts: int) -> int:
+    """A namespace id for synthetic content, far above block-hash token ids (>= 2**14)."""
+    return (1 << 14) + mix64(*parts) % ((1 << 38) - (1 << 14))
+
+
+def unique_tokens(namespace: int, n: int, start: int = 0) -> np.ndarray:
+    """`n` token ids private to `namespace` (positions start .. start+n-1)."""
+    base = namespace * NAMESPACE_SPAN + start
+    return np.arange(base, base + n, dtype=TOKEN_DTYPE)
+
+
+def hash_block_tokens(hash_ids: np.ndarray | list[int], length: int) -> np.ndarray:
+    """Expand 512-token prefix-hash blocks to token ids; the last block may be partial."""
+    ids = np.asarray(hash_ids, dtype=TOKEN_DTYPE)
+    full = (ids[:, None] * HASH_BLOCK_TOKENS + np.arange(HASH_BLOCK_TOKENS, dtype=TOKEN_DTYPE)).ravel()
+    return full[:length]
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """How to build a prompt's token ids: concatenated segments, each either explicit ids,
+    a run of hash blocks, or unique synthetic content. Kept small so a million requests fit."""
+
+    segments: tuple[tuple, ...]  # ("ids", ndarray) | ("hash", ids_tuple, length) | ("unique", ns, n, start)
+
+    @property
+    def length(self) -> int:
+        n = 0
+        for seg in self.segments:
+            kind = seg[0]
+            if kind == "ids":
+                n += len(seg[1])
+            elif kind == "hash":
+                n += seg[2]
+            else:
+                n += seg[2]
+        return n
+
+    def token_ids(self) -> np.ndarray:
+        parts = []
+        for seg in self.segments:
+            kind = seg[0]
+            if kind == "ids":
+                parts.append(np.asarray(seg[1], dtype=TOKEN_DTYPE))
+            elif kind == "hash":
+                parts.append(hash_block_tokens(np.asarray(seg[1]), seg[2]))
+            elif kind == "unique":
+                parts.append(unique_tokens(seg[1], seg[2], seg[3]))
+            else:  # pragma: no cover - constructed only in this package
+                raise ValueError(f"unknown prompt segment kind {kind!r}")
+        if not parts:
+            return np.zeros(0, dtype=TOKEN_DTYPE)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+@dataclass
+class Request:
+    """One request as the simulator sees it.
+
+    `output_len` is the true number of generated tokens: it only ends decoding (and feeds the
+    oracle policies and the memory breakdown). Schedulers and admission see `max_new_tokens`.
+    Output ids are deterministic from (seed, request id), so a later turn whose prompt contains
+    them matches what this request left in the cache.
+    """
+
+    request_id: int
+    arrival_s: float
+    prompt: PromptSpec
+    output_len: int
+    max_new_tokens: int
+    seed: int = 0
+    session_id: int | None = None
+    turn: int | None = None
+    think_time_s: float = 0.0
+    output_namespace: int | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def prompt_len(self) -> int:
+        return self.prompt.length
+
+    @property
+    def final_len(self) -> int:
+        """KV tokens written by the end: prompt + output - 1 (the last sampled token is never
+        written back); a request with no output writes its prompt only."""
+        return self.prompt_len + max(self.output_len, 1) - 1
+
+    def prompt_ids(self) -> np.ndarray:
+        return self.prompt.token_ids()
+
+    def output_ids(self, n: int | None = None) -> np.ndarray:
+        """The first `n` (default all) generated token ids."""
+        n = self.output_len if n is None else n
+        ns = self.output_namespace
+        if ns is None:
+            ns = namespace_of(self.seed, self.request_id, OUTPUT_TAG)
+        return unique_tokens(ns, n)
+
+    def sequence_ids(self, n: int) -> np.ndarray:
+        """The first `n` ids of prompt + output (what the KV pool holds after n written)."""
+        p = self.prompt_ids()
+        if n <= len(p):
+            return p[:n]
+        return np.concatenate([p, self.output_ids(n - len(p))])
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a closed-loop session: the user's new input, then the model's answer."""
+
+    new_input: PromptSpec
+    output_len: int
+    max_new_tokens: int
+    think_time_s: float = 0.0  # wait after the previous turn finished (ignored for turn 0)
+
+
+@dataclass
+class Session:
+    """A closed-loop conversation: turn k+1 is released `think_time_s` after turn k finishes,
+    and its prompt is turn k's prompt + turn k's output ids + the new input. The simulator runs
+    each session as a SimPy process and calls `request_for_turn` when a turn is due."""
+
+    session_id: int
+    start_s: float
+    turns: list[Turn]
+    request_ids: list[int]
+    seed: int = 0
+
+    def request_for_turn(self, k: int, now_s: float, previous: Request | None) -> Request:
+        turn = self.turns[k]
+        segments: tuple = ()
+        if previous is not None:
+            prev_out = previous.output_namespace
+            if prev_out is None:
+                prev_out = namespace_of(previous.seed, previous.request_id, OUTPUT_TAG)
+            segments = previous.prompt.segments + (("unique", prev_out, previous.output_len, 0),)
+        rid = self.request_ids[k]
+        return Request(
+            request_id=rid,
+            arrival_s=now_s,
+            prompt=PromptSpec(segments + turn.new_input.segments),
+            output_len=turn.output_len,
+            max_new_tokens=turn.max_new_tokens,
+            seed=self.seed,
+            session_id=self.session_id,
+            turn=k,
+            think_time_s=turn.think_time_s,
+        )
+
+
+@dataclass
+class Workload:
+    """A request stream: open-loop requests (sorted by arrival) plus closed-loop sessions."""
+
+    name: str
+    requests: list[Request]
+    sessions: list[Session] = field(default_factory=list)
+    seed: int = 0
+    description: str = ""
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.requests) + sum(len(s.turns) for s in self.sessions)
