@@ -6,7 +6,9 @@ import typer
 
 import kvcore
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="KV-cache simulator and planner.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="KV-cache simulator and planner."
+)
 
 
 def _version(value: bool) -> None:

@@ -48,7 +48,8 @@ def unique_tokens(namespace: int, n: int, start: int = 0) -> np.ndarray:
 def hash_block_tokens(hash_ids: np.ndarray | list[int], length: int) -> np.ndarray:
     """Expand 512-token prefix-hash blocks to token ids; the last block may be partial."""
     ids = np.asarray(hash_ids, dtype=TOKEN_DTYPE)
-    full = (ids[:, None] * HASH_BLOCK_TOKENS + np.arange(HASH_BLOCK_TOKENS, dtype=TOKEN_DTYPE)).ravel()
+    offsets = np.arange(HASH_BLOCK_TOKENS, dtype=TOKEN_DTYPE)
+    full = (ids[:, None] * HASH_BLOCK_TOKENS + offsets).ravel()
     return full[:length]
 
 
@@ -57,7 +58,8 @@ class PromptSpec:
     """How to build a prompt's token ids: concatenated segments, each either explicit ids,
     a run of hash blocks, or unique synthetic content. Kept small so a million requests fit."""
 
-    segments: tuple[tuple, ...]  # ("ids", ndarray) | ("hash", ids_tuple, length) | ("unique", ns, n, start)
+    # each: ("ids", ndarray) | ("hash", ids_tuple, length) | ("unique", ns, n, start)
+    segments: tuple[tuple, ...]
 
     @property
     def length(self) -> int:
@@ -169,7 +171,7 @@ class Session:
             prev_out = previous.output_namespace
             if prev_out is None:
                 prev_out = namespace_of(previous.seed, previous.request_id, OUTPUT_TAG)
-            segments = previous.prompt.segments + (("unique", prev_out, previous.output_len, 0),)
+            segments = (*previous.prompt.segments, ("unique", prev_out, previous.output_len, 0))
         rid = self.request_ids[k]
         return Request(
             request_id=rid,

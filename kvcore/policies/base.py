@@ -23,9 +23,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-
-class InvariantError(AssertionError):
-    """A kvcore data structure is in a state its design forbids (a bug, never a user error)."""
+from kvcore.validation import InvariantError
 
 
 @dataclass(frozen=True)
