@@ -7,6 +7,7 @@ Row 0 is the dummy/padding row that batched kernels write garbage into; it is ne
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable
 
 import torch
@@ -44,7 +45,7 @@ class ReqToTokenPool:
 
     def free(self, rows: int | Iterable[int]) -> None:
         """Return rows to the pool; a row that is not in use is a ValueError (nothing freed)."""
-        rows = [rows] if isinstance(rows, int) else [int(r) for r in rows]
+        rows = [int(rows)] if isinstance(rows, numbers.Integral) else [int(r) for r in rows]
         seen: set[int] = set()
         for r in rows:
             if not 1 <= r <= self.size or not self._in_use[r] or r in seen:

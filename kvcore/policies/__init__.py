@@ -11,6 +11,7 @@ from kvcore.policies.base import (
     policy_names,
     register_policy,
 )
+from kvcore.policies import paged  # noqa: F401  (registers paged, paged-nocache)
 
 __all__ = [
     "AdmitResult",

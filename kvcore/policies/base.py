@@ -84,11 +84,22 @@ class AdmitResult:
     """What admission gave a request: its page-table row and the prefix already cached.
 
     `cached_len` tokens of the prompt were found in the prefix cache (page-aligned, at most
-    prompt - 1); the request's `written` starts there.
+    prompt - 1); the request's `written` starts there. `token_hit` is the match a token-granular
+    cache holding the same content would give (>= cached_len): the difference is the reuse
+    lost to page alignment.
     """
 
     row: int
     cached_len: int
+    token_hit: int = -1
+
+    @property
+    def unaligned_hit(self) -> int:
+        return self.cached_len if self.token_hit < 0 else self.token_hit
+
+
+#: order of the breakdown parts in profiles and reports
+PARTS = ("token_states", "cached", "reserved", "internal", "external", "free")
 
 
 class KVPolicy(ABC):
@@ -141,10 +152,41 @@ class KVPolicy(ABC):
     def decode(self, rids: Sequence[int]) -> bool:
         """One more written token for each request (a decode step). Batched, all-or-nothing."""
 
-    @abstractmethod
-    def decode_room(self, rid: int) -> int:
-        """Decode tokens `rid` can write before it needs new memory (the rest of its partial
-        page or its reservation). Lets the engine advance many steps at once exactly."""
+    def decode_cost(self, rids: Sequence[int], n: int) -> int:
+        """Slots of new memory that `n` decode steps of `rids` would take (whole pages).
+        Default: page-granular on-demand growth; reserving policies return 0."""
+        ps = self.page_size
+        total = 0
+        for rid in rids:
+            w = self.written(rid)
+            total += (-(-(w + n) // ps) - -(-w // ps)) * ps
+        return total
+
+    def decode_steps(self, rids: Sequence[int], n: int) -> bool:
+        """`n` decode steps at once, with exactly the result of `n` calls of `decode(rids)`.
+
+        The engine only asks for n > 1 when `decode_cost(rids, n) <= free_tokens()`, so no
+        step can fail or evict. Policies override this with one batched call."""
+        if n > 1 and self.decode_cost(rids, n) > self.free_tokens():
+            raise ValueError("decode_steps(n > 1) needs decode_cost <= free_tokens")
+        return all(self.decode(rids) for _ in range(n))
+
+    def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        """The breakdown parts (columns in PARTS order) after each of the next `n` decode
+        steps of `rids`, without changing anything; lets the engine keep exact time-weighted
+        averages when it advances many steps at once. Default: reserving policies, where a step
+        only turns one reserved slot per request into token state."""
+        b = self.breakdown(head_reservation)
+        row = np.array([b.parts()[p] for p in PARTS], dtype=np.int64)
+        out = np.repeat(row[None, :], n, axis=0)
+        steps = np.arange(1, n + 1, dtype=np.int64) * len(rids)
+        out[:, 0] += steps
+        out[:, 2] -= steps
+        return out
+
+    def free_tokens(self) -> int:
+        """Slots free right now (without evicting anything)."""
+        return self.available_tokens() - self.evictable_tokens()
 
     # -- ending ----------------------------------------------------------------------------
     @abstractmethod
@@ -191,6 +233,10 @@ class KVPolicy(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release tensors early (optional)."""
+
+    def live_requests(self) -> int:
+        """Requests holding memory or a row now (default: not tracked)."""
+        return 0
 
 
 @dataclass(frozen=True)

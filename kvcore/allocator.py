@@ -1,0 +1,268 @@
+"""PagedAllocator: which physical pages are free, and the slots a batch of requests gets next.
+
+Design choices (and why):
+* The free list is a preallocated *stack* of page ids with a top index. alloc pops a slice,
+  free pushes one: neither copies the whole list (SGLang's `cat(freed, free_pages)` and
+  mini-sglang's list copy cost O(pool) per free). Freed pages are reused first (LIFO), as in
+  SGLang without `need_sort`.
+* A boolean `is_free` mask per page makes double frees and frees of pages nobody owns a
+  ValueError instead of silent corruption, at O(k) cost per call.
+* `backup_state` snapshots the top index and starts an undo log of the stack entries that later
+  frees overwrite, so `restore_state` is exact without copying the stack up front.
+* Batched calls (`alloc_extend`, `alloc_decode`) are a handful of vectorised tensor ops over the
+  batch; there is no Python loop over requests or tokens.
+
+Slots: page p holds slots p*page_size .. p*page_size + page_size - 1. Page 0 is the dummy page
+and is never handed out, so `num_pages` usable pages need buffers of num_pages + 1 pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kvcore.validation import InvariantError, non_negative_int, positive_int
+
+IntsLike = torch.Tensor | Sequence[int]
+
+
+@dataclass(frozen=True)
+class AllocatorState:
+    """An opaque snapshot for restore_state: the stack top and the undo-log length."""
+
+    top: int
+    undo_len: int
+
+
+class PagedAllocator:
+    """`num_pages` usable pages of `page_size` slots; capacity = num_pages x page_size."""
+
+    def __init__(self, num_pages: int, page_size: int, device: str | torch.device = "cpu"):
+        self.num_pages = positive_int("num_pages", num_pages)
+        self.page_size = positive_int("page_size", page_size)
+        self.device = torch.device(device)
+        # Stack of free page ids; the top is at the end, so page 1 is handed out first.
+        self._stack = torch.arange(self.num_pages, 0, -1, dtype=torch.int64, device=self.device)
+        self._top = self.num_pages
+        self._is_free = torch.ones(self.num_pages + 1, dtype=torch.bool, device=self.device)
+        self._is_free[0] = False
+        self._group: list[torch.Tensor] | None = None
+        self._undo: list[tuple[int, torch.Tensor]] | None = None
+
+    # -- sizes -----------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.num_pages * self.page_size
+
+    def available_size(self) -> int:
+        """Free slots (whole free pages x page_size)."""
+        return self._top * self.page_size
+
+    def free_page_count(self) -> int:
+        return self._top
+
+    def free_pages_view(self) -> torch.Tensor:
+        """The free page ids (a view: read it, do not keep it across calls)."""
+        return self._stack[: self._top]
+
+    def is_page_free(self, pages: torch.Tensor) -> torch.Tensor:
+        return self._is_free[pages]
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _ints(self, name: str, x: IntsLike) -> torch.Tensor:
+        t = torch.as_tensor(x, dtype=torch.int64, device=self.device)
+        if t.dim() != 1:
+            raise ValueError(f"{name} must be a 1-D sequence of integers, got shape {tuple(t.shape)}")
+        return t
+
+    def _pop(self, n: int) -> torch.Tensor | None:
+        if n > self._top:
+            return None
+        pages = self._stack[self._top - n : self._top].flip(0)  # flip copies: safe from later pushes
+        self._top -= n
+        self._is_free[pages] = False
+        return pages
+
+    def _push(self, pages: torch.Tensor) -> None:
+        k = len(pages)
+        if self._undo is not None:
+            self._undo.append((self._top, self._stack[self._top : self._top + k].clone()))
+        self._stack[self._top : self._top + k] = pages
+        self._is_free[pages] = True
+        self._top += k
+
+    def pages_to_slots(self, pages: torch.Tensor) -> torch.Tensor:
+        """Expand page ids to their slots: pages [1, 3] at page_size 4 (page starts 4 and 12)
+        -> slots 4..7, 12..15."""
+        ps = self.page_size
+        if ps == 1:
+            return pages
+        offsets = torch.arange(ps, dtype=torch.int64, device=pages.device)
+        return (pages[:, None] * ps + offsets).reshape(-1)
+
+    # -- allocation ------------------------------------------------------------------------
+    def alloc_pages(self, n: int) -> torch.Tensor | None:
+        """`n` whole pages (their ids), or None with nothing changed."""
+        return self._pop(non_negative_int("n", n))
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """`need_size` slots as whole pages; need_size must be a multiple of page_size."""
+        need_size = non_negative_int("need_size", need_size)
+        if need_size % self.page_size:
+            raise ValueError(
+                f"need_size {need_size} is not a multiple of page_size {self.page_size}"
+            )
+        pages = self._pop(need_size // self.page_size)
+        return None if pages is None else self.pages_to_slots(pages)
+
+    def alloc_extend(
+        self, prefix_lens: IntsLike, seq_lens: IntsLike, last_loc: IntsLike
+    ) -> torch.Tensor | None:
+        """Slots for tokens prefix_lens[i] .. seq_lens[i]-1 of each request, concatenated.
+
+        Each request is filled in three parts (as SGLang's alloc_extend): the rest of its own
+        partial last page (slots last_loc+1 ..), then whole new pages, then one new partial
+        page. `last_loc[i]` is the slot of the request's token prefix_lens[i]-1 (-1 if none).
+        New pages per request = ceil(seq/ps) - ceil(prefix/ps). None when short (no change).
+        """
+        pre = self._ints("prefix_lens", prefix_lens)
+        seq = self._ints("seq_lens", seq_lens)
+        last = self._ints("last_loc", last_loc)
+        if not len(pre) == len(seq) == len(last):
+            raise ValueError("prefix_lens, seq_lens and last_loc must have the same length")
+        if len(seq) == 0:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        if bool((pre < 0).any()) or bool((seq < pre).any()):
+            raise ValueError(f"need 0 <= prefix_lens <= seq_lens, got {pre.tolist()} / {seq.tolist()}")
+        ps = self.page_size
+        ext = seq - pre
+        if ps == 1:
+            return self._pop(int(ext.sum()))
+        partial = pre % ps != 0
+        if bool(((last + 1) % ps != pre % ps)[partial].any()):
+            raise ValueError("last_loc is not on the prefix's last page (page-offset mismatch)")
+        pre_pages = (pre + ps - 1) // ps
+        new_pages = (seq + ps - 1) // ps - pre_pages
+        pages = self._pop(int(new_pages.sum()))
+        if pages is None:
+            return None
+        total = int(ext.sum())
+        req = torch.repeat_interleave(torch.arange(len(seq), device=self.device), ext)
+        tok = torch.arange(total, device=self.device) - torch.repeat_interleave(
+            torch.cumsum(ext, 0) - ext, ext
+        )
+        pos = pre[req] + tok
+        old_page_end = (pre_pages * ps)[req]
+        slot_old = last[req] + 1 + tok
+        if len(pages) == 0:
+            return slot_old
+        page_base = (torch.cumsum(new_pages, 0) - new_pages)[req]
+        page_idx = page_base + (pos - old_page_end).clamp(min=0) // ps
+        slot_new = pages[page_idx.clamp(max=len(pages) - 1)] * ps + pos % ps
+        return torch.where(pos < old_page_end, slot_old, slot_new)
+
+    def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
+        """One slot per request for its next token; `seq_lens` count that token.
+
+        The token goes to slot last_loc+1 while the request's last page has room, else to the
+        first slot of a fresh page. None when short (no change)."""
+        seq = self._ints("seq_lens", seq_lens)
+        last = self._ints("last_loc", last_loc)
+        if len(seq) != len(last):
+            raise ValueError("seq_lens and last_loc must have the same length")
+        if len(seq) and bool((seq < 1).any()):
+            raise ValueError(f"seq_lens must be >= 1, got {seq.tolist()}")
+        ps = self.page_size
+        if ps == 1:
+            return self._pop(len(seq))
+        need = (seq - 1) % ps == 0
+        n = int(need.sum())
+        out = last + 1
+        if n:
+            pages = self._pop(n)
+            if pages is None:
+                return None
+            out[need] = pages * ps
+        return out
+
+    # -- freeing ---------------------------------------------------------------------------
+    def free(self, slots: IntsLike) -> None:
+        """Free the pages holding `slots` (page-granular: any slot frees its whole page).
+
+        A slot on page 0, out of range, or on a page that is already free is a ValueError and
+        nothing is freed. Inside a free group the pages are only collected."""
+        t = self._ints("slots", slots)
+        if len(t) == 0:
+            return
+        pages = t if self.page_size == 1 else t // self.page_size
+        self.free_pages(pages)
+
+    def free_pages(self, pages: IntsLike) -> None:
+        """Free whole pages by id (validated like `free`)."""
+        p = torch.unique(self._ints("pages", pages))
+        if len(p) == 0:
+            return
+        if int(p[0]) < 1 or int(p[-1]) > self.num_pages:
+            raise ValueError(f"page ids must be in [1, {self.num_pages}], got {p.tolist()[:8]}")
+        if bool(self._is_free[p].any()):
+            bad = p[self._is_free[p]].tolist()[:8]
+            raise ValueError(f"double free: pages {bad} are already free")
+        if self._group is not None:
+            self._group.append(p)
+            return
+        self._push(p)
+
+    def free_group_begin(self) -> None:
+        """Defer frees until free_group_end (used while a batch's finished requests are
+        processed), then release them with one push. Groups do not nest."""
+        if self._group is not None:
+            raise ValueError("free groups cannot nest")
+        self._group = []
+
+    def free_group_end(self) -> None:
+        if self._group is None:
+            raise ValueError("free_group_end without free_group_begin")
+        group, self._group = self._group, None
+        if group:
+            pages = torch.cat(group)
+            if len(torch.unique(pages)) != len(pages):
+                raise ValueError("double free inside a free group")
+            self._push(pages)
+
+    # -- speculative allocation --------------------------------------------------------------
+    def backup_state(self) -> AllocatorState:
+        """Snapshot for restore_state; costs O(1) now and O(freed) per later free."""
+        if self._undo is None:
+            self._undo = []
+        return AllocatorState(self._top, len(self._undo))
+
+    def restore_state(self, state: AllocatorState) -> None:
+        """Undo every alloc and free made since `state` was taken."""
+        if self._undo is None or state.undo_len > len(self._undo):
+            raise ValueError("restore_state with a state this allocator did not back up")
+        while len(self._undo) > state.undo_len:
+            start, old = self._undo.pop()
+            self._stack[start : start + len(old)] = old
+        self._top = state.top
+        self._is_free.fill_(False)
+        self._is_free[self._stack[: self._top]] = True
+        if state.undo_len == 0:
+            self._undo = None
+
+    def discard_backup(self) -> None:
+        """Stop logging for restore_state (the speculative work was kept)."""
+        self._undo = None
+
+    # -- checks ----------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        free = self._stack[: self._top]
+        if self._top < 0 or self._top > self.num_pages:
+            raise InvariantError(f"free-stack top {self._top} outside [0, {self.num_pages}]")
+        if len(free) and (int(free.min()) < 1 or int(free.max()) > self.num_pages):
+            raise InvariantError("the free list holds a page id out of range (or the dummy page)")
+        if len(torch.unique(free)) != len(free):
+            raise InvariantError("a page is on the free list twice")
+        if int(self._is_free.sum()) != self._top or not bool(self._is_free[free].all()):
+            raise InvariantError("is_free mask disagrees with the free list")

@@ -1,0 +1,367 @@
+"""`paged` and `paged-nocache`: SGLang's memory system (PagedAllocator + RadixCache).
+
+Per request the page table row holds, left to right:
+
+    [0, cached)              slots owned by the radix tree, locked via `node` while it runs
+    [cached, written)        private slots the request wrote
+    [written, ceil_ps(written))  the rest of its last private page: its next decode tokens
+
+`cached` is always page-aligned (the tree only holds whole pages). Per-row state lives in numpy
+arrays indexed by row so that batched calls touch the whole batch at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from kvcore.allocator import PagedAllocator
+from kvcore.kv_pool import MHATokenToKVPool
+from kvcore.policies.base import (
+    PARTS,
+    AdmitResult,
+    KVPolicy,
+    MemoryBreakdown,
+    PolicyConfig,
+    register_policy,
+)
+from kvcore.radix_cache import RadixCache, TreeNode, as_key
+from kvcore.req_to_token_pool import ReqToTokenPool
+from kvcore.validation import InvariantError, positive_int
+
+_I64 = torch.int64
+
+
+def _ceil_to(x: np.ndarray, ps: int) -> np.ndarray:
+    return -(-x // ps) * ps
+
+
+class PagedPolicy(KVPolicy):
+    """Pages on demand, a shared radix prefix cache, LRU eviction of unlocked leaves."""
+
+    name = "paged"
+
+    def __init__(self, config: PolicyConfig, cache_enabled: bool = True) -> None:
+        ps = positive_int("page_size", config.page_size)
+        num_pages = config.kv_tokens // ps
+        if num_pages < 1:
+            raise ValueError(
+                f"kv_tokens {config.kv_tokens} is smaller than one page of {ps} tokens"
+            )
+        super().__init__(num_pages * ps, ps)
+        self.config = config
+        self.allocator = PagedAllocator(num_pages, ps, config.device)
+        self.req_to_token_pool = ReqToTokenPool(
+            config.max_requests, config.max_context_len, config.device
+        )
+        self.kv_pool = MHATokenToKVPool(
+            num_pages, ps, config.num_layers, config.num_kv_heads, config.head_dim,
+            config.kv_dtype, config.device, store=config.store_kv,
+        )  # fmt: skip
+        self.tree = RadixCache(
+            ps, self.allocator, self.req_to_token_pool, config.eviction, disable=not cache_enabled
+        )
+        rows = config.max_requests + 1
+        self._written = np.zeros(rows, dtype=np.int64)
+        self._cached = np.zeros(rows, dtype=np.int64)
+        self._final = np.zeros(rows, dtype=np.int64)
+        self._node: list[TreeNode | None] = [None] * rows
+        self._row_of: dict[int, int] = {}
+        self._table = self.req_to_token_pool.req_to_token
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _rows(self, rids: Sequence[int]) -> np.ndarray:
+        try:
+            return np.fromiter((self._row_of[r] for r in rids), dtype=np.int64, count=len(rids))
+        except KeyError as e:
+            raise ValueError(f"request {e.args[0]} is not admitted") from None
+
+    def _row_of_checked(self, rid: int) -> int:
+        row = self._row_of.get(rid)
+        if row is None:
+            raise ValueError(f"request {rid} is not admitted")
+        return row
+
+    def _make_room(self, slots: int) -> None:
+        """Evict cache so that `slots` are free, if the cache can give them."""
+        short = slots - self.allocator.available_size()
+        if short > 0:
+            self.tree.evict(short)
+
+    def _last_loc(self, rows: np.ndarray, written: np.ndarray) -> torch.Tensor:
+        rows_t = torch.from_numpy(rows)
+        w = torch.from_numpy(written)
+        loc = self._table[rows_t, (w - 1).clamp(min=0)].to(_I64)
+        return torch.where(w > 0, loc, torch.full_like(loc, -1))
+
+    def _free_positions(self, row: int, start: int, end: int) -> None:
+        if end > start:
+            self.allocator.free(self._table[row, start:end].to(_I64))
+
+    # -- admission -------------------------------------------------------------------------
+    def peek_prefix(self, token_ids: np.ndarray) -> int:
+        return self.tree.peek(token_ids)[0]
+
+    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
+        return 0
+
+    def admit(
+        self, rid: int, token_ids: np.ndarray, final_len: int, max_new_tokens: int
+    ) -> AdmitResult | None:
+        if rid in self._row_of:
+            raise ValueError(f"request {rid} is already admitted")
+        if final_len > self.req_to_token_pool.max_context_len:
+            raise ValueError(
+                f"final length {final_len} exceeds max_context_len "
+                f"{self.req_to_token_pool.max_context_len}"
+            )
+        rows = self.req_to_token_pool.alloc(1)
+        if rows is None:
+            return None
+        row = rows[0]
+        key = as_key(token_ids)[: max(len(token_ids) - 1, 0)]
+        token_hit = self.tree.peek(key)[1]
+        match = self.tree.match_prefix(key)
+        cached = len(match.indices)
+        self.tree.inc_lock_ref(match.last_node)
+        if cached:
+            self._table[row, :cached] = match.indices.to(torch.int32)
+        self._row_of[rid] = row
+        self._written[row] = cached
+        self._cached[row] = cached
+        self._final[row] = final_len
+        self._node[row] = match.last_node
+        return AdmitResult(row, cached, max(token_hit, cached))
+
+    # -- growth ----------------------------------------------------------------------------
+    def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
+        rows = self._rows(rids)
+        target = np.asarray(target_lens, dtype=np.int64)
+        w = self._written[rows]
+        if np.any(target < w):
+            raise ValueError(f"extend target_lens {target.tolist()} below written {w.tolist()}")
+        if np.any(target > self.req_to_token_pool.max_context_len):
+            raise ValueError("extend past max_context_len")
+        ps = self.page_size
+        need = int((_ceil_to(target, ps) - _ceil_to(w, ps)).sum())
+        self._make_room(need)
+        last = self._last_loc(rows, w) if ps > 1 else torch.zeros(len(rows), dtype=_I64)
+        out = self.allocator.alloc_extend(torch.from_numpy(w), torch.from_numpy(target), last)
+        if out is None:
+            return False
+        self.req_to_token_pool.write_batch(
+            torch.from_numpy(rows), torch.from_numpy(w), torch.from_numpy(target - w), out
+        )
+        self._written[rows] = target
+        return True
+
+    def decode(self, rids: Sequence[int]) -> bool:
+        rows = self._rows(rids)
+        w = self._written[rows]
+        ps = self.page_size
+        self._make_room(int(np.count_nonzero(w % ps == 0)) * ps)
+        last = self._last_loc(rows, w) if ps > 1 else torch.zeros(len(rows), dtype=_I64)
+        out = self.allocator.alloc_decode(torch.from_numpy(w + 1), last)
+        if out is None:
+            return False
+        self._table[torch.from_numpy(rows), torch.from_numpy(w)] = out.to(torch.int32)
+        self._written[rows] = w + 1
+        return True
+
+    def decode_cost(self, rids: Sequence[int], n: int) -> int:
+        w = self._written[self._rows(rids)]
+        return int((_ceil_to(w + n, self.page_size) - _ceil_to(w, self.page_size)).sum())
+
+    def decode_steps(self, rids: Sequence[int], n: int) -> bool:
+        """n steps in one batch, popping pages in the order n single steps would (step-major,
+        then batch order), so the page table ends up identical to stepping."""
+        if n == 1:
+            return self.decode(rids)
+        rows = self._rows(rids)
+        w = self._written[rows]
+        ps = self.page_size
+        pos = w[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (n, batch) positions written
+        starts = pos % ps == 0
+        n_new = int(np.count_nonzero(starts))
+        if n_new * ps > self.allocator.available_size():
+            raise ValueError("decode_steps(n > 1) needs decode_cost <= free_tokens")
+        pages = self.allocator.alloc_pages(n_new)
+        assert pages is not None
+        page_at = np.zeros(pos.shape, dtype=np.int64)
+        page_at[starts] = pages.cpu().numpy()  # row-major = step-major: stepping's pop order
+        step_idx = np.where(starts, np.arange(n)[:, None], -1)
+        ffill = np.maximum.accumulate(step_idx, axis=0)
+        last_page = (self._last_loc(rows, w).numpy() // ps)[None, :]
+        cols = np.broadcast_to(np.arange(len(rows)), pos.shape)
+        page = np.where(ffill >= 0, page_at[np.maximum(ffill, 0), cols], last_page)
+        slots = torch.from_numpy(page * ps + pos % ps)
+        rows_t = torch.from_numpy(np.broadcast_to(rows, pos.shape).copy())
+        self._table[rows_t, torch.from_numpy(pos)] = slots.to(torch.int32)
+        self._written[rows] = w + n
+        return True
+
+    def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        b = self.breakdown(head_reservation)
+        base = np.array([b.parts()[p] for p in PARTS], dtype=np.int64)
+        rows = self._rows(rids)
+        w, final, ps = self._written[rows], self._final[rows], self.page_size
+        wj = w[None, :] + np.arange(1, n + 1, dtype=np.int64)[:, None]
+        aj = _ceil_to(wj, ps)
+        a0 = _ceil_to(w, ps)
+        res0 = np.clip(np.minimum(a0, final) - w, 0, None).sum()
+        rnd0 = np.clip(a0 - np.maximum(final, w), 0, None).sum()
+        res = np.clip(np.minimum(aj, final) - wj, 0, None).sum(axis=1)
+        rnd = np.clip(aj - np.maximum(final, wj), 0, None).sum(axis=1)
+        out = np.repeat(base[None, :], n, axis=0)
+        out[:, 0] += np.arange(1, n + 1) * len(rows)
+        out[:, 2] += res - res0
+        out[:, 3] += rnd - rnd0
+        out[:, 5] -= (aj - a0[None, :]).sum(axis=1)
+        return out
+
+    # -- ending ----------------------------------------------------------------------------
+    def _insert_written(self, row: int, token_ids: np.ndarray) -> int:
+        """Insert the row's whole written pages into the tree; free the request's own copies
+        of pages someone else cached meanwhile. Returns the page-aligned inserted length."""
+        w = int(self._written[row])
+        n = w - w % self.page_size
+        cached = int(self._cached[row])
+        if len(token_ids) < w:
+            raise ValueError(f"need {w} token ids for row {row}, got {len(token_ids)}")
+        if n <= cached:
+            return cached
+        values = self._table[row, :n].to(_I64)
+        already = self.tree.insert(as_key(token_ids)[:n], values)
+        self._free_positions(row, cached, already)
+        return n
+
+    def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
+        if self.tree.disable:
+            return
+        row = int(self._row_of_checked(rid))
+        n = self._insert_written(row, token_ids)
+        if n <= int(self._cached[row]):
+            return
+        match = self.tree.match_prefix(as_key(token_ids)[:n])
+        self._table[row, :n] = match.indices.to(torch.int32)
+        self.tree.inc_lock_ref(match.last_node)
+        self.tree.dec_lock_ref(self._node[row])
+        self._node[row] = match.last_node
+        self._cached[row] = n
+
+    def finish(self, rid: int, token_ids: np.ndarray) -> None:
+        row = int(self._row_of_checked(rid))
+        w = int(self._written[row])
+        if self.tree.disable:
+            self._free_positions(row, 0, w)
+        else:
+            n = self._insert_written(row, token_ids)
+            self._free_positions(row, n, w)
+        self._drop(rid, row)
+
+    def release(self, rid: int) -> None:
+        row = int(self._row_of_checked(rid))
+        self._free_positions(row, int(self._cached[row]), int(self._written[row]))
+        self._drop(rid, row)
+
+    def _drop(self, rid: int, row: int) -> None:
+        node = self._node[row]
+        if node is not None:
+            self.tree.dec_lock_ref(node)
+        self._node[row] = None
+        self._written[row] = self._cached[row] = self._final[row] = 0
+        del self._row_of[rid]
+        self.req_to_token_pool.free(row)
+
+    # -- observation -----------------------------------------------------------------------
+    def written(self, rid: int) -> int:
+        return int(self._written[self._row_of_checked(rid)])
+
+    def available_tokens(self) -> int:
+        return self.allocator.available_size() + self.tree.evictable_size()
+
+    def evictable_tokens(self) -> int:
+        return self.tree.evictable_size()
+
+    def free_tokens(self) -> int:
+        return self.allocator.available_size()
+
+    def live_requests(self) -> int:
+        return len(self._row_of)
+
+    def _live_rows(self) -> np.ndarray:
+        return np.fromiter(self._row_of.values(), dtype=np.int64, count=len(self._row_of))
+
+    def breakdown(self, head_reservation: int) -> MemoryBreakdown:
+        rows = self._live_rows()
+        w, c, final = self._written[rows], self._cached[rows], self._final[rows]
+        alloc_end = _ceil_to(w, self.page_size)
+        free = self.allocator.available_size()
+        return MemoryBreakdown(
+            capacity=self.capacity,
+            token_states=self.tree.protected_size() + int((w - c).sum()),
+            cached=self.tree.evictable_size(),
+            reserved=int(np.clip(np.minimum(alloc_end, final) - w, 0, None).sum()),
+            over_reservation=0,
+            rounding=int(np.clip(alloc_end - np.maximum(final, w), 0, None).sum()),
+            external=0,
+            free=free,
+            largest_free_hole=free,
+            failed_allocs=0,
+        )
+
+    def page_table_entries(self) -> int:
+        w = self._written[self._live_rows()]
+        return int((-(-w // self.page_size)).sum())
+
+    def check_invariants(self) -> None:
+        ps = self.page_size
+        self.allocator.check_invariants()
+        self.tree.check_invariants()
+        self.req_to_token_pool.check_invariants()
+        owned = [self.allocator.free_pages_view(), self.tree.all_values()[::ps] // ps]
+        for rid, row in self._row_of.items():
+            w, c = int(self._written[row]), int(self._cached[row])
+            if c % ps or not 0 <= c <= w <= self.req_to_token_pool.max_context_len:
+                raise InvariantError(f"request {rid}: cached {c} / written {w} out of order")
+            if w > self._final[row]:
+                raise InvariantError(f"request {rid}: wrote {w} > final length {self._final[row]}")
+            slots = self._table[row, :w].to(_I64)
+            pos = torch.arange(w)
+            if bool((slots % ps != pos % ps).any()) or bool((slots < ps).any()):
+                raise InvariantError(f"request {rid}: slot not at its page offset (or dummy)")
+            owned.append(slots[c:][(pos[c:] % ps) == 0] // ps)
+            node_depth = 0
+            node = self._node[row]
+            while node is not None and node is not self.tree.root:
+                node_depth += len(node.key)
+                node = node.parent
+            if not self.tree.disable and node_depth != c:
+                raise InvariantError(f"request {rid}: locked node depth {node_depth} != cached {c}")
+        pages = torch.cat(owned)
+        counts = torch.bincount(pages, minlength=self.allocator.num_pages + 1)
+        if int(counts.max()) > 1:
+            dup = torch.nonzero(counts > 1).flatten().tolist()[:8]
+            raise InvariantError(f"pages owned twice: {dup}")
+        if len(pages) != self.allocator.num_pages or int(counts[0]) != 0:
+            raise InvariantError(
+                f"leak: free + private + cached = {len(pages)} pages, capacity "
+                f"{self.allocator.num_pages}"
+            )
+        self.breakdown(self.page_size).check()
+
+
+@register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
+                 "real traffic, any page size; reuses shared prefixes")
+def _make_paged(config: PolicyConfig) -> KVPolicy:
+    return PagedPolicy(config, cache_enabled=True)
+
+
+@register_policy("paged-nocache", when="paging without prefix reuse: isolates what the radix "
+                 "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)")
+def _make_paged_nocache(config: PolicyConfig) -> KVPolicy:
+    policy = PagedPolicy(config, cache_enabled=False)
+    policy.name = "paged-nocache"
+    return policy

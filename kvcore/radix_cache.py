@@ -1,0 +1,409 @@
+"""RadixCache: a radix tree over token ids whose nodes own the KV slots of those tokens.
+
+Why it looks the way it does:
+* Keys are numpy int64 arrays (token ids are host data) and values torch int64 tensors of
+  slots (device data), as in SGLang. Comparing keys is one vectorised `!=` + `argmax`, so a
+  12 k-token Mooncake prompt costs microseconds, not a Python loop.
+* With page_size > 1 every key and value length is a multiple of page_size and children are
+  keyed by their first page (its bytes), so a match can only stop on a page boundary and every
+  tree page is a whole allocator page.
+* Locks cover whole root paths: `lock_ref(p) == own_locks(p) + sum(lock_ref(children))`. A
+  node with lock_ref 0 is evictable; only unlocked *leaves* are actually evicted, so shared
+  ancestors stay until nothing below them is left.
+* The LRU clock is a counter, not wall time, so runs are deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from kvcore.allocator import PagedAllocator
+from kvcore.validation import InvariantError, positive_int
+
+_EMPTY_KEY = np.zeros(0, dtype=np.int64)
+
+
+class TreeNode:
+    __slots__ = (
+        "by_first_token",
+        "children",
+        "created",
+        "hit_count",
+        "id",
+        "key",
+        "last_access",
+        "lock_ref",
+        "own_locks",
+        "parent",
+        "value",
+    )
+
+    def __init__(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None, nid: int):
+        self.key = key
+        self.value = value
+        self.parent = parent
+        self.children: dict = {}
+        self.by_first_token: dict[int, list[TreeNode]] = {}
+        self.lock_ref = 0
+        self.own_locks = 0
+        self.last_access = 0
+        self.created = 0
+        self.hit_count = 0
+        self.id = nid
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def __repr__(self) -> str:
+        return f"TreeNode(id={self.id}, len={len(self.key)}, lock={self.lock_ref})"
+
+
+class MatchResult(NamedTuple):
+    """`indices`: the slots of the matched prefix (page-aligned); `last_node`: where it ends
+    (lock it while the request runs)."""
+
+    indices: torch.Tensor
+    last_node: TreeNode
+
+
+EVICTION_PRIORITIES: dict[str, Callable[[TreeNode], tuple]] = {
+    "lru": lambda n: (n.last_access, n.id),
+    "lfu": lambda n: (n.hit_count, n.last_access, n.id),
+    "fifo": lambda n: (n.created, n.id),
+}
+
+
+def as_key(key: object) -> np.ndarray:
+    """Token ids as a 1-D int64 numpy array (no copy when already one)."""
+    if isinstance(key, torch.Tensor):
+        key = key.cpu().numpy()
+    arr = np.asarray(key, dtype=np.int64)
+    if arr.ndim != 1:
+        raise ValueError(f"a key must be a 1-D sequence of token ids, got shape {arr.shape}")
+    return arr
+
+
+def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    ne = a[:n] != b[:n]
+    i = int(ne.argmax())
+    return i if ne[i] else n
+
+
+class RadixCache:
+    """Prefix cache over token ids. `allocator` receives the pages of evicted nodes."""
+
+    def __init__(
+        self,
+        page_size: int,
+        allocator: PagedAllocator | None = None,
+        req_to_token_pool: object | None = None,
+        eviction: str = "lru",
+        disable: bool = False,
+        device: str | torch.device | None = None,
+    ) -> None:
+        self.page_size = positive_int("page_size", page_size)
+        if allocator is not None and allocator.page_size != self.page_size:
+            raise ValueError(
+                f"page_size {page_size} differs from the allocator's {allocator.page_size}"
+            )
+        if eviction not in EVICTION_PRIORITIES:
+            raise ValueError(
+                f"unknown eviction policy {eviction!r}; known: {', '.join(EVICTION_PRIORITIES)}"
+            )
+        self.allocator = allocator
+        self.req_to_token_pool = req_to_token_pool
+        self.disable = disable
+        self.eviction = eviction
+        self._priority = EVICTION_PRIORITIES[eviction]
+        self.device = torch.device(device) if device else (
+            allocator.device if allocator else torch.device("cpu")
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        self._next_id = 0
+        self._clock = 0
+        self.root = self._new_node(_EMPTY_KEY, torch.empty(0, dtype=torch.int64), None)
+        self.root.lock_ref = 1
+        self._evictable = 0
+        self._protected = 0
+        self._evictable_leaves: set[TreeNode] = set()
+
+    # -- sizes -----------------------------------------------------------------------------
+    def evictable_size(self) -> int:
+        return self._evictable
+
+    def protected_size(self) -> int:
+        return self._protected
+
+    def total_size(self) -> int:
+        return self._evictable + self._protected
+
+    # -- internals -------------------------------------------------------------------------
+    def _new_node(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None) -> TreeNode:
+        node = TreeNode(key, value, parent, self._next_id)
+        self._next_id += 1
+        node.created = node.last_access = self._clock
+        return node
+
+    def _child_key(self, key: np.ndarray, pos: int = 0) -> object:
+        if self.page_size == 1:
+            return int(key[pos])
+        return key[pos : pos + self.page_size].tobytes()
+
+    def _match_len(self, node_key: np.ndarray, key: np.ndarray) -> int:
+        m = common_prefix_len(node_key, key)
+        return m if self.page_size == 1 else m - m % self.page_size
+
+    def _add_child(self, parent: TreeNode, child: TreeNode) -> None:
+        parent.children[self._child_key(child.key)] = child
+        if self.page_size > 1:
+            parent.by_first_token.setdefault(int(child.key[0]), []).append(child)
+
+    def _remove_child(self, parent: TreeNode, child: TreeNode) -> None:
+        del parent.children[self._child_key(child.key)]
+        if self.page_size > 1:
+            first = int(child.key[0])
+            siblings = parent.by_first_token[first]
+            siblings.remove(child)
+            if not siblings:
+                del parent.by_first_token[first]
+
+    def _split(self, child: TreeNode, m: int) -> TreeNode:
+        """Cut `child` after m tokens; the new upper node takes its place under the parent.
+        Sizes, locks and evictability are unchanged (the new node inherits child's lock_ref)."""
+        parent = child.parent
+        assert parent is not None
+        self._remove_child(parent, child)
+        upper = self._new_node(child.key[:m], child.value[:m], parent)
+        upper.lock_ref = child.lock_ref
+        upper.last_access = child.last_access
+        upper.created = child.created
+        upper.hit_count = child.hit_count
+        child.key = child.key[m:]
+        child.value = child.value[m:]
+        child.parent = upper
+        self._add_child(upper, child)
+        self._add_child(parent, upper)
+        return upper
+
+    def _is_evictable_leaf(self, node: TreeNode) -> bool:
+        return node is not self.root and not node.children and node.lock_ref == 0
+
+    # -- matching --------------------------------------------------------------------------
+    def match_prefix(self, key: object) -> MatchResult:
+        """The longest cached prefix of `key`, rounded down to whole pages.
+
+        Touches the matched path (LRU/LFU) and splits a node when the match ends inside it,
+        so that `last_node` ends exactly at the match and can be locked."""
+        key = as_key(key)
+        empty = MatchResult(torch.empty(0, dtype=torch.int64, device=self.device), self.root)
+        if self.disable:
+            return empty
+        n = len(key) - len(key) % self.page_size
+        self._clock += 1
+        node, pos, values = self.root, 0, []
+        while pos < n:
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            m = self._match_len(child.key, key[pos:n])
+            child.last_access = self._clock
+            child.hit_count += 1
+            partial = m < len(child.key)
+            if partial:
+                child = self._split(child, m)
+            values.append(child.value)
+            node, pos = child, pos + m
+            if partial:
+                break
+        if not values:
+            return empty
+        return MatchResult(values[0] if len(values) == 1 else torch.cat(values), node)
+
+    def peek(self, key: object) -> tuple[int, int]:
+        """(page-aligned hit, token-level hit) for `key` without touching or splitting anything.
+
+        The token-level hit also counts the tokens that match inside the next stored page,
+        which the page-aligned match must give up: their difference is the reuse this page
+        size misses."""
+        key = as_key(key)
+        if self.disable or len(key) == 0:
+            return 0, 0
+        node, pos = self.root, 0
+        while pos < len(key):
+            child = node.children.get(self._child_key(key, pos)) if (
+                self.page_size == 1 or pos + self.page_size <= len(key)
+            ) else None
+            if child is None:
+                # no whole-page match: the best partial first page among the children
+                best = 0
+                if self.page_size > 1:
+                    for cand in node.by_first_token.get(int(key[pos]), ()):
+                        best = max(best, common_prefix_len(cand.key, key[pos:]))
+                return pos, pos + best
+            m = common_prefix_len(child.key, key[pos:])
+            if m < len(child.key):
+                aligned = m - m % self.page_size
+                return pos + aligned, pos + m
+            node, pos = child, pos + m
+        return pos, pos
+
+    # -- insertion -------------------------------------------------------------------------
+    def insert(self, key: object, value: torch.Tensor) -> int:
+        """Cache `value[i]` as the slot of token key[i] (both floored to whole pages).
+
+        Returns how many leading tokens were already cached: the caller still owns its slots
+        for that range and must free them (they duplicate the tree's). The rest of `value`
+        now belongs to the tree."""
+        key = as_key(key)
+        if len(value) < len(key):
+            raise ValueError(f"value has {len(value)} slots for {len(key)} tokens")
+        if self.disable:
+            return 0
+        n = len(key) - len(key) % self.page_size
+        self._clock += 1
+        node, pos = self.root, 0
+        while pos < n:
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                leaf = self._new_node(key[pos:n].copy(), value[pos:n].clone(), node)
+                if self._is_evictable_leaf(node):
+                    self._evictable_leaves.discard(node)
+                self._add_child(node, leaf)
+                self._evictable += n - pos
+                self._evictable_leaves.add(leaf)
+                return pos
+            m = self._match_len(child.key, key[pos:n])
+            child.last_access = self._clock
+            if m < len(child.key):
+                child = self._split(child, m)
+            node, pos = child, pos + m
+        return pos
+
+    # -- locks -----------------------------------------------------------------------------
+    def inc_lock_ref(self, node: TreeNode) -> None:
+        """Protect the path root..node from eviction while a request uses it."""
+        if self.disable or node is self.root:
+            return
+        node.own_locks += 1
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self._evictable -= len(node.key)
+                self._protected += len(node.key)
+                self._evictable_leaves.discard(node)
+            node.lock_ref += 1
+            node = node.parent
+
+    def dec_lock_ref(self, node: TreeNode) -> None:
+        if self.disable or node is self.root:
+            return
+        if node.own_locks <= 0:
+            raise ValueError(f"dec_lock_ref on {node!r}, which holds no lock")
+        node.own_locks -= 1
+        while node is not self.root:
+            if node.lock_ref == 1:
+                self._evictable += len(node.key)
+                self._protected -= len(node.key)
+                if not node.children:
+                    self._evictable_leaves.add(node)
+            node.lock_ref -= 1
+            node = node.parent
+
+    # -- eviction --------------------------------------------------------------------------
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked leaves (by the eviction priority) until `num_tokens` are freed or
+        nothing evictable is left; whole nodes go, so it may free more. Returns tokens freed;
+        their pages go back to the allocator."""
+        if self.disable or num_tokens <= 0 or not self._evictable_leaves:
+            return 0
+        prio = self._priority
+        heap = [(prio(n), n) for n in self._evictable_leaves]
+        heapq.heapify(heap)
+        freed: list[torch.Tensor] = []
+        evicted = 0
+        while evicted < num_tokens and heap:
+            _, leaf = heapq.heappop(heap)
+            freed.append(leaf.value)
+            evicted += len(leaf.key)
+            parent = leaf.parent
+            self._remove_child(parent, leaf)
+            self._evictable_leaves.discard(leaf)
+            self._evictable -= len(leaf.key)
+            if self._is_evictable_leaf(parent):
+                self._evictable_leaves.add(parent)
+                heapq.heappush(heap, (prio(parent), parent))
+        if self.allocator is not None and freed:
+            self.allocator.free(torch.cat(freed))
+        return evicted
+
+    # -- introspection -----------------------------------------------------------------------
+    def nodes(self) -> list[TreeNode]:
+        """All non-root nodes (DFS order)."""
+        out, stack = [], list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            stack.extend(node.children.values())
+        return out
+
+    def all_values(self) -> torch.Tensor:
+        vals = [n.value for n in self.nodes()]
+        return torch.cat(vals) if vals else torch.empty(0, dtype=torch.int64, device=self.device)
+
+    def check_invariants(self) -> None:
+        """Structure, sizes, locks and evictable set agree with a full recomputation."""
+        ps = self.page_size
+        if self.root.lock_ref != 1:
+            raise InvariantError(f"root lock_ref is {self.root.lock_ref}, must be 1")
+        evictable = protected = 0
+        leaves = set()
+        for node in self.nodes():
+            if len(node.key) == 0 or len(node.key) != len(node.value):
+                raise InvariantError(f"{node!r}: key length {len(node.key)} != value length")
+            if len(node.key) % ps:
+                raise InvariantError(f"{node!r}: length not a multiple of page_size {ps}")
+            parent = node.parent
+            if parent is None or parent.children.get(self._child_key(node.key)) is not node:
+                raise InvariantError(f"{node!r}: parent's child entry does not point to it")
+            if node.lock_ref < 0 or node.own_locks < 0:
+                raise InvariantError(f"{node!r}: negative lock count")
+            below = sum(c.lock_ref for c in node.children.values())
+            if node.lock_ref != node.own_locks + below:
+                raise InvariantError(
+                    f"{node!r}: lock_ref {node.lock_ref} != own {node.own_locks} + children {below}"
+                )
+            if node.lock_ref == 0:
+                evictable += len(node.key)
+            else:
+                protected += len(node.key)
+            if self._is_evictable_leaf(node):
+                leaves.add(node)
+        if (evictable, protected) != (self._evictable, self._protected):
+            raise InvariantError(
+                f"sizes: counters ({self._evictable}, {self._protected}) != recomputed "
+                f"({evictable}, {protected})"
+            )
+        if leaves != self._evictable_leaves:
+            raise InvariantError("evictable-leaf set differs from a recomputation")
+        values = self.all_values()
+        if len(torch.unique(values)) != len(values):
+            raise InvariantError("a slot is owned by two tree nodes")
+        if ps > 1 and len(values):
+            starts = values.view(-1, ps)
+            if bool((starts[:, 0] % ps != 0).any()) or bool(
+                (starts - starts[:, :1] != torch.arange(ps, device=values.device)).any()
+            ):
+                raise InvariantError("a tree node holds a partial or misaligned page")
+        if self.allocator is not None and len(values):
+            pages = values // ps if ps > 1 else values
+            if bool(self.allocator.is_page_free(pages).any()):
+                raise InvariantError("a tree slot's page is on the allocator's free list")
