@@ -196,6 +196,10 @@ class PagedAllocator:
         t = self._ints("slots", slots)
         if len(t) == 0:
             return
+        lo, hi = self.page_size, (self.num_pages + 1) * self.page_size
+        if int(t.min()) < lo or int(t.max()) >= hi:
+            bad = t[(t < lo) | (t >= hi)].tolist()[:8]
+            raise ValueError(f"slots must be in [{lo}, {hi}) (page 0 is reserved), got {bad}")
         pages = t if self.page_size == 1 else t // self.page_size
         self.free_pages(pages)
 
@@ -210,6 +214,10 @@ class PagedAllocator:
             bad = p[self._is_free[p]].tolist()[:8]
             raise ValueError(f"double free: pages {bad} are already free")
         if self._group is not None:
+            pending = torch.cat(self._group) if self._group else p[:0]
+            if bool(torch.isin(p, pending).any()):
+                bad = p[torch.isin(p, pending)].tolist()[:8]
+                raise ValueError(f"double free inside a free group: pages {bad}")
             self._group.append(p)
             return
         self._push(p)

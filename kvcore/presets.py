@@ -3,16 +3,32 @@
 Each preset is a frozen dataclass written on one line, so the table reads like a datasheet.
 Derived quantities (KV bytes per token, weight bytes) are properties, never stored, so they
 cannot drift from the architecture they come from. Sources are in docs/presets.md.
+
+`ModelPreset.from_hf_config` builds a preset from a Hugging Face `config.json` and counts the
+parameters from the architecture (see `ModelPreset.count_params` for the assumptions);
+`to_hf_config` writes the fields back so that a round trip gives the same preset.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 GB = 10**9  # vendors quote decimal gigabytes
 GiB = 2**30
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+# Hugging Face dtype names -> ours
+_HF_DTYPES: dict[str, str] = {
+    "float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "fp8": "fp8",
+}
+_TO_HF_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+                                "fp8": "bfloat16"}
 
 
 def dtype_bytes(name: str) -> int:
@@ -30,7 +46,12 @@ class ModelPreset:
     `num_params` is the total resident parameter count (all MoE experts), `active_params` the
     count touched per token (equal for dense models). MLA models (DeepSeek-V3) cache one latent
     of `kv_lora_rank + qk_rope_head_dim` per token and layer instead of a K/V pair, and that
-    latent is replicated on every tensor-parallel rank.
+    latent is replicated on every tensor-parallel rank. For MLA, `head_dim` is the query/key
+    head dimension (nope + rope) and `v_head_dim` the value head dimension.
+
+    `arch` selects the parameter-count formula: "llama" (gated SiLU MLP, RMSNorm, no biases;
+    also Mistral, Mixtral, Qwen2 with `attention_bias`), "opt" (fc1/fc2 MLP with biases,
+    LayerNorm, learned positions) or "deepseek_v3" (MLA + MoE).
     """
 
     id: str
@@ -52,10 +73,23 @@ class ModelPreset:
     num_experts: int = 0
     experts_per_token: int = 0
     source: str = ""
+    arch: str = "llama"
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    moe_intermediate_size: int = 0  # per routed expert; 0 = intermediate_size
+    num_shared_experts: int = 0
+    first_k_dense: int = 0  # leading layers with a dense MLP in an MoE model
+    q_lora_rank: int = 0  # MLA query compression (0 = full query projection)
+    v_head_dim: int = 0  # MLA value head dim (0 = head_dim)
 
+    # -- KV -------------------------------------------------------------------------------
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def params_per_token(self) -> float:
@@ -64,14 +98,16 @@ class ModelPreset:
 
     def kv_heads_per_rank(self, tp: int = 1) -> int:
         """KV heads on one tensor-parallel rank: split across ranks, at least one (replicated)."""
-        if tp < 1:
-            raise ValueError(f"tp must be a positive integer, got {tp}")
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"tp must be a positive integer, got {tp!r}")
         return max(1, self.num_kv_heads // tp)
 
     def kv_bytes_per_token_layer(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
         """Bytes one token's KV takes in one layer on one rank."""
         elem = dtype_bytes(kv_dtype)
         if self.is_mla:
+            if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+                raise ValueError(f"tp must be a positive integer, got {tp!r}")
             return (self.kv_lora_rank + self.qk_rope_head_dim) * elem
         return 2 * self.kv_heads_per_rank(tp) * self.head_dim * elem
 
@@ -79,15 +115,211 @@ class ModelPreset:
         """Bytes one token's KV takes across all layers on one rank (the pool's unit of cost)."""
         return self.num_layers * self.kv_bytes_per_token_layer(kv_dtype, tp)
 
+    def kv_bytes_per_token_total(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
+        """Bytes one token's KV takes on all `tp` ranks together (replicas counted each time)."""
+        return tp * self.kv_bytes_per_token(kv_dtype, tp)
+
+    # -- weights --------------------------------------------------------------------------
     def weight_bytes(self, tp: int = 1) -> float:
         """Resident weight bytes on one rank (all experts; weights split evenly over tp)."""
         return self.num_params * dtype_bytes(self.weight_dtype) / tp
+
+    @property
+    def expert_intermediate_size(self) -> int:
+        return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_k_dense if self.is_moe else 0
+
+    @property
+    def routed_expert_params(self) -> float:
+        """Parameters of all routed experts (gated MLPs), 0 for a dense model."""
+        return 3.0 * self.hidden_size * self.expert_intermediate_size * self.num_experts * (
+            self.num_moe_layers)
+
+    def count_params(self) -> tuple[int, int]:
+        """(total, active) parameters counted from the architecture.
+
+        Assumptions: untied models have an lm_head of vocab x hidden; "llama" MLPs are gated
+        (gate, up, down: 3 x hidden x intermediate) without biases and use RMSNorm (one weight
+        vector of hidden per norm, two per layer plus a final one); `attention_bias` adds q/k/v
+        biases (Qwen2); "opt" has fc1/fc2 with biases, biases on all attention projections,
+        LayerNorm (weight + bias) and learned positions of max_position + 2 rows; MoE layers hold
+        a router (hidden x experts) plus routed and shared gated experts of
+        `moe_intermediate_size`; "deepseek_v3" uses MLA projections with their two norms and
+        excludes the multi-token-prediction module (as the published 671B does). Rotary
+        embeddings have no parameters.
+        """
+        h, L, nh, hd = self.hidden_size, self.num_layers, self.num_heads, self.head_dim
+        opt = self.arch == "opt"
+        emb = self.vocab_size * h + (0 if self.tie_word_embeddings else self.vocab_size * h)
+        if opt:
+            emb += (self.max_position + 2) * h
+        if self.is_mla:
+            rope = self.qk_rope_head_dim
+            vd = self.v_head_dim or hd
+            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * nh * hd
+                 if self.q_lora_rank else h * nh * hd)
+            kv = (h * (self.kv_lora_rank + rope) + self.kv_lora_rank
+                  + self.kv_lora_rank * nh * (hd - rope + vd))
+            attn = q + kv + nh * vd * h
+        else:
+            kvh = self.num_kv_heads
+            attn = h * nh * hd + 2 * h * kvh * hd + nh * hd * h
+            if opt:
+                attn += nh * hd + 2 * kvh * hd + h
+            elif self.attention_bias:
+                attn += nh * hd + 2 * kvh * hd
+        norms = 4 * h if opt else 2 * h
+        final_norm = 2 * h if opt else h
+        dense_mlp = (2 * h * self.intermediate_size + self.intermediate_size + h if opt
+                     else 3 * h * self.intermediate_size)
+        expert = 3 * h * self.expert_intermediate_size
+        n_moe = self.num_moe_layers
+        n_dense = L - n_moe
+        moe_common = h * self.num_experts + self.num_shared_experts * expert
+        total = (emb + final_norm + L * (attn + norms) + n_dense * dense_mlp
+                 + n_moe * (moe_common + self.num_experts * expert))
+        active = total - n_moe * (self.num_experts - self.experts_per_token) * expert
+        return int(total), int(active)
+
+    # -- Hugging Face config.json ---------------------------------------------------------
+    @classmethod
+    def from_hf_config(
+        cls, config: Mapping[str, Any] | str | os.PathLike[str], id: str | None = None
+    ) -> ModelPreset:
+        """A preset from a Hugging Face config.json (a dict or a path), parameters counted.
+
+        Read: num_hidden_layers, num_attention_heads, num_key_value_heads (default
+        num_attention_heads), head_dim (default hidden_size / num_attention_heads), torch_dtype
+        or dtype, vocab_size, intermediate_size (OPT: ffn_dim), num_local_experts /
+        n_routed_experts / num_experts, moe_intermediate_size, num_experts_per_tok,
+        n_shared_experts, first_k_dense_replace, tie_word_embeddings, kv_lora_rank,
+        qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank, sliding_window,
+        max_position_embeddings. An fp8 `quantization_config` makes the weights fp8.
+        """
+        if not isinstance(config, Mapping):
+            path = os.fspath(config)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    config = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise ValueError(f"model config {path!r} cannot be read: {e}") from e
+            if not isinstance(config, Mapping):
+                raise ValueError(f"model config {path!r} is not a JSON object")
+        c = dict(config)
+        model_type = str(c.get("model_type", "")).lower()
+
+        def need(*keys: str) -> int:
+            for k in keys:
+                if c.get(k) is not None:
+                    return int(c[k])
+            raise ValueError(f"model config lacks {' / '.join(keys)}")
+
+        layers = need("num_hidden_layers", "n_layer", "num_layers")
+        heads = need("num_attention_heads", "n_head")
+        hidden = need("hidden_size", "n_embd", "d_model")
+        kv_heads = int(c.get("num_key_value_heads") or heads)
+        kv_lora = int(c.get("kv_lora_rank") or 0)
+        rope = int(c.get("qk_rope_head_dim") or 0)
+        if kv_lora and c.get("qk_nope_head_dim") is not None:
+            head_dim = int(c["qk_nope_head_dim"]) + rope
+        elif c.get("head_dim"):
+            head_dim = int(c["head_dim"])
+        else:
+            if hidden % heads:
+                raise ValueError(f"hidden_size {hidden} is not a multiple of "
+                                 f"num_attention_heads {heads}; give head_dim")
+            head_dim = hidden // heads
+        dtype_name = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16").lower()
+        weight_dtype = _HF_DTYPES.get(dtype_name.replace("torch.", ""), "bf16")
+        quant = c.get("quantization_config") or {}
+        if isinstance(quant, Mapping) and "fp8" in str(quant.get("quant_method", "")).lower():
+            weight_dtype = "fp8"
+        experts = int(c.get("num_local_experts") or c.get("n_routed_experts")
+                      or c.get("num_experts") or 0)
+        moe_inter = int(c.get("moe_intermediate_size") or 0)
+        shared = int(c.get("n_shared_experts") or 0)
+        if not shared and c.get("shared_expert_intermediate_size") and moe_inter:
+            shared = round(int(c["shared_expert_intermediate_size"]) / moe_inter)
+        arch = ("opt" if model_type == "opt"
+                else "deepseek_v3" if kv_lora else "llama")
+        intermediate = int(c.get("intermediate_size") or c.get("ffn_dim") or 4 * hidden)
+        window = c.get("sliding_window")
+        if c.get("use_sliding_window") is False:
+            window = None
+        name = str(c.get("_name_or_path") or c.get("name") or model_type or "custom")
+        preset = cls(
+            id=(id or name.split("/")[-1]).lower(), name=name.split("/")[-1],
+            num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+            hidden_size=hidden, intermediate_size=intermediate,
+            vocab_size=need("vocab_size"),
+            max_position=int(c.get("max_position_embeddings") or 2048),
+            num_params=0.0, weight_dtype=weight_dtype, kv_lora_rank=kv_lora,
+            qk_rope_head_dim=rope, sliding_window=int(window) if window else None,
+            num_experts=experts,
+            experts_per_token=int(c.get("num_experts_per_tok") or 0) if experts else 0,
+            source="config.json", arch=arch,
+            tie_word_embeddings=bool(c.get("tie_word_embeddings", True)),  # HF default
+            attention_bias=bool(c.get("attention_bias", model_type.startswith("qwen2"))),
+            moe_intermediate_size=moe_inter if experts else 0,
+            num_shared_experts=shared if experts else 0,
+            first_k_dense=int(c.get("first_k_dense_replace") or 0) if experts else 0,
+            q_lora_rank=int(c.get("q_lora_rank") or 0),
+            v_head_dim=int(c.get("v_head_dim") or 0) if kv_lora else 0,
+        )
+        total, active = preset.count_params()
+        return replace(preset, num_params=float(total),
+                       active_params=float(active) if experts else 0.0)
+
+    def to_hf_config(self) -> dict[str, Any]:
+        """The fields `from_hf_config` reads, in Hugging Face spelling (a round trip is exact
+        for the architecture; parameter counts are recomputed, not carried)."""
+        model_type = {"opt": "opt", "deepseek_v3": "deepseek_v3"}.get(self.arch, "llama")
+        if self.arch == "llama" and self.is_moe:
+            model_type = "mixtral"
+        elif self.arch == "llama" and self.attention_bias:
+            model_type = "qwen2"
+        elif self.arch == "llama" and self.sliding_window:
+            model_type = "mistral"
+        cfg: dict[str, Any] = {
+            "_name_or_path": self.name, "model_type": model_type,
+            "num_hidden_layers": self.num_layers, "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
+            "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size, "max_position_embeddings": self.max_position,
+            "torch_dtype": _TO_HF_DTYPE[self.weight_dtype],
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.attention_bias,
+            "sliding_window": self.sliding_window,
+        }
+        if self.arch == "opt":
+            cfg["ffn_dim"] = self.intermediate_size
+        if self.weight_dtype == "fp8":
+            cfg["quantization_config"] = {"quant_method": "fp8"}
+        if self.is_moe:
+            key = "n_routed_experts" if self.arch == "deepseek_v3" else "num_local_experts"
+            cfg[key] = self.num_experts
+            cfg["num_experts_per_tok"] = self.experts_per_token
+            if self.moe_intermediate_size:
+                cfg["moe_intermediate_size"] = self.moe_intermediate_size
+            if self.num_shared_experts:
+                cfg["n_shared_experts"] = self.num_shared_experts
+            if self.first_k_dense:
+                cfg["first_k_dense_replace"] = self.first_k_dense
+        if self.is_mla:
+            cfg.update(kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
+                       qk_nope_head_dim=self.head_dim - self.qk_rope_head_dim,
+                       v_head_dim=self.v_head_dim or self.head_dim,
+                       q_lora_rank=self.q_lora_rank or None)
+        return cfg
 
 
 @dataclass(frozen=True)
 class GpuPreset:
     """One accelerator: memory (decimal GB, as vendors quote it), HBM bandwidth, dense bf16 FLOPs,
-    and the host link used when preempted KV is swapped out."""
+    and the host link (GB/s, one direction) used when preempted KV is swapped out."""
 
     id: str
     name: str
@@ -102,6 +334,10 @@ class GpuPreset:
         return self.mem_gb * GB
 
     @property
+    def mem_gib(self) -> float:
+        return self.mem_bytes / GiB
+
+    @property
     def bandwidth_bytes_s(self) -> float:
         return self.bandwidth_tb_s * 1e12
 
@@ -109,22 +345,46 @@ class GpuPreset:
     def flops(self) -> float:
         return self.bf16_tflops * 1e12
 
+    @property
+    def host_link_bytes_s(self) -> float:
+        return self.host_link_gb_s * 1e9
+
 
 # fmt: off
 MODELS: dict[str, ModelPreset] = {p.id: p for p in [
-    ModelPreset("opt-13b", "OPT-13B", num_layers=40, num_heads=40, num_kv_heads=40, head_dim=128, hidden_size=5120, intermediate_size=20480, vocab_size=50272, max_position=2048, num_params=12.85e9, weight_dtype="fp16", source="facebook/opt-13b config.json; vLLM paper Table 1"),
+    ModelPreset("opt-13b", "OPT-13B", num_layers=40, num_heads=40, num_kv_heads=40, head_dim=128, hidden_size=5120, intermediate_size=20480, vocab_size=50272, max_position=2048, num_params=12.85e9, weight_dtype="fp16", arch="opt", tie_word_embeddings=True, source="facebook/opt-13b config.json; vLLM paper Table 1"),
+    ModelPreset("opt-66b", "OPT-66B", num_layers=64, num_heads=72, num_kv_heads=72, head_dim=128, hidden_size=9216, intermediate_size=36864, vocab_size=50272, max_position=2048, num_params=65.7e9, weight_dtype="fp16", arch="opt", tie_word_embeddings=True, source="facebook/opt-66b config.json; vLLM paper Table 1"),
+    ModelPreset("opt-175b", "OPT-175B", num_layers=96, num_heads=96, num_kv_heads=96, head_dim=128, hidden_size=12288, intermediate_size=49152, vocab_size=50272, max_position=2048, num_params=174.6e9, weight_dtype="fp16", arch="opt", tie_word_embeddings=True, source="OPT paper (arXiv 2205.01068) Table 1; vLLM paper Table 1"),
     ModelPreset("llama-3.1-8b", "Llama-3.1-8B", num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096, intermediate_size=14336, vocab_size=128256, max_position=131072, num_params=8.03e9, source="meta-llama/Llama-3.1-8B config.json"),
+    ModelPreset("llama-3.1-70b", "Llama-3.1-70B", num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, hidden_size=8192, intermediate_size=28672, vocab_size=128256, max_position=131072, num_params=70.55e9, source="meta-llama/Llama-3.1-70B config.json"),
+    ModelPreset("qwen2.5-7b", "Qwen2.5-7B", num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, hidden_size=3584, intermediate_size=18944, vocab_size=152064, max_position=131072, num_params=7.62e9, attention_bias=True, source="Qwen/Qwen2.5-7B config.json (7.61B published)"),
+    ModelPreset("qwen2.5-72b", "Qwen2.5-72B", num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, hidden_size=8192, intermediate_size=29568, vocab_size=152064, max_position=131072, num_params=72.71e9, attention_bias=True, source="Qwen/Qwen2.5-72B config.json (72.7B published)"),
+    ModelPreset("mistral-7b", "Mistral-7B-v0.1", num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096, intermediate_size=14336, vocab_size=32000, max_position=32768, num_params=7.24e9, sliding_window=4096, source="mistralai/Mistral-7B-v0.1 config.json"),
+    ModelPreset("mixtral-8x7b", "Mixtral-8x7B-v0.1", num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096, intermediate_size=14336, vocab_size=32000, max_position=32768, num_params=46.70e9, active_params=12.88e9, num_experts=8, experts_per_token=2, source="mistralai/Mixtral-8x7B-v0.1 config.json (all experts resident)"),
+    ModelPreset("deepseek-v3", "DeepSeek-V3", num_layers=61, num_heads=128, num_kv_heads=128, head_dim=192, hidden_size=7168, intermediate_size=18432, vocab_size=129280, max_position=163840, num_params=671e9, active_params=37e9, weight_dtype="fp8", kv_lora_rank=512, qk_rope_head_dim=64, num_experts=256, experts_per_token=8, arch="deepseek_v3", moe_intermediate_size=2048, num_shared_experts=1, first_k_dense=3, q_lora_rank=1536, v_head_dim=128, source="deepseek-ai/DeepSeek-V3 config.json; arXiv 2412.19437 (671B / 37B active, fp8 weights)"),
 ]}
 
 GPUS: dict[str, GpuPreset] = {g.id: g for g in [
-    GpuPreset("a100-40gb", "A100-40GB SXM", mem_gb=40, bandwidth_tb_s=1.555, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet"),
-    GpuPreset("h100", "H100-SXM", mem_gb=80, bandwidth_tb_s=3.35, bf16_tflops=989, host_link_gb_s=64, source="NVIDIA H100 datasheet (dense bf16)"),
+    GpuPreset("a100-40gb", "A100-40GB SXM", mem_gb=40, bandwidth_tb_s=1.555, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16"),
+    GpuPreset("a100-80gb", "A100-80GB SXM", mem_gb=80, bandwidth_tb_s=2.039, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16"),
+    GpuPreset("h100", "H100-SXM", mem_gb=80, bandwidth_tb_s=3.35, bf16_tflops=989, host_link_gb_s=64, source="NVIDIA H100 datasheet (dense bf16); PCIe Gen5 x16"),
+    GpuPreset("h200", "H200-SXM", mem_gb=141, bandwidth_tb_s=4.8, bf16_tflops=989, host_link_gb_s=64, source="NVIDIA H200 datasheet (dense bf16); PCIe Gen5 x16"),
+    GpuPreset("b200", "B200 (HGX)", mem_gb=180, bandwidth_tb_s=8.0, bf16_tflops=2250, host_link_gb_s=64, source="NVIDIA HGX B200 datasheet (dense bf16, 180 GB usable); PCIe Gen5 x16"),
+    GpuPreset("l40s", "L40S", mem_gb=48, bandwidth_tb_s=0.864, bf16_tflops=362, host_link_gb_s=32, source="NVIDIA L40S datasheet (dense bf16); PCIe Gen4 x16"),
+    GpuPreset("rtx-4090", "GeForce RTX 4090", mem_gb=24, bandwidth_tb_s=1.008, bf16_tflops=165.2, host_link_gb_s=32, source="NVIDIA Ada architecture whitepaper (bf16, fp32 accumulate); PCIe Gen4 x16"),
 ]}
 # fmt: on
+
+ALIASES: dict[str, str] = {
+    "h100-sxm": "h100", "h100-80gb": "h100", "h200-sxm": "h200", "rtx4090": "rtx-4090",
+    "4090": "rtx-4090", "mistral-7b-v0.1": "mistral-7b", "mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "deepseek-v3-671b": "deepseek-v3",
+}
 
 
 def _lookup(table: dict, kind: str, name: str):
     key = name.strip().lower()
+    key = ALIASES.get(key, key)
     if key in table:
         return table[key]
     raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(sorted(table))}")
@@ -136,5 +396,5 @@ def get_model(name: str) -> ModelPreset:
 
 
 def get_gpu(name: str) -> GpuPreset:
-    """A GPU preset by id, case-insensitively."""
+    """A GPU preset by id, case-insensitively (alias: h100-sxm -> h100)."""
     return _lookup(GPUS, "gpu", name)

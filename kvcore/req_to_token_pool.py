@@ -22,9 +22,12 @@ class ReqToTokenPool:
         self.size = positive_int("size", size)
         self.max_context_len = positive_int("max_context_len", max_context_len)
         self.device = torch.device(device)
-        self.req_to_token = torch.zeros(
+        # Entries past a row's length are never read, so the table is not zero-filled: a
+        # 128 k-context table stays untouched (and out of RSS) until requests write it.
+        self.req_to_token = torch.empty(
             (self.size + 1, self.max_context_len), dtype=torch.int32, device=self.device
         )
+        self.req_to_token[0].zero_()
         # A stack of free rows: alloc pops from the end, free appends, both O(rows).
         self._free_rows: list[int] = list(range(self.size, 0, -1))
         self._in_use = bytearray(self.size + 1)

@@ -20,6 +20,12 @@ TOKEN_DTYPE = np.int64
 HASH_BLOCK_TOKENS = 512
 NAMESPACE_SPAN = 1 << 24  # tokens per synthetic namespace (a 16 M-token sequence at most)
 OUTPUT_TAG = 7  # namespace tag of generated (output) tokens
+# Namespace tags of synthetic prompt content (the last part given to `namespace_of`), so that
+# different roles of content with the same (seed, id) never coincide.
+PROMPT_TAG = 1  # a request's own unique prompt (traces without prefix info, generators)
+SHARED_TAG = 2  # a prefix shared by many requests (system prompt, k-shot examples)
+TURN_TAG = 3  # the new user input of a session turn
+STEP_TAG = 4  # the per-node instruction of a tree-of-thought step
 
 
 def mix64(*parts: int) -> int:
@@ -51,6 +57,11 @@ def hash_block_tokens(hash_ids: np.ndarray | list[int], length: int) -> np.ndarr
     offsets = np.arange(HASH_BLOCK_TOKENS, dtype=TOKEN_DTYPE)
     full = (ids[:, None] * HASH_BLOCK_TOKENS + offsets).ravel()
     return full[:length]
+
+
+def unique_prompt(seed: int, key: int, n: int, tag: int = PROMPT_TAG) -> PromptSpec:
+    """`n` tokens of content private to (seed, key, tag): shares no prefix with anything else."""
+    return PromptSpec((("unique", namespace_of(seed, key, tag), int(n), 0),))
 
 
 @dataclass(frozen=True)
@@ -200,3 +211,48 @@ class Workload:
     @property
     def num_requests(self) -> int:
         return len(self.requests) + sum(len(s.turns) for s in self.sessions)
+
+    def nominal_requests(self) -> list[Request]:
+        """Every request, session turns included, in one nominal arrival order.
+
+        Closed-loop turns have no arrival time before a simulation runs, so here turn k is
+        placed at `start_s + sum of think times of turns 1..k` (service time taken as zero):
+        turn k+1 always comes after turn k, and its prompt is built from turn k exactly as the
+        simulator builds it (`Session.request_for_turn`). Ties keep open-loop requests first
+        (in list order), then sessions in list order, then turns in order. Used by
+        `ideal_reuse`, `trace_stats` and `to_frame`, so they agree with each other.
+        """
+        keyed: list[tuple[float, int, int, int, Request]] = [
+            (r.arrival_s, 0, i, 0, r) for i, r in enumerate(self.requests)
+        ]
+        for si, sess in enumerate(self.sessions):
+            prev: Request | None = None
+            t = sess.start_s
+            for k in range(len(sess.turns)):
+                if k > 0:
+                    t += sess.turns[k].think_time_s
+                req = sess.request_for_turn(k, t, prev)
+                keyed.append((t, 1, si, k, req))
+                prev = req
+        keyed.sort(key=lambda x: x[:4])
+        return [x[4] for x in keyed]
+
+    def to_frame(self):
+        """One row per request (nominal order, see `nominal_requests`): request_id, arrival_s,
+        prompt_len, output_len, max_new_tokens, session_id, turn, closed_loop."""
+        import pandas as pd
+
+        reqs = self.nominal_requests()
+        closed = {rid for sess in self.sessions for rid in sess.request_ids}
+        return pd.DataFrame(
+            {
+                "request_id": np.array([r.request_id for r in reqs], dtype=np.int64),
+                "arrival_s": np.array([r.arrival_s for r in reqs], dtype=np.float64),
+                "prompt_len": np.array([r.prompt_len for r in reqs], dtype=np.int64),
+                "output_len": np.array([r.output_len for r in reqs], dtype=np.int64),
+                "max_new_tokens": np.array([r.max_new_tokens for r in reqs], dtype=np.int64),
+                "session_id": pd.array([r.session_id for r in reqs], dtype="Int64"),
+                "turn": pd.array([r.turn for r in reqs], dtype="Int64"),
+                "closed_loop": np.array([r.request_id in closed for r in reqs], dtype=bool),
+            }
+        )

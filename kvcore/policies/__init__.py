@@ -1,5 +1,6 @@
 """KV allocation policies behind one interface, registered by name."""
 
+from kvcore.policies import contiguous, paged, vllm_block  # noqa: F401  (registration)
 from kvcore.policies.base import (
     AdmitResult,
     InvariantError,
@@ -11,7 +12,6 @@ from kvcore.policies.base import (
     policy_names,
     register_policy,
 )
-from kvcore.policies import paged  # noqa: F401  (registers paged, paged-nocache)
 
 __all__ = [
     "AdmitResult",

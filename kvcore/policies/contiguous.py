@@ -1,0 +1,331 @@
+"""Contiguous reservation policies: the Orca baselines of the vLLM paper (§6.1).
+
+Each request gets one contiguous slot range, reserved at admission and never grown:
+
+* `contiguous-max`: the maximum context length (Orca (Max), also how FasterTransformer sizes);
+* `contiguous-pow2`: the prompt plus the next power of two of the true output (a true 25
+  reserves 32), capped at the maximum context length (Orca (Pow2));
+* `contiguous-oracle`: exactly the final length L (Orca (Oracle): an unbuildable upper bound).
+
+The true output here is `final_len - prompt + 1` (L excludes the last sampled token).
+Where the range goes is decided by a `Placement` (PolicyConfig.placement: first-fit, best-fit,
+buddy). The page size is the allocation granularity: a reservation is rounded up to a whole
+number of pages (never past the maximum context length), then to the placement's block size
+(a power of two for buddy); both roundings count as `rounding` in the breakdown.
+
+Slots are addressed after the dummy page: placement offset `o` is slot `page_size + o`, so slot
+numbers share one address space with the paged policies (page 0 is never handed out).
+There is no prefix cache: `peek_prefix` is 0 and every admission starts at written = 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from kvcore.policies.base import (
+    AdmitResult,
+    KVPolicy,
+    MemoryBreakdown,
+    PolicyConfig,
+    register_policy,
+)
+from kvcore.policies.placement import make_placement
+from kvcore.req_to_token_pool import ReqToTokenPool
+from kvcore.validation import InvariantError, cdiv, non_negative_int, positive_int
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+class _Req:
+    __slots__ = ("block", "final_len", "reservation", "row", "start", "written")
+
+    def __init__(self, row: int, start: int, final_len: int, reservation: int, block: int) -> None:
+        self.row = row
+        self.start = start  # first slot of the range (placement offset + page_size)
+        self.final_len = final_len
+        self.reservation = reservation  # what the policy asked for (before rounding)
+        self.block = block  # what the placement handed out
+        self.written = 0
+
+
+class ContiguousPolicy(KVPolicy):
+    """One contiguous range per request, sized by `target_reservation` at admission."""
+
+    name = ""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__(config.capacity, positive_int("page_size", config.page_size))
+        positive_int("kv_tokens // page_size", config.num_pages)
+        self.max_context_len = positive_int("max_context_len", config.max_context_len)
+        self.placement = make_placement(config.placement, self.capacity, self.max_context_len)
+        self.req_to_token_pool = ReqToTokenPool(
+            config.max_requests, self.max_context_len, config.device
+        )
+        self._table = self.req_to_token_pool.req_to_token
+        self._reqs: dict[int, _Req] = {}
+        self._base = self.page_size  # slot of placement offset 0 (page 0 is the dummy page)
+        self.failed_allocs = 0
+
+    # -- sizing ----------------------------------------------------------------------------
+    def target_reservation(self, prompt_len: int, final_len: int) -> int:
+        """Slots the policy asks for before any rounding (>= final_len)."""
+        raise NotImplementedError
+
+    def _alloc_size(self, reservation: int) -> int:
+        """Reservation rounded to whole pages, but never past the maximum context length."""
+        paged = cdiv(reservation, self.page_size) * self.page_size
+        return paged if paged <= max(self.max_context_len, reservation) else reservation
+
+    def _block_for(self, reservation: int) -> int:
+        return self.placement.block_size(self._alloc_size(reservation))
+
+    def _check_lengths(self, prompt_len: int, final_len: int) -> None:
+        non_negative_int("prompt_len", prompt_len)
+        positive_int("final_len", final_len)
+        if final_len < prompt_len:
+            raise ValueError(f"final_len must be >= prompt_len {prompt_len}, got {final_len}")
+        if final_len > self.max_context_len:
+            raise ValueError(
+                f"final_len must be <= max_context_len {self.max_context_len}, got {final_len}"
+            )
+
+    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
+        """Slots the request takes from the pool: the policy's reservation after page and
+        placement rounding (what admission needs one hole of)."""
+        self._check_lengths(prompt_len, final_len)
+        non_negative_int("max_new_tokens", max_new_tokens)
+        return self._block_for(self.target_reservation(prompt_len, final_len))
+
+    # -- admission -------------------------------------------------------------------------
+    def peek_prefix(self, token_ids: np.ndarray) -> int:
+        return 0
+
+    def admit(
+        self, rid: int, token_ids: np.ndarray, final_len: int, max_new_tokens: int
+    ) -> AdmitResult | None:
+        if rid in self._reqs:
+            raise ValueError(f"request {rid} is already admitted")
+        prompt_len = len(token_ids)
+        self._check_lengths(prompt_len, final_len)
+        non_negative_int("max_new_tokens", max_new_tokens)
+        if self.req_to_token_pool.available_size() == 0:
+            return None
+        target = self.target_reservation(prompt_len, final_len)
+        size = self._alloc_size(target)
+        offset = self.placement.allocate(size)
+        if offset is None:
+            if self.placement.free_total() >= self.placement.block_size(size):
+                self.failed_allocs += 1
+            return None
+        rows = self.req_to_token_pool.alloc(1)
+        assert rows is not None  # checked above
+        block = self.placement.size_of(offset)
+        self._reqs[rid] = _Req(rows[0], self._base + offset, final_len, target, block)
+        return AdmitResult(row=rows[0], cached_len=0)
+
+    # -- growth ----------------------------------------------------------------------------
+    def _req(self, rid: int) -> _Req:
+        try:
+            return self._reqs[rid]
+        except KeyError:
+            raise ValueError(f"request {rid} is not admitted") from None
+
+    def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
+        if len(rids) != len(target_lens):
+            raise ValueError(
+                f"rids and target_lens differ in length: {len(rids)} != {len(target_lens)}"
+            )
+        reqs = [self._req(r) for r in rids]
+        if len(set(rids)) != len(reqs):
+            raise ValueError("extend got the same request twice")
+        for rid, req, t in zip(rids, reqs, target_lens, strict=True):
+            if t < req.written:
+                raise ValueError(f"target_len {t} of request {rid} is below written {req.written}")
+            if t > req.reservation:
+                raise ValueError(
+                    f"target_len {t} of request {rid} is beyond its reservation {req.reservation}"
+                )
+        rows, pos, base = [], [], []
+        for req, t in zip(reqs, target_lens, strict=True):
+            n = int(t) - req.written
+            if n:
+                rows.append(np.full(n, req.row, dtype=np.int64))
+                pos.append(np.arange(req.written, int(t), dtype=np.int64))
+                base.append(req.start)
+                req.written = int(t)
+        if rows:
+            p = np.concatenate(pos)
+            lens = [len(x) for x in pos]
+            slots = p + np.repeat(np.asarray(base, dtype=np.int64), lens)
+            self._table[torch.from_numpy(np.concatenate(rows)), torch.from_numpy(p)] = (
+                torch.from_numpy(slots).to(torch.int32)
+            )
+        return True
+
+    def decode_cost(self, rids: Sequence[int], n: int) -> int:
+        return 0  # decode writes into the reservation made at admission
+
+    def decode(self, rids: Sequence[int]) -> bool:
+        reqs = [self._req(r) for r in rids]
+        if len(set(rids)) != len(reqs):
+            raise ValueError("decode got the same request twice")
+        for rid, req in zip(rids, reqs, strict=True):
+            if req.written >= req.reservation:
+                raise ValueError(
+                    f"decode of request {rid} goes beyond its reservation {req.reservation}"
+                )
+        if not reqs:
+            return True
+        rows = [r.row for r in reqs]
+        pos = [r.written for r in reqs]
+        slots = [r.start + r.written for r in reqs]
+        self._table[torch.tensor(rows), torch.tensor(pos)] = torch.tensor(slots, dtype=torch.int32)
+        for r in reqs:
+            r.written += 1
+        return True
+
+    def decode_room(self, rid: int) -> int:
+        req = self._req(rid)
+        return req.reservation - req.written
+
+    # -- ending ----------------------------------------------------------------------------
+    def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
+        self._req(rid)  # no cache: nothing to offer
+
+    def finish(self, rid: int, token_ids: np.ndarray) -> None:
+        self.release(rid)
+
+    def release(self, rid: int) -> None:
+        req = self._req(rid)
+        self.placement.free(req.start - self._base)
+        self.req_to_token_pool.free(req.row)
+        del self._reqs[rid]
+
+    # -- observation -----------------------------------------------------------------------
+    def written(self, rid: int) -> int:
+        return self._req(rid).written
+
+    def available_tokens(self) -> int:
+        return self.placement.free_total()
+
+    def evictable_tokens(self) -> int:
+        return 0
+
+    def breakdown(self, head_reservation: int) -> MemoryBreakdown:
+        """token_states = written; reserved = L - written; over_reservation = reservation - L;
+        rounding = block - reservation; external = free slots in holes smaller than the
+        head's block (its reservation after page and placement rounding)."""
+        non_negative_int("head_reservation", head_reservation)
+        tokens = reserved = over = rounding = 0
+        for r in self._reqs.values():
+            w, fin = r.written, r.final_len
+            tokens += w
+            reserved += fin - w if fin > w else 0
+            over += r.reservation - (fin if fin > w else w)
+            rounding += r.block - r.reservation
+        pl = self.placement
+        need = self._block_for(head_reservation) if head_reservation > 0 else 0
+        external = pl.external(need) if need else 0
+        return MemoryBreakdown(
+            capacity=self.capacity,
+            token_states=tokens,
+            cached=0,
+            reserved=reserved,
+            over_reservation=over,
+            rounding=rounding,
+            external=external,
+            free=pl.free_total() - external,
+            largest_free_hole=pl.largest_free_hole(),
+            failed_allocs=self.failed_allocs,
+        )
+
+    def page_table_entries(self) -> int:
+        ps = self.page_size
+        return sum(-(-r.written // ps) for r in self._reqs.values())
+
+    def check_invariants(self) -> None:
+        pl = self.placement
+        pl.check_invariants()
+        self.req_to_token_pool.check_invariants()
+        used = pl.allocated()
+        if len(used) != len(self._reqs):
+            raise InvariantError(
+                f"{self.name}: {len(used)} placement blocks for {len(self._reqs)} requests"
+            )
+        rows = set()
+        owned = 0
+        for rid, r in self._reqs.items():
+            off = r.start - self._base
+            if used.get(off) != r.block:
+                raise InvariantError(f"{self.name}: request {rid} block {off} not owned by it")
+            if not r.final_len <= r.reservation <= r.block:
+                raise InvariantError(f"{self.name}: request {rid} L <= reservation <= block fails")
+            if not 0 <= r.written <= r.reservation:
+                raise InvariantError(f"{self.name}: request {rid} written out of range")
+            if r.row in rows or not self.req_to_token_pool.in_use(r.row):
+                raise InvariantError(f"{self.name}: row {r.row} of request {rid} is bad")
+            rows.add(r.row)
+            owned += r.block
+            got = self._table[r.row, : r.written]
+            want = torch.arange(r.start, r.start + r.written, dtype=torch.int32)
+            if not torch.equal(got, want):
+                raise InvariantError(f"{self.name}: page-table row of request {rid} is wrong")
+        if pl.free_total() + owned != self.capacity:
+            raise InvariantError(
+                f"{self.name}: free {pl.free_total()} + owned {owned} != capacity {self.capacity}"
+            )
+        if len(rows) != self.req_to_token_pool.size - self.req_to_token_pool.available_size():
+            raise InvariantError(f"{self.name}: rows in use do not match live requests")
+        self.breakdown(self.max_context_len).check()
+
+
+class ContiguousMax(ContiguousPolicy):
+    name = "contiguous-max"
+
+    def target_reservation(self, prompt_len: int, final_len: int) -> int:
+        return self.max_context_len
+
+
+class ContiguousPow2(ContiguousPolicy):
+    name = "contiguous-pow2"
+
+    def target_reservation(self, prompt_len: int, final_len: int) -> int:
+        true_output = final_len - prompt_len + 1
+        return min(prompt_len + next_pow2(true_output), self.max_context_len)
+
+
+class ContiguousOracle(ContiguousPolicy):
+    name = "contiguous-oracle"
+
+    def target_reservation(self, prompt_len: int, final_len: int) -> int:
+        return final_len
+
+
+@register_policy(
+    "contiguous-max",
+    when="baseline Orca (Max): every request reserves the maximum context length up front",
+)
+def _make_max(config: PolicyConfig) -> KVPolicy:
+    return ContiguousMax(config)
+
+
+@register_policy(
+    "contiguous-pow2",
+    when="baseline Orca (Pow2): reserve the prompt plus the output rounded up to a power of two",
+)
+def _make_pow2(config: PolicyConfig) -> KVPolicy:
+    return ContiguousPow2(config)
+
+
+@register_policy(
+    "contiguous-oracle",
+    when="upper bound Orca (Oracle): reserve exactly the final length, as if it were known",
+)
+def _make_oracle(config: PolicyConfig) -> KVPolicy:
+    return ContiguousOracle(config)

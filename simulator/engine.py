@@ -1,0 +1,615 @@
+"""The SimPy serving engine: one process that batches, allocates through a kvcore policy,
+advances simulated time by the latency model, and records what memory held.
+
+One iteration (see docs/engine.md for the diagram):
+
+    continue chunked prefills -> admit from the waiting queue (budget, rows, memory)
+      -> policy.extend(prefill chunks)          (batched, all-or-nothing)
+      -> policy.decode(running)                 (batched; on OOM preempt and retry)
+      -> dt = latency(prefill chunks, decode contexts); record breakdown over [now, now+dt)
+      -> yield timeout(dt) -> first tokens, decoded tokens, finishes (cache insert, free)
+
+When an iteration would only decode, the engine advances k steps in one go, where k stops at
+the next arrival, the first finish, the first step that would need memory that is not free,
+or the first step at which admission could take the queue head: the state after the k steps,
+and every time-weighted metric, equal k single steps (tests/simulator check this).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+from kvcore.policies.base import PARTS, KVPolicy, MemoryBreakdown
+from simulator.config import SimConfig
+from simulator.metrics import Recorder
+from simulator.scheduler import (
+    CLIP_MAX_NEW_TOKENS,
+    SGLangRatio,
+    order_waiting,
+    preempt_victim,
+    retract_victim,
+)
+from workloads.request import Request, Session, Workload
+
+
+class SimRequest:
+    """A request's runtime state inside the engine."""
+
+    __slots__ = (
+        "admit_s", "cached_tokens", "decoded", "done", "final_len", "finish_s", "first_token_s",
+        "ids", "max_new", "output_len", "preemptions", "prefill_target", "prompt_len",
+        "recomputed_tokens", "reject_reason", "req", "status", "swap_len", "swapped_tokens",
+        "token_hit", "written",
+    )  # fmt: skip
+
+    def __init__(self, req: Request, max_context_len: int, env: simpy.Environment) -> None:
+        self.req = req
+        self.prompt_len = req.prompt_len
+        room = max(max_context_len - self.prompt_len, 0)
+        self.output_len = max(min(req.output_len, req.max_new_tokens, room), 0)
+        self.max_new = max(min(req.max_new_tokens, room), 1)
+        self.final_len = self.prompt_len + max(self.output_len, 1) - 1
+        self.status = "waiting"
+        self.decoded = 0  # tokens sampled so far
+        self.written = 0
+        self.prefill_target = self.prompt_len
+        self.admit_s = self.first_token_s = self.finish_s = float("nan")
+        self.cached_tokens = -1
+        self.token_hit = 0
+        self.preemptions = 0
+        self.recomputed_tokens = 0
+        self.swapped_tokens = 0
+        self.swap_len = 0
+        self.reject_reason = ""
+        self.ids: np.ndarray | None = None
+        self.done = env.event()
+
+    @property
+    def rid(self) -> int:
+        return self.req.request_id
+
+    def seq_ids(self, n: int) -> np.ndarray:
+        """The first n ids of prompt + output, cached while the request is live."""
+        if self.ids is None or len(self.ids) < n:
+            self.ids = self.req.sequence_ids(max(n, self.prompt_len))
+        return self.ids[:n]
+
+
+class Engine:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        workload: Workload,
+        policy: KVPolicy,
+        latency,
+        config: SimConfig,
+        max_context_len: int,
+        recorder: Recorder,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.env = env
+        self.workload = workload
+        self.policy = policy
+        self.latency = latency
+        self.cfg = config
+        self.max_context_len = max_context_len
+        self.rec = recorder
+        self.progress = progress
+        self.waiting: list[SimRequest] = []
+        self.prefilling: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.ratio = SGLangRatio(
+            config.new_token_ratio_init, config.new_token_ratio_min, config.new_token_ratio_decay
+        )
+        self.reserving = policy.reservation(1, 1, 1) > 0  # contiguous policies reserve up front
+        self._wakeup: simpy.Event | None = None
+        # A reserving policy refused the head: nothing changes until memory is given back,
+        # so the head is not retried (nor a failed allocation counted) until then.
+        self._mem_epoch = 0
+        self._blocked: tuple[int, int] | None = None
+        self._open = sorted(workload.requests, key=lambda r: (r.arrival_s, r.request_id))
+        self._next_open = 0
+        self._session_releases: list[tuple[float, int]] = []
+        self._sessions_left = len(workload.sessions)
+        self.preemptions = 0
+        self.recomputed_tokens = 0
+        self.swapped_tokens = 0
+        self.generated_tokens = 0
+        self.prompt_tokens = 0
+        self.hit_tokens = 0
+        self.token_hit_tokens = 0
+        self.completed = 0
+        self.rejected = 0
+        self.queue_backlog = 0
+        self.failed_decode_allocs = 0
+        self.last_finish_s = 0.0
+
+    # -- arrivals --------------------------------------------------------------------------
+    def start(self) -> None:
+        self.env.process(self._open_loop())
+        for s in self.workload.sessions:
+            self.env.process(self._session(s))
+        self.env.process(self.run())
+
+    def _enqueue(self, req: Request) -> SimRequest:
+        sreq = SimRequest(req, self.max_context_len, self.env)
+        self.waiting.append(sreq)
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+        return sreq
+
+    def _open_loop(self):
+        while self._next_open < len(self._open):
+            req = self._open[self._next_open]
+            if req.arrival_s > self.env.now:
+                yield self.env.timeout(req.arrival_s - self.env.now)
+            self._next_open += 1
+            self._enqueue(req)
+
+    def _session(self, s: Session):
+        if s.start_s > self.env.now:
+            heapq.heappush(self._session_releases, (s.start_s, s.session_id))
+            yield self.env.timeout(s.start_s - self.env.now)
+            self._session_releases.remove((s.start_s, s.session_id))
+            heapq.heapify(self._session_releases)
+        previous = None
+        for k, turn in enumerate(s.turns):
+            if k > 0 and turn.think_time_s > 0:
+                due = self.env.now + turn.think_time_s
+                heapq.heappush(self._session_releases, (due, s.session_id))
+                yield self.env.timeout(turn.think_time_s)
+                self._session_releases.remove((due, s.session_id))
+                heapq.heapify(self._session_releases)
+            req = s.request_for_turn(k, self.env.now, previous)
+            sreq = self._enqueue(req)
+            yield sreq.done
+            if sreq.status != "completed":
+                break  # a rejected turn ends its conversation
+            previous = req
+        self._sessions_left -= 1
+
+    def _next_arrival(self) -> float:
+        t = self._open[self._next_open].arrival_s if self._next_open < len(self._open) else np.inf
+        if self._session_releases:
+            t = min(t, self._session_releases[0][0])
+        return t
+
+    def _arrivals_pending(self) -> bool:
+        return self._next_open < len(self._open) or self._sessions_left > 0
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def _head_reservation(self) -> int:
+        if not self.waiting:
+            return self.max_context_len
+        h = self.waiting[0]
+        return max(self.policy.reservation(h.prompt_len, h.final_len, h.max_new), 1)
+
+    def _breakdown(self) -> MemoryBreakdown:
+        return self.policy.breakdown(self._head_reservation())
+
+    def _parts(self, b: MemoryBreakdown) -> np.ndarray:
+        return np.array([b.parts()[p] for p in PARTS], dtype=np.int64)
+
+    def _reject(self, sreq: SimRequest, reason: str) -> None:
+        sreq.status = "rejected"
+        sreq.reject_reason = reason
+        self.rejected += 1
+        self._record_request(sreq)
+        sreq.done.succeed()
+
+    def _never_fits(self, sreq: SimRequest) -> str:
+        cap = self.policy.capacity
+        if sreq.prompt_len >= self.max_context_len:
+            return (f"prompt of {sreq.prompt_len} tokens leaves no room under max context "
+                    f"length {self.max_context_len}")
+        need = max(sreq.final_len, self.policy.reservation(
+            sreq.prompt_len, sreq.final_len, sreq.max_new))
+        if self.cfg.admission == "reserve" and not self.reserving:
+            need = max(need, sreq.prompt_len + sreq.max_new)
+        if need > cap:
+            return f"needs {need} KV slots, the pool has {cap}"
+        return ""
+
+    # -- admission -------------------------------------------------------------------------
+    def _budget_ok(self, sreq: SimRequest, cached: int, admitted_charge: int) -> bool:
+        mode = self.cfg.admission
+        extend = sreq.prefill_target - cached
+        if self.reserving:
+            return True  # the contiguous policy's placement decides
+        if mode == "sglang":
+            rem = sum(max(r.max_new - r.decoded, 0) for r in self.running)
+            budget = self.policy.available_tokens() - rem * self.ratio.value - admitted_charge
+            return extend + min(sreq.max_new - sreq.decoded, CLIP_MAX_NEW_TOKENS) <= budget
+        if mode == "vllm":
+            ps = self.policy.page_size
+            total_pages = self.policy.capacity // ps
+            need = -(-(sreq.prefill_target + 1) // ps) - cached // ps
+            free_pages = self.policy.available_tokens() // ps - admitted_charge // ps
+            return free_pages - need >= self.cfg.vllm_watermark * total_pages
+        # reserve: everyone holds prompt + max_new_tokens
+        held = sum(max(r.prompt_len + r.max_new - r.written, 0)
+                   for r in self.running + self.prefilling)
+        want = sreq.prompt_len + sreq.max_new - cached
+        return want + held + admitted_charge <= self.policy.available_tokens()
+
+    def _charge(self, sreq: SimRequest, cached: int) -> int:
+        extend = sreq.prefill_target - cached
+        if self.cfg.admission == "sglang":
+            return extend + min(sreq.max_new - sreq.decoded, CLIP_MAX_NEW_TOKENS)
+        if self.cfg.admission == "vllm":
+            ps = self.policy.page_size
+            return (-(-(sreq.prefill_target + 1) // ps)) * ps - cached
+        return sreq.prompt_len + sreq.max_new - cached
+
+    def _plan_prefill(self) -> list[tuple[SimRequest, int]]:
+        """Chunks to run this iteration: continuing chunked prefills, then admissions."""
+        budget = self.cfg.max_prefill_tokens
+        chunk = self.cfg.chunked_prefill_size or None
+        plan: list[tuple[SimRequest, int]] = []
+        for sreq in self.prefilling:
+            if budget <= 0:
+                break
+            room = min(budget, chunk) if chunk else budget
+            target = min(sreq.prefill_target, sreq.written + room)
+            plan.append((sreq, target))
+            budget -= target - sreq.written
+        admitted_charge = 0
+        self.waiting = order_waiting(self.waiting, self.cfg.schedule, self._peek)
+        while self.waiting and budget > 0:
+            sreq = self.waiting[0]
+            reason = self._never_fits(sreq)
+            if reason:
+                self.waiting.pop(0)
+                self._reject(sreq, reason)
+                continue
+            if len(self.running) + len(self.prefilling) >= self.cfg.max_running_requests:
+                break
+            cached_guess = self._peek(sreq)
+            if not self._budget_ok(sreq, cached_guess, admitted_charge):
+                break
+            if self._blocked == (sreq.rid, self._mem_epoch):
+                break
+            target_ids = sreq.seq_ids(sreq.prefill_target)
+            res = self.policy.admit(sreq.rid, target_ids, sreq.final_len, sreq.max_new)
+            if res is None:
+                self._blocked = (sreq.rid, self._mem_epoch)
+                break
+            self.waiting.pop(0)
+            admitted_charge += self._charge(sreq, res.cached_len)
+            if sreq.cached_tokens < 0:  # first admission: the prefix-hit statistics
+                sreq.cached_tokens = res.cached_len
+                sreq.token_hit = res.unaligned_hit
+                sreq.admit_s = self.env.now
+                self.prompt_tokens += sreq.prompt_len
+                self.hit_tokens += res.cached_len
+                self.token_hit_tokens += res.unaligned_hit
+            sreq.written = res.cached_len
+            sreq.status = "prefill"
+            self.prefilling.append(sreq)
+            if sreq.swap_len:  # swapped out earlier: restore the whole context at once
+                plan.append((sreq, sreq.prefill_target))
+                continue
+            room = min(budget, chunk) if chunk else budget
+            if not plan:
+                room = max(room, 1)
+            target = min(sreq.prefill_target, sreq.written + room)
+            if chunk is None and target < sreq.prefill_target and plan:
+                self.prefilling.remove(sreq)
+                self.policy.release(sreq.rid)
+                self.waiting.insert(0, sreq)
+                break
+            if chunk is None:
+                target = sreq.prefill_target
+            plan.append((sreq, target))
+            budget -= target - sreq.written
+        return plan
+
+    def _peek(self, sreq: SimRequest) -> int:
+        n = sreq.prefill_target
+        return self.policy.peek_prefix(sreq.seq_ids(n)[: max(n - 1, 0)])
+
+    # -- preemption ------------------------------------------------------------------------
+    def _preempt(self, victim: SimRequest) -> float:
+        """Give back the victim's memory; it goes to the front of the queue. Returns the
+        seconds the iteration spends swapping it out (0 for recompute)."""
+        self.preemptions += 1
+        self._mem_epoch += 1
+        victim.preemptions += 1
+        cost = 0.0
+        if victim in self.running:
+            self.running.remove(victim)
+        else:
+            self.prefilling.remove(victim)
+        written = victim.written
+        if self.cfg.preempt == "swap" and written > 0:
+            victim.swap_len = written
+            victim.swapped_tokens += written
+            self.swapped_tokens += written
+            cost = self.latency.swap_tokens_time(written, self.policy.page_size)
+        self.policy.release(victim.rid)
+        victim.written = 0
+        victim.status = "waiting"
+        victim.prefill_target = max(victim.prompt_len + victim.decoded - 1, victim.prompt_len) \
+            if victim.decoded else victim.prompt_len
+        self.waiting.insert(0, victim)
+        return cost
+
+    def _victim(self, pool: list[SimRequest]) -> SimRequest:
+        if self.cfg.admission == "sglang":
+            return retract_victim(pool)
+        return preempt_victim(pool)
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self):
+        env = self.env
+        while True:
+            if not (self.waiting or self.prefilling or self.running):
+                if not self._arrivals_pending():
+                    break
+                t0 = env.now
+                b = self._breakdown()
+                self._wakeup = env.event()
+                yield self._wakeup
+                self._wakeup = None
+                self.rec.add_interval(t0, env.now, self._parts(b), b.frag_index,
+                                      self.policy.page_table_entries(), b.over_reservation)
+                continue
+            if self._stretch_possible():
+                k = self._stretch_length()
+                if k >= 2:
+                    yield from self._decode_stretch(k)
+                    continue
+            yield from self._iteration()
+
+    def _iteration(self):
+        env = self.env
+        t0 = env.now
+        extra = 0.0
+        plan = self._plan_prefill()
+        if plan:
+            rids = [s.rid for s, _ in plan]
+            targets = [t for _, t in plan]
+            if not self.policy.extend(rids, targets):
+                plan = self._shrink_plan(plan)
+        prefill_info = [(t - s.written, s.written) for s, t in plan if not s.swap_len]
+        for sreq, target in plan:
+            if sreq.swap_len:
+                extra += self.latency.swap_tokens_time(target - sreq.written,
+                                                       self.policy.page_size)
+            else:
+                self.recomputed_tokens += (target - sreq.written) if sreq.decoded else 0
+                sreq.recomputed_tokens += (target - sreq.written) if sreq.decoded else 0
+            sreq.written = target
+        decoding = [s for s in self.running]
+        while decoding and not self.policy.decode([s.rid for s in decoding]):
+            self.failed_decode_allocs += 1
+            victim = self._victim(decoding)
+            extra += self._preempt(victim)
+            decoding.remove(victim)
+            if self.cfg.admission == "sglang":
+                self.ratio.after_retract(
+                    sum(r.decoded for r in self.running), len(self.running),
+                    sum(r.max_new for r in self.running))
+        for s in decoding:
+            s.written += 1
+        if self.cfg.check_invariants:
+            self.policy.check_invariants()
+        if not plan and not decoding:
+            # nothing could run: the head cannot be admitted even now
+            if self.waiting and not (self.running or self.prefilling):
+                head = self.waiting.pop(0)
+                self._reject(head, "does not fit even in an empty engine")
+            elif not self.running and not self.prefilling:
+                pass
+            else:
+                # all running requests were preempted; retry next iteration
+                pass
+            return
+        contexts = np.fromiter((s.written for s in decoding), dtype=np.int64,
+                               count=len(decoding))
+        dt = self.latency.iteration_time(prefill_info, contexts, self.policy.page_size) + extra
+        b = self._breakdown()
+        self.rec.add_interval(t0, t0 + dt, self._parts(b), b.frag_index,
+                              self.policy.page_table_entries(), b.over_reservation)
+        batch = len(decoding) + len(plan)
+        self.rec.add_iterations(t0, 1, batch)
+        self.rec.sample(t0, self._parts(b), batch, len(self.waiting), len(self.running))
+        if decoding and self.cfg.admission == "sglang":
+            self.ratio.step()
+        yield env.timeout(dt)
+        self._after_iteration(plan, decoding)
+
+    def _shrink_plan(self, plan: list[tuple[SimRequest, int]]) -> list[tuple[SimRequest, int]]:
+        """extend failed: undo this round's admissions (back to the queue front, in order),
+        then retry the continuing chunks alone, preempting them if even that fails."""
+        fresh = [s for s, _ in plan if s.written == (s.cached_tokens if s.decoded == 0
+                                                        else s.written) and s.admit_s == self.env.now]
+        keep = [(s, t) for s, t in plan if s not in fresh]
+        for sreq in reversed(fresh):
+            self.prefilling.remove(sreq)
+            self.policy.release(sreq.rid)
+            sreq.written = 0
+            sreq.status = "waiting"
+            self.waiting.insert(0, sreq)
+        while keep:
+            if self.policy.extend([s.rid for s, _ in keep], [t for _, t in keep]):
+                return keep
+            victim, _ = keep.pop()
+            self._preempt(victim)
+        return []
+
+    def _after_iteration(self, plan, decoding) -> None:
+        now = self.env.now
+        for sreq, _target in plan:
+            if sreq.written < sreq.prefill_target:
+                continue  # more chunks to go
+            self.prefilling.remove(sreq)
+            if sreq.swap_len:
+                sreq.swap_len = 0
+            elif sreq.decoded == 0:
+                sreq.decoded = 1 if sreq.output_len > 0 else 0
+                sreq.first_token_s = now
+                if sreq.output_len > 0:
+                    self.generated_tokens += 1
+                self.policy.cache_prefix(sreq.rid, sreq.seq_ids(sreq.written))
+            if sreq.decoded >= sreq.output_len:
+                self._finish(sreq)
+            else:
+                sreq.status = "running"
+                self.running.append(sreq)
+        for sreq in decoding:
+            sreq.decoded += 1
+            self.generated_tokens += 1
+            if sreq.decoded >= sreq.output_len:
+                self.running.remove(sreq)
+                self._finish(sreq)
+
+    def _finish(self, sreq: SimRequest) -> None:
+        self.policy.finish(sreq.rid, sreq.seq_ids(sreq.written))
+        self._mem_epoch += 1
+        sreq.status = "completed"
+        sreq.finish_s = self.env.now
+        if np.isnan(sreq.first_token_s):
+            sreq.first_token_s = sreq.finish_s
+        self.completed += 1
+        self.last_finish_s = sreq.finish_s
+        sreq.ids = None
+        self._record_request(sreq)
+        sreq.done.succeed()
+
+    def _record_request(self, s: SimRequest) -> None:
+        arrival = s.req.arrival_s
+        ttft = s.first_token_s - arrival
+        e2e = s.finish_s - arrival
+        tpot = (s.finish_s - s.first_token_s) / (s.output_len - 1) if s.output_len > 1 else 0.0
+        norm = e2e / s.output_len if s.output_len > 0 else e2e
+        if s.status != "completed":
+            tpot = norm = float("nan")
+        self.rec.add_request((
+            s.rid, s.req.session_id, s.req.turn, s.status, s.reject_reason, arrival, s.admit_s,
+            s.first_token_s, s.finish_s, ttft, tpot, e2e, norm, s.prompt_len, s.output_len,
+            s.final_len, max(s.cached_tokens, 0), s.token_hit, s.preemptions,
+            s.recomputed_tokens, s.swapped_tokens,
+        ))
+        if self.progress is not None:
+            self.progress(1)
+
+    # -- multi-step decode ---------------------------------------------------------------------
+    def _stretch_possible(self) -> bool:
+        if not self.running or self.prefilling:
+            return False
+        if not self.waiting:
+            return True
+        # a queue head that is admissible now makes this a normal iteration
+        head = self.waiting[0]
+        if self._never_fits(head):
+            return False
+        if len(self.running) >= self.cfg.max_running_requests:
+            return True
+        if self.reserving:
+            return self._blocked == (head.rid, self._mem_epoch)
+        return not self._budget_ok(head, self._peek(head), 0)
+
+    def _stretch_length(self) -> int:
+        running = self.running
+        rids = [s.rid for s in running]
+        k = min(self.cfg.max_steps_per_stretch,
+                min(s.output_len - s.decoded for s in running))
+        if k < 2:
+            return k
+        free = self.policy.free_tokens()
+        if self.policy.decode_cost(rids, k) > free:
+            lo, hi = 1, k  # largest k with cost <= free (cost grows with k)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self.policy.decode_cost(rids, mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+        if k < 2:
+            return k
+        if self.waiting and not self.reserving:
+            k = min(k, self._admission_horizon(k))
+        if k < 2:
+            return k
+        times = self._step_times(k)
+        next_arrival = self._next_arrival()
+        if np.isfinite(next_arrival):
+            ends = self.env.now + np.cumsum(times)
+            hit = np.nonzero(ends >= next_arrival)[0]
+            if len(hit):
+                k = min(k, int(hit[0]) + 1)
+        return k
+
+    def _admission_horizon(self, k: int) -> int:
+        """Steps before admission could possibly take the head (an upper bound on the budget:
+        running requests' remaining reservations shrink as they decode)."""
+        if len(self.running) >= self.cfg.max_running_requests:
+            return k
+        head = self.waiting[0]
+        cached = self._peek(head)
+        avail = self.policy.available_tokens()
+        j = np.arange(1, k + 1, dtype=np.int64)
+        mode = self.cfg.admission
+        if mode == "vllm":
+            return k  # free pages only shrink while decoding
+        if mode == "sglang":
+            rem = np.array([max(r.max_new - r.decoded, 0) for r in self.running])
+            ratio = np.maximum(self.ratio.floor, self.ratio.value - self.ratio.decay * j)
+            left = np.clip(rem[None, :] - j[:, None], 0, None).sum(axis=1)
+            need = head.prefill_target - cached + min(head.max_new, CLIP_MAX_NEW_TOKENS)
+            ok = avail - left * ratio >= need
+        else:
+            held = np.array([r.prompt_len + r.max_new - r.written for r in self.running])
+            left = np.clip(held[None, :] - j[:, None], 0, None).sum(axis=1)
+            ok = avail - left >= head.prompt_len + head.max_new - cached
+        hit = np.nonzero(ok)[0]
+        return int(hit[0]) + 1 if len(hit) else k
+
+    def _step_times(self, k: int) -> np.ndarray:
+        contexts = np.fromiter((s.written + 1 for s in self.running), dtype=np.int64,
+                               count=len(self.running))
+        fn = getattr(self.latency, "decode_step_times", None)
+        if fn is not None:
+            return np.asarray(fn(contexts, self.policy.page_size, k), dtype=float)
+        return np.array([self.latency.iteration_time((), contexts + j, self.policy.page_size)
+                         for j in range(k)])
+
+    def _decode_stretch(self, k: int):
+        env = self.env
+        running = list(self.running)
+        rids = [s.rid for s in running]
+        times = self._step_times(k)
+        head = self._head_reservation()
+        profile = self.policy.decode_profile(rids, k, head)
+        b0 = self.policy.breakdown(head)
+        ok = self.policy.decode_steps(rids, k)
+        assert ok, "decode_steps failed although decode_cost <= free_tokens"
+        for s in running:
+            s.written += k
+        if self.cfg.check_invariants:
+            self.policy.check_invariants()
+        starts = env.now + np.concatenate([[0.0], np.cumsum(times)[:-1]])
+        ends = env.now + np.cumsum(times)
+        ps = self.policy.page_size
+        w0 = np.fromiter((s.written - k for s in running), dtype=np.int64, count=len(running))
+        other = self.policy.page_table_entries() - int((-(-(w0 + k) // ps)).sum())
+        entries = other + (-(-(w0[None, :] + np.arange(1, k + 1)[:, None]) // ps)).sum(axis=1)
+        self.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
+        self.rec.add_iterations(env.now, k, len(running))
+        self.rec.sample(env.now, profile[0], len(running), len(self.waiting), len(running))
+        if self.cfg.admission == "sglang":
+            self.ratio.step(k)
+        yield env.timeout(float(ends[-1] - env.now))
+        for s in running:
+            s.decoded += k
+            self.generated_tokens += k
+        for s in running:
+            if s.decoded >= s.output_len:
+                self.running.remove(s)
+                self._finish(s)

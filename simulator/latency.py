@@ -1,0 +1,287 @@
+"""Latency models: how long one engine iteration takes, chosen by name.
+
+An iteration mixes a prefill batch (new tokens of some requests, each after some context that
+is already in the KV cache) with one decode token for every running request. Two models:
+
+* `roofline`: time = max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)) + a fixed cost per KV
+  page touched per layer (small pages make attention slower, as the vLLM paper's block-size
+  study found) + per-request and per-iteration overheads + tensor-parallel all-reduces. Defaults
+  are calibrated in docs/latency.md (OPT-13B on A100-40GB decodes ~30 ShareGPT requests in
+  ~45 ms per iteration, as the vLLM paper's Fig. 13 implies).
+* `constant`: fixed seconds per prefill token and per decode step, for tests and analytic checks.
+
+Every model also prices swapping KV to host memory (`swap_time`). Calls are O(batch) numpy with
+no pandas, since the simulator calls them about once per iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kvcore.presets import GpuPreset, ModelPreset, dtype_bytes, get_gpu, get_model
+
+PrefillBatch = Sequence[tuple[int, int]] | np.ndarray  # (new tokens, context before) per request
+Contexts = Sequence[int] | np.ndarray
+
+
+def _prefill_arrays(prefill: PrefillBatch) -> tuple[np.ndarray, np.ndarray]:
+    arr = np.asarray(prefill, dtype=np.int64).reshape(-1, 2)
+    return arr[:, 0], arr[:, 1]
+
+
+def _cdiv_sum(x: np.ndarray, page_size: int) -> int:
+    return int((-(-x // page_size)).sum()) if x.size else 0
+
+
+@dataclass(frozen=True)
+class LatencyModel(ABC):
+    """One engine's iteration cost. Subclasses are dataclasses whose fields are the constants;
+    `make_latency_model(name, ..., **overrides)` sets any of them."""
+
+    model: ModelPreset
+    gpu: GpuPreset
+    tp: int = 1
+    kv_dtype: str = "bf16"
+    name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
+        dtype_bytes(self.kv_dtype)
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.init and isinstance(v, float) and not v >= 0:
+                raise ValueError(f"latency constant {f.name} must be >= 0, got {v!r}")
+
+    def iteration_time(
+        self, prefill: PrefillBatch = (), decode_contexts: Contexts = (), page_size: int = 1
+    ) -> float:
+        """Seconds for one iteration: `prefill` lists (new tokens, context before) per request;
+        `decode_contexts` the sequence length (KV tokens attended, the new one included) of each
+        request that decodes one token in this iteration."""
+        new, before = _prefill_arrays(prefill)
+        dec = np.asarray(decode_contexts, dtype=np.int64).reshape(-1)
+        return self.iteration_time_arrays(new, before, dec, page_size)
+
+    @abstractmethod
+    def iteration_time_arrays(
+        self, new: np.ndarray, before: np.ndarray, decode: np.ndarray, page_size: int
+    ) -> float:
+        """`iteration_time` on int64 arrays (the simulator's fast path)."""
+
+    def decode_step_times(self, contexts: Contexts, page_size: int, steps: int) -> np.ndarray:
+        """Seconds of each of `steps` decode-only iterations of the same running set, whose
+        contexts grow by one per step starting from `contexts`; equal to stepping."""
+        c = np.asarray(contexts, dtype=np.int64).reshape(-1)
+        return np.array([self.iteration_time_arrays(_EMPTY, _EMPTY, c + j, page_size)
+                         for j in range(steps)], dtype=float)
+
+    def decode_run_time(self, contexts: Contexts, page_size: int, steps: int) -> float:
+        """Total of `decode_step_times`."""
+        return float(np.sum(self.decode_step_times(contexts, page_size, steps)))
+
+    @abstractmethod
+    def swap_time(self, n_bytes: float, n_pages: int) -> float:
+        """Seconds to move `n_bytes` of KV in `n_pages` pages over the host link (one way)."""
+
+    def swap_tokens_time(self, tokens: int, page_size: int) -> float:
+        """`swap_time` for `tokens` tokens of KV laid out in pages of `page_size`."""
+        return self.swap_time(tokens * self.model.kv_bytes_per_token(self.kv_dtype, self.tp),
+                              -(-tokens // page_size))
+
+    def describe(self) -> dict[str, Any]:
+        """The constants, for reports and run metadata."""
+        out: dict[str, Any] = {"latency_model": self.name, "model": self.model.id,
+                               "gpu": self.gpu.id, "tp": self.tp, "kv_dtype": self.kv_dtype}
+        for f in dataclasses.fields(self):
+            if f.init and f.name not in ("model", "gpu", "tp", "kv_dtype"):
+                out[f.name] = getattr(self, f.name)
+        return out
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+LATENCY_MODELS: dict[str, type[LatencyModel]] = {}
+
+
+def register_latency_model(name: str) -> Callable[[type[LatencyModel]], type[LatencyModel]]:
+    def deco(cls: type[LatencyModel]) -> type[LatencyModel]:
+        cls.name = name
+        LATENCY_MODELS[name] = cls
+        return cls
+
+    return deco
+
+
+@register_latency_model("roofline")
+@dataclass(frozen=True)
+class RooflineLatency(LatencyModel):
+    """Roofline per iteration, per tensor-parallel rank (ranks run in lockstep).
+
+    FLOPs = 2 x active params / tp per token + attention 2 x heads/tp x (qk_dim + v_dim) per
+    (query, key) pair and layer (causal within a prefill chunk). Bytes = resident weights
+    (MoE: only the experts the batch's tokens are expected to route to) + KV read for every
+    context + KV written for every new token.
+    """
+
+    mfu: float = 0.5  # achieved fraction of peak dense FLOPs
+    mbu: float = 0.6  # achieved fraction of HBM bandwidth
+    page_overhead_s: float = 60e-9  # per KV page touched, per layer (index, loop, partial tiles)
+    request_overhead_s: float = 20e-6  # per request in the batch (sampling, bookkeeping)
+    iteration_overhead_s: float = 5e-3  # per iteration (scheduling, launches, host sync)
+    tp_link_gb_s: float = 150.0  # effective all-reduce bus bandwidth between ranks
+    tp_allreduce_latency_s: float = 10e-6  # fixed cost of each all-reduce
+    act_bytes: int = 2  # bytes of one activation element in all-reduces
+    swap_efficiency: float = 0.8  # achieved fraction of the host link
+    swap_copy_overhead_s: float = 5e-6  # per copy; one copy per page, layer and K/V part
+
+    _c: dict[str, float] = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for k in ("mfu", "mbu", "swap_efficiency"):
+            v = getattr(self, k)
+            if not 0 < v <= 1:
+                raise ValueError(f"{k} must be in (0, 1], got {v!r}")
+        if self.tp_link_gb_s <= 0:
+            raise ValueError(f"tp_link_gb_s must be > 0, got {self.tp_link_gb_s!r}")
+        m, tp = self.model, self.tp
+        wb = dtype_bytes(m.weight_dtype)
+        heads = m.num_heads / tp
+        if m.is_mla:  # absorbed attention over the latent: q.k over 576, values over 512
+            qk, v = m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank
+        else:
+            qk = v = m.head_dim
+        expert_layer = 3.0 * m.hidden_size * m.expert_intermediate_size * wb / tp
+        c = self._c
+        c["flop_tok"] = 2.0 * m.params_per_token / tp
+        c["flop_pair"] = 2.0 * heads * (qk + v) * m.num_layers
+        c["kv_tok"] = float(m.kv_bytes_per_token(self.kv_dtype, tp))
+        c["w_fixed"] = (m.num_params - m.routed_expert_params) * wb / tp
+        c["w_expert"] = expert_layer * m.num_moe_layers  # one expert in every MoE layer
+        c["flops_s"] = self.gpu.flops * self.mfu
+        c["bytes_s"] = self.gpu.bandwidth_bytes_s * self.mbu
+        c["page"] = self.page_overhead_s * m.num_layers
+        c["ar_tok"] = (0.0 if tp == 1 else 2 * m.num_layers * 2 * (tp - 1) / tp
+                       * m.hidden_size * self.act_bytes / (self.tp_link_gb_s * 1e9))
+        c["ar_fixed"] = 0.0 if tp == 1 else 2 * m.num_layers * self.tp_allreduce_latency_s
+        c["copies_page"] = m.num_layers * (1 if m.is_mla else 2)
+        c["swap_bw"] = self.gpu.host_link_bytes_s * self.swap_efficiency
+
+    def weight_bytes_read(self, tokens: float | np.ndarray) -> float | np.ndarray:
+        """Weight bytes one rank reads for a batch of `tokens` tokens (MoE: expected distinct
+        experts per layer, E x (1 - (1 - k/E)^tokens), with uniform routing)."""
+        m, c = self.model, self._c
+        if not m.is_moe:
+            return c["w_fixed"]
+        e, k = m.num_experts, m.experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** np.asarray(tokens, dtype=float))
+        return c["w_fixed"] + c["w_expert"] * touched
+
+    def _time(self, tokens, n_req, pairs, kv_read, pages):
+        """Vectorised core over per-iteration aggregates (scalars or equal-length arrays)."""
+        c = self._c
+        flops = tokens * c["flop_tok"] + pairs * c["flop_pair"]
+        mem = self.weight_bytes_read(tokens) + (kv_read + tokens) * c["kv_tok"]
+        t = np.maximum(flops / c["flops_s"], mem / c["bytes_s"])
+        t = t + pages * c["page"] + n_req * self.request_overhead_s + self.iteration_overhead_s
+        return t + tokens * c["ar_tok"] + c["ar_fixed"]
+
+    def iteration_time_arrays(
+        self, new: np.ndarray, before: np.ndarray, decode: np.ndarray, page_size: int
+    ) -> float:
+        n_pre, n_dec = new.size, decode.size
+        if n_pre == 0 and n_dec == 0:
+            return 0.0
+        t_new = int(new.sum()) if n_pre else 0
+        kv_before = int(before.sum()) if n_pre else 0
+        ctx_sum = int(decode.sum()) if n_dec else 0
+        pairs = (int((new * before).sum() + (new * (new + 1) // 2).sum()) if n_pre else 0)
+        pages = _cdiv_sum(new + before, page_size) + _cdiv_sum(decode, page_size)
+        return float(self._time(t_new + n_dec, n_pre + n_dec, pairs + ctx_sum,
+                                kv_before + ctx_sum - n_dec, pages))
+
+    def decode_step_times(self, contexts: Contexts, page_size: int, steps: int) -> np.ndarray:
+        c = np.asarray(contexts, dtype=np.int64).reshape(-1)
+        n = c.size
+        if n == 0 or steps <= 0:
+            return np.zeros(max(steps, 0))
+        j = np.arange(steps, dtype=np.int64)
+        ctx_sum = int(c.sum()) + n * j
+        # pages grow by one for each request whose length passes a multiple of page_size:
+        # ceil((c+j)/ps) steps up at j where (c + j - 1) % ps == 0, j >= 1.
+        offs = (1 - c) % page_size
+        counts = np.bincount(offs, minlength=page_size)
+        delta = counts[j % page_size]
+        delta[0] = 0
+        pages = _cdiv_sum(c, page_size) + np.cumsum(delta)
+        return np.broadcast_to(self._time(n, n, ctx_sum, ctx_sum - n, pages), (steps,)).astype(
+            float
+        )
+
+    def swap_time(self, n_bytes: float, n_pages: int) -> float:
+        c = self._c
+        return n_bytes / c["swap_bw"] + n_pages * c["copies_page"] * self.swap_copy_overhead_s
+
+
+@register_latency_model("constant")
+@dataclass(frozen=True)
+class ConstantLatency(LatencyModel):
+    """Fixed costs: prefill_token_s per new prefill token, decode_step_s per iteration that
+    decodes (plus decode_token_s per decoding request), iteration_s per non-empty iteration."""
+
+    prefill_token_s: float = 1e-4
+    decode_step_s: float = 0.02
+    decode_token_s: float = 0.0
+    iteration_s: float = 0.0
+    swap_byte_s: float = 0.0
+    swap_page_s: float = 0.0
+
+    def iteration_time_arrays(
+        self, new: np.ndarray, before: np.ndarray, decode: np.ndarray, page_size: int
+    ) -> float:
+        if new.size == 0 and decode.size == 0:
+            return 0.0
+        t = self.iteration_s + self.prefill_token_s * (int(new.sum()) if new.size else 0)
+        if decode.size:
+            t += self.decode_step_s + self.decode_token_s * decode.size
+        return t
+
+    def decode_step_times(self, contexts: Contexts, page_size: int, steps: int) -> np.ndarray:
+        n = np.asarray(contexts).size
+        if n == 0 or steps <= 0:
+            return np.zeros(max(steps, 0))
+        return np.full(steps, self.iteration_s + self.decode_step_s + self.decode_token_s * n)
+
+    def swap_time(self, n_bytes: float, n_pages: int) -> float:
+        return n_bytes * self.swap_byte_s + n_pages * self.swap_page_s
+
+
+def make_latency_model(
+    name: str,
+    model: ModelPreset | str,
+    gpu: GpuPreset | str,
+    tp: int = 1,
+    kv_dtype: str = "bf16",
+    **overrides: Any,
+) -> LatencyModel:
+    """A latency model by registry name; `overrides` set its constants (dataclass fields)."""
+    key = name.strip().lower()
+    if key not in LATENCY_MODELS:
+        raise ValueError(f"unknown latency model {name!r}; known: {', '.join(LATENCY_MODELS)}")
+    cls = LATENCY_MODELS[key]
+    allowed = {f.name for f in dataclasses.fields(cls) if f.init} - {
+        "model", "gpu", "tp", "kv_dtype"}
+    bad = sorted(set(overrides) - allowed)
+    if bad:
+        raise ValueError(f"unknown {key} latency constant(s) {', '.join(bad)}; known: "
+                         f"{', '.join(sorted(allowed))}")
+    m = model if isinstance(model, ModelPreset) else get_model(model)
+    g = gpu if isinstance(gpu, GpuPreset) else get_gpu(gpu)
+    return cls(model=m, gpu=g, tp=tp, kv_dtype=kv_dtype, **overrides)

@@ -1,0 +1,114 @@
+"""Recorder: time-weighted memory breakdown, per-request rows and a bounded timeline.
+
+Averages are integrals over the measurement window [start, end] divided by its length, so an
+engine that sits idle holding only cache and free memory counts that time too. When the engine
+advances many decode steps at once it hands over one breakdown row per step with its start and
+end times (`add_profile`), so the integral is the same as if it had stepped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvcore.policies.base import PARTS
+
+REQUEST_COLUMNS = (
+    "request_id", "session_id", "turn", "status", "reject_reason", "arrival_s", "admit_s",
+    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "normalized_latency_s",
+    "prompt_len", "output_len", "final_len", "cached_tokens", "token_hit_tokens",
+    "preemptions", "recomputed_tokens", "swapped_tokens",
+)  # fmt: skip
+
+TIMELINE_COLUMNS = ("time_s", *PARTS, "batch_size", "waiting", "running")
+
+
+@dataclass
+class Recorder:
+    capacity: int
+    window_start: float
+    window_end: float
+    timeline_interval_s: float
+    max_timeline_rows: int
+    request_sink: Callable[[list[tuple]], None] | None = None
+    part_seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(PARTS)))
+    over_seconds: float = 0.0
+    peak_token_states: int = 0
+    frag_index_seconds: float = 0.0
+    page_entry_seconds: float = 0.0
+    iterations: int = 0
+    batch_sum: int = 0
+    peak_batch: int = 0
+    request_rows: list[tuple] = field(default_factory=list)
+    timeline: list[tuple] = field(default_factory=list)
+    _last_sample: float = -1e300
+
+    def _clip(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+        return np.clip(np.minimum(t1, self.window_end) - np.maximum(t0, self.window_start), 0, None)
+
+    def add_interval(self, t0: float, t1: float, parts: np.ndarray, frag_index: float,
+                     page_entries: int, over_reservation: int) -> None:
+        """The pool held `parts` from t0 to t1."""
+        w = float(self._clip(np.asarray(t0), np.asarray(t1)))
+        if w > 0:
+            self.part_seconds += parts * w
+            self.over_seconds += over_reservation * w
+            self.frag_index_seconds += frag_index * w
+            self.page_entry_seconds += page_entries * w
+        if t1 > self.window_start and t0 < self.window_end:
+            self.peak_token_states = max(self.peak_token_states, int(parts[0]))
+
+    def add_profile(self, starts: np.ndarray, ends: np.ndarray, parts: np.ndarray,
+                    frag_index: float, page_entries: np.ndarray, over_reservation: int) -> None:
+        """One breakdown row per step (rows of `parts`), step i lasting starts[i]..ends[i].
+        Over-reservation does not change during decode steps, so it comes as one number."""
+        w = self._clip(starts, ends)
+        if w.any():
+            self.part_seconds += (parts * w[:, None]).sum(axis=0)
+            self.over_seconds += over_reservation * float(w.sum())
+            self.frag_index_seconds += frag_index * float(w.sum())
+            self.page_entry_seconds += float((page_entries * w).sum())
+        inside = (ends > self.window_start) & (starts < self.window_end)
+        if inside.any():
+            self.peak_token_states = max(self.peak_token_states, int(parts[inside, 0].max()))
+
+    def add_iterations(self, t0: float, count: int, batch: int) -> None:
+        if self.window_start <= t0 <= self.window_end:
+            self.iterations += count
+            self.batch_sum += count * batch
+            self.peak_batch = max(self.peak_batch, batch)
+
+    def sample(self, now: float, parts: np.ndarray, batch: int, waiting: int, running: int,
+               force: bool = False) -> None:
+        if not force and now - self._last_sample < self.timeline_interval_s:
+            return
+        if len(self.timeline) >= self.max_timeline_rows:
+            # keep memory bounded: halve the resolution and keep going
+            self.timeline = self.timeline[::2]
+            self.timeline_interval_s = max(self.timeline_interval_s * 2, 1e-3)
+        self._last_sample = now
+        self.timeline.append((now, *(int(x) for x in parts), batch, waiting, running))
+
+    def add_request(self, row: tuple) -> None:
+        self.request_rows.append(row)
+        if self.request_sink is not None and len(self.request_rows) >= 4096:
+            self.flush_requests()
+
+    def flush_requests(self) -> None:
+        if self.request_sink is not None and self.request_rows:
+            self.request_sink(self.request_rows)
+            self.request_rows = []
+
+    @property
+    def window_length(self) -> float:
+        return max(self.window_end - self.window_start, 0.0)
+
+    def averages(self) -> dict[str, float]:
+        """Mean share of capacity per part over the window, in percent."""
+        span = self.window_length
+        if span <= 0:
+            return {p: float("nan") for p in PARTS}
+        shares = self.part_seconds / span / self.capacity * 100.0
+        return dict(zip(PARTS, (float(x) for x in shares), strict=True))

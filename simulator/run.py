@@ -1,0 +1,187 @@
+"""`simulate(workload, config)`: build the policy, latency model and engine, run, summarise."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import simpy
+import torch
+
+from kvcore.policies import PolicyConfig, make_policy
+from kvcore.presets import get_gpu, get_model
+from simulator.config import SimConfig
+from simulator.engine import Engine
+from simulator.latency import make_latency_model
+from simulator.metrics import REQUEST_COLUMNS, TIMELINE_COLUMNS, Recorder
+from workloads.request import Workload
+
+# torch's intra-op threads cost more than they give on the tiny tensors of one engine step
+# (a 50k-element clone: 20 us at 1 thread, ms at 2 on a busy 2-core machine).
+TORCH_THREADS = 1
+
+
+@dataclass
+class SimResult:
+    summary: dict
+    requests: pd.DataFrame
+    timeline: pd.DataFrame
+    config: SimConfig
+    extra: dict = field(default_factory=dict)
+
+
+def build_policy(cfg: SimConfig, max_context_len: int):
+    model = get_model(cfg.model)
+    return make_policy(
+        cfg.policy,
+        PolicyConfig(
+            kv_tokens=cfg.kv_tokens,
+            page_size=cfg.page_size,
+            max_context_len=max_context_len,
+            max_requests=cfg.max_running_requests,
+            device=cfg.device,
+            placement=cfg.placement,
+            eviction=cfg.eviction,
+            num_layers=model.num_layers,
+            num_kv_heads=model.kv_heads_per_rank(cfg.tp),
+            head_dim=model.head_dim,
+            kv_dtype=cfg.kv_dtype,
+            store_kv=False,
+        ),
+    )
+
+
+def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
+    arrivals = [r.arrival_s for r in workload.requests] + [s.start_s for s in workload.sessions]
+    first = min(arrivals) if arrivals else 0.0
+    start = first + cfg.warmup_s
+    if cfg.duration_s:
+        return start, first + cfg.duration_s
+    if workload.sessions or not workload.requests:
+        return start, np.inf  # closed loop: the window ends with the run
+    return start, max(max(r.arrival_s for r in workload.requests), start)
+
+
+def simulate(
+    workload: Workload,
+    cfg: SimConfig,
+    progress: bool = False,
+    request_sink: Callable[[list[tuple]], None] | None = None,
+) -> SimResult:
+    """Run one engine over `workload`; deterministic for the same inputs and seed."""
+    torch.set_num_threads(TORCH_THREADS)
+    wall0 = time.perf_counter()
+    model = get_model(cfg.model)
+    gpu = get_gpu(cfg.gpu)
+    max_ctx = cfg.max_context_len or model.max_position
+    policy = build_policy(cfg, max_ctx)
+    latency = make_latency_model(cfg.latency, model, gpu, cfg.tp, cfg.kv_dtype)
+    start, end = _window(workload, cfg)
+    interval = cfg.timeline_interval_s or (
+        (end - start) / 2000 if np.isfinite(end) and end > start else 0.05
+    )
+    rec = Recorder(policy.capacity, start, end, interval, cfg.max_timeline_rows, request_sink)
+    env = simpy.Environment()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=workload.num_requests, unit="req", desc="simulating", leave=False)
+    engine = Engine(env, workload, policy, latency, cfg, max_ctx, rec,
+                    progress=bar.update if bar else None)
+    engine.start()
+    backlog: dict[str, int] = {}
+
+    def close_window():
+        if np.isfinite(end) and end > env.now:
+            yield env.timeout(end - env.now)
+        backlog["queue"] = len(engine.waiting)
+
+    env.process(close_window())
+    try:
+        if cfg.drain:
+            env.run()
+        else:
+            env.run(until=end if np.isfinite(end) else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not np.isfinite(rec.window_end):
+        rec.window_end = env.now
+        backlog.setdefault("queue", len(engine.waiting))
+    rec.flush_requests()
+    requests = pd.DataFrame(rec.request_rows, columns=list(REQUEST_COLUMNS))
+    timeline = pd.DataFrame(rec.timeline, columns=list(TIMELINE_COLUMNS))
+    summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
+    summary["sim_wall_s"] = time.perf_counter() - wall0
+    return SimResult(summary, requests, timeline, cfg, {"latency": latency.describe()})
+
+
+def _pct(series: pd.Series, q: float) -> float:
+    s = series.dropna()
+    return float(np.percentile(s, q)) if len(s) else float("nan")
+
+
+def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: pd.DataFrame,
+              backlog: int) -> dict:
+    avg = rec.averages()
+    span = rec.window_length
+    cap = policy.capacity
+    over = rec.over_seconds / span / cap * 100.0 if span > 0 else float("nan")
+    done = requests[requests.status == "completed"] if len(requests) else requests
+    makespan = (engine.last_finish_s - min(
+        [r.arrival_s for r in engine.workload.requests] + [s.start_s for s in
+                                                             engine.workload.sessions] or [0.0]))
+    b_end = policy.breakdown(engine._head_reservation())
+    out = {
+        **cfg.to_dict(),
+        "capacity_slots": cap,
+        "window_start_s": rec.window_start,
+        "window_end_s": rec.window_end,
+        "requests_total": engine.workload.num_requests,
+        "requests_completed": engine.completed,
+        "requests_rejected": engine.rejected,
+        "token_states_pct": avg["token_states"],
+        "cached_pct": avg["cached"],
+        "reserved_pct": avg["reserved"],
+        "internal_frag_pct": avg["internal"],
+        "internal_overreserve_pct": over,
+        "internal_rounding_pct": avg["internal"] - over,
+        "external_frag_pct": avg["external"],
+        "free_pct": avg["free"],
+        "frag_index": rec.frag_index_seconds / span if span > 0 else float("nan"),
+        "failed_allocs": b_end.failed_allocs,
+        "failed_decode_allocs": engine.failed_decode_allocs,
+        "peak_token_states_pct": rec.peak_token_states / cap * 100.0,
+        "prefix_hit_rate": engine.hit_tokens / engine.prompt_tokens if engine.prompt_tokens
+        else 0.0,
+        "missed_reuse_pct": (engine.token_hit_tokens - engine.hit_tokens) / engine.prompt_tokens
+        * 100.0 if engine.prompt_tokens else 0.0,
+        "queue_backlog": backlog,
+        "avg_batch_size": rec.batch_sum / rec.iterations if rec.iterations else 0.0,
+        "peak_batch_size": rec.peak_batch,
+        "iterations": rec.iterations,
+        "preemptions": engine.preemptions,
+        "recomputed_tokens": engine.recomputed_tokens,
+        "swapped_tokens": engine.swapped_tokens,
+        "generated_tokens": engine.generated_tokens,
+        "throughput_tok_s": engine.generated_tokens / makespan if makespan > 0 else 0.0,
+        "normalized_latency_s": float(done.normalized_latency_s.mean()) if len(done) else
+        float("nan"),
+        "ttft_p50_s": _pct(done.ttft_s, 50) if len(done) else float("nan"),
+        "ttft_p99_s": _pct(done.ttft_s, 99) if len(done) else float("nan"),
+        "tpot_p50_s": _pct(done.tpot_s, 50) if len(done) else float("nan"),
+        "tpot_p99_s": _pct(done.tpot_s, 99) if len(done) else float("nan"),
+        "page_table_bytes": policy_page_table_bytes(policy),
+        "block_table_entries": rec.page_entry_seconds / span if span > 0 else float("nan"),
+        "sim_end_s": engine.env.now,
+    }
+    return out
+
+
+def policy_page_table_bytes(policy) -> int:
+    pool = getattr(policy, "req_to_token_pool", None)
+    return int(pool.nbytes) if pool is not None else 0

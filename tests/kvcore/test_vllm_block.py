@@ -1,0 +1,353 @@
+"""The `vllm` policy: block pool, hash-chained full blocks, lazy LRU eviction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+)
+
+import kvcore.policies.vllm_block  # noqa: F401 - registers the policy
+from kvcore.policies.base import PolicyConfig, make_policy, policy_help
+from kvcore.policies.vllm_block import VLLMBlockPolicy, block_hash
+from kvcore.validation import InvariantError
+
+
+def make(kv: int, page_size: int, **kw: object) -> VLLMBlockPolicy:
+    pol = make_policy("vllm", PolicyConfig(kv_tokens=kv, page_size=page_size, **kw))
+    assert isinstance(pol, VLLMBlockPolicy)
+    return pol
+
+
+def ids(*parts: tuple[int, int]) -> np.ndarray:
+    """Concatenated ranges: ids((0, 8), (100, 3)) = 0..7, 100..102."""
+    return np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n in parts])
+
+
+def run(pol: VLLMBlockPolicy, rid: int, toks: np.ndarray, out: int = 1) -> int:
+    """Admit, prefill, decode `out - 1` tokens, finish; returns the cached_len at admit."""
+    final = len(toks) + out - 1
+    res = pol.admit(rid, toks, final, out)
+    assert res is not None
+    assert pol.extend([rid], [len(toks)])
+    for _ in range(out - 1):
+        assert pol.decode([rid])
+    outputs = np.arange(10_000 + 100 * rid, 10_000 + 100 * rid + out - 1)
+    pol.finish(rid, np.concatenate([toks, outputs]))
+    pol.check_invariants()
+    return res.cached_len
+
+
+def test_registered() -> None:
+    assert policy_help()["vllm"]
+    with pytest.raises(ValueError, match="vllm"):
+        make_policy("vlm", PolicyConfig(kv_tokens=16))
+
+
+def test_block_hash_is_deterministic_and_chained() -> None:
+    a = block_hash(0, ids((0, 4)).tobytes())
+    assert a == block_hash(0, ids((0, 4)).tobytes())
+    assert a != block_hash(1, ids((0, 4)).tobytes())
+    assert 0 <= a < 2**64
+
+
+def test_capacity_excludes_null_block() -> None:
+    pol = make(64, 4)
+    assert pol.capacity == 64 and pol.available_tokens() == 64
+    bd = pol.breakdown(0)
+    assert bd.free == 64 and bd.largest_free_hole == 64 and bd.external == 0
+    assert pol.admit(1, ids((0, 64)), 64, 1) is not None
+    assert pol.extend([1], [64])  # all 16 blocks, none of them the null block 0
+    assert 0 not in pol.block_ids(1)
+    assert pol.available_tokens() == 0
+    pol.check_invariants()
+
+
+def test_block_larger_than_shared_prefix_gives_no_hit() -> None:
+    pol = make(256, 16)
+    run(pol, 1, ids((0, 10), (500, 20)))
+    assert run(pol, 2, ids((0, 10), (900, 20))) == 0  # 10 shared tokens < one block of 16
+    small = make(256, 4)
+    run(small, 1, ids((0, 10), (500, 20)))
+    assert run(small, 2, ids((0, 10), (900, 20))) == 8  # two whole blocks of the 10
+
+
+def test_hit_capped_at_prompt_minus_one() -> None:
+    pol = make(64, 4)
+    run(pol, 1, ids((0, 8)))
+    assert pol.peek_prefix(ids((0, 8))) == 8  # peek takes the ids as given
+    res = pol.admit(2, ids((0, 8)), 8, 1)
+    assert res.cached_len == 4  # prompt[:7] covers one whole block only
+    assert pol.extend([2], [8])
+    pol.check_invariants()
+    # the recomputed block duplicates cached content: both blocks are indexed under one hash
+    h = pol._hash[pol.block_ids(2)[1]]
+    assert len(pol._cached[h]) == 2
+
+
+def test_block_reused_after_finish_until_evicted() -> None:
+    pol = make(16, 4)  # 4 blocks
+    run(pol, 1, ids((0, 9)))  # blocks of 0..3 and 4..7 are cached, the tail is free
+    assert pol.evictable_tokens() == 8
+    assert pol.breakdown(0).cached == 8
+    assert run(pol, 2, ids((0, 9))) == 8
+    assert run(pol, 3, ids((0, 9))) == 8
+    # fill the pool with other content: popping the cached blocks evicts them
+    pol.admit(4, ids((100, 16)), 16, 1)
+    assert pol.extend([4], [16])
+    assert pol.evicted_blocks == 2 and pol.evictable_tokens() == 0
+    pol.finish(4, ids((100, 16)))
+    assert run(pol, 5, ids((0, 9))) == 0
+    pol.check_invariants()
+
+
+def test_reverse_order_release_evicts_chain_tail_first() -> None:
+    pol = make(20, 4)  # 5 blocks
+    run(pol, 1, ids((0, 13)))  # blocks b0 b1 b2 full and cached, b3 partial
+    chain = [pol._cached[h] for h in list(pol._cached)]
+    assert len(chain) == 3
+    cached_order = pol.cached_block_ids()  # head (next evicted) first
+    # reverse-order release: tail of the chain nearest the head of the free queue
+    hashes = [pol._hash[b] for b in cached_order]
+    parents = [pol._key[b][0] for b in cached_order]
+    assert parents[0] == hashes[1] and parents[1] == hashes[2] and parents[2] == 0
+    # two new blocks: the never-cached block 5, then the partial tail, then the chain tail
+    pol.admit(2, ids((500, 12)), 12, 1)
+    assert pol.extend([2], [12])  # 3 blocks: free block, old partial block, chain tail
+    assert pol.evicted_blocks == 1
+    pol.release(2)  # preemption: its full blocks stay cached
+    assert run(pol, 3, ids((0, 13))) == 8  # b0 b1 still hit, b2 was evicted
+    pol.check_invariants()
+
+
+def test_multi_turn_hits_decode_blocks_given_at_finish() -> None:
+    pol = make(128, 4)
+    turn1 = ids((0, 6))
+    run(pol, 1, turn1, out=7)  # writes 6 + 6 = 12 tokens, 3 full blocks
+    outputs = np.arange(10_100, 10_106)  # what run() passed for rid 1
+    turn2 = np.concatenate([turn1, outputs, ids((700, 5))])
+    assert pol.peek_prefix(turn2) == 12
+    assert run(pol, 2, turn2) == 12
+
+
+def test_token_source_hashes_decode_blocks_while_running() -> None:
+    pol = make(128, 4)
+    out = np.arange(9000, 9010)
+    pol.set_token_source(lambda rid, a, b: out[a - 6 : b - 6])
+    toks = ids((0, 6))
+    pol.admit(1, toks, 12, 7)
+    pol.extend([1], [6])
+    for _ in range(6):
+        pol.decode([1])
+    # still running; a second request sharing prompt + outputs already hits all 3 blocks
+    follow = np.concatenate([toks, out[:6], ids((50, 3))])
+    res = pol.admit(2, follow, len(follow), 1)
+    assert res.cached_len == 12
+    pol.check_invariants()
+    assert pol.breakdown(0).token_states == 12 + 0  # shared blocks counted once
+
+
+def test_seed_example_rounding_page4_length6() -> None:
+    pol = make(64, 4)
+    pol.admit(1, ids((0, 4)), 6, 3)
+    pol.extend([1], [4])
+    pol.decode([1])
+    bd = pol.breakdown(0)
+    assert (bd.token_states, bd.reserved, bd.rounding, bd.over_reservation) == (5, 1, 2, 0)
+    pol.decode([1])
+    bd = pol.breakdown(0)
+    assert (bd.token_states, bd.reserved, bd.rounding) == (6, 0, 2)
+    assert pol.decode_room(1) == 2
+    pol.check_invariants()
+
+
+def test_extend_all_or_nothing() -> None:
+    pol = make(16, 4)
+    pol.admit(1, ids((0, 8)), 10, 3)
+    pol.admit(2, ids((100, 12)), 12, 1)
+    assert not pol.extend([1, 2], [8, 12])  # 5 blocks > 4
+    assert pol.written(1) == 0 and pol.written(2) == 0
+    assert pol.available_tokens() == 16
+    assert pol.extend([1], [8])
+    assert pol.decode([1]) and pol.written(1) == 9
+    assert pol.extend([2], [4])  # the last free block
+    assert not pol.decode([1, 2])  # both need a new block: neither moves
+    assert (pol.written(1), pol.written(2)) == (9, 4)
+    pol.check_invariants()
+
+
+def test_bad_input() -> None:
+    pol = make(64, 4, max_context_len=16)
+    with pytest.raises(ValueError, match="final_len"):
+        pol.admit(1, ids((0, 4)), -1, 1)
+    with pytest.raises(ValueError, match="final_len"):
+        pol.admit(1, ids((0, 4)), 17, 1)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        pol.admit(1, ids((0, 4)), 6, -1)
+    with pytest.raises(ValueError, match="prompt_len"):
+        pol.reservation(-3, 4, 1)
+    pol.admit(1, ids((0, 4)), 6, 3)
+    pol.extend([1], [4])
+    with pytest.raises(ValueError, match="below written"):
+        pol.extend([1], [2])
+    with pytest.raises(ValueError, match="not admitted"):
+        pol.decode([9])
+
+
+def test_check_invariants_catches_ref_drift() -> None:
+    pol = make(32, 4)
+    pol.admit(1, ids((0, 5)), 5, 1)
+    pol.extend([1], [5])
+    pol._ref[pol.block_ids(1)[0]] += 1
+    with pytest.raises(InvariantError):
+        pol.check_invariants()
+
+
+OUT_BASE = 100_000
+
+
+def out_ids(rid: int, a: int, b: int) -> np.ndarray:
+    return np.arange(a, b, dtype=np.int64) * 7 + OUT_BASE + rid * 1000
+
+
+class VLLMMachine(RuleBasedStateMachine):
+    """Random admit/extend/decode/cache/finish/release over shared prefixes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pol: VLLMBlockPolicy | None = None
+        self.live: dict[int, tuple[np.ndarray, int]] = {}  # rid -> (prompt, L)
+        self.next_rid = 0
+        self.slot_token: dict[int, tuple[int, int]] = {}  # slot -> (position, token id)
+
+    def all_ids(self, rid: int) -> np.ndarray:
+        p, fin = self.live[rid]
+        return np.concatenate([p, out_ids(rid, len(p), fin)])
+
+    def record(self, rid: int) -> None:
+        row = self.pol._reqs[rid].row
+        w = self.pol.written(rid)
+        toks = self.all_ids(rid)
+        for pos, slot in enumerate(self.pol.req_to_token_pool.req_to_token[row, :w].tolist()):
+            self.slot_token[slot] = (pos, int(toks[pos]))
+
+    @initialize(
+        page_size=st.sampled_from([1, 2, 4]), pages=st.integers(2, 14), source=st.booleans()
+    )
+    def create(self, page_size: int, pages: int, source: bool) -> None:
+        self.pol = make(pages * page_size, page_size, max_context_len=48, max_requests=5)
+        if source:
+            self.pol.set_token_source(lambda rid, a, b: out_ids(rid, a, b))
+
+    @rule(
+        prefix=st.sampled_from([0, 0, 1, 2]),
+        shared=st.integers(0, 16),
+        own=st.integers(0, 6),
+        out=st.integers(1, 10),
+    )
+    def admit(self, prefix: int, shared: int, own: int, out: int) -> None:
+        rid = self.next_rid
+        self.next_rid += 1
+        toks = np.concatenate([np.arange(shared) + 1000 * prefix, np.arange(own) + 50_000 + rid])
+        if len(toks) == 0:
+            toks = np.array([7], dtype=np.int64)
+        toks = toks.astype(np.int64)
+        fin = len(toks) + out - 1
+        peek = self.pol.peek_prefix(toks[:-1])
+        res = self.pol.admit(rid, toks, fin, out)
+        if res is None:
+            assert self.pol.req_to_token_pool.available_size() == 0
+            return
+        ps = self.pol.page_size
+        assert res.cached_len == peek and res.cached_len % ps == 0
+        assert res.cached_len <= len(toks) - 1
+        event(f"hit={res.cached_len > 0}")
+        self.live[rid] = (toks, fin)
+        # the hit slots hold KV of exactly these tokens at these positions
+        row = res.row
+        for pos, slot in enumerate(
+            self.pol.req_to_token_pool.req_to_token[row, : res.cached_len].tolist()
+        ):
+            assert self.slot_token[slot] == (pos, int(toks[pos]))
+
+    @rule(data=st.data())
+    def extend(self, data: st.DataObject) -> None:
+        if not self.live:
+            return
+        rids = data.draw(st.lists(st.sampled_from(sorted(self.live)), unique=True, min_size=1))
+        targets = []
+        for rid in rids:
+            w = self.pol.written(rid)
+            targets.append(data.draw(st.integers(w, max(w, len(self.live[rid][0])))))
+        before = [self.pol.written(r) for r in rids]
+        free = self.pol.available_tokens()
+        ok = self.pol.extend(rids, targets)
+        event(f"extend ok={ok}")
+        if ok:
+            assert [self.pol.written(r) for r in rids] == targets
+            for r in rids:
+                self.record(r)
+        else:
+            assert [self.pol.written(r) for r in rids] == before
+            assert self.pol.available_tokens() == free
+
+    @rule(data=st.data())
+    def decode(self, data: st.DataObject) -> None:
+        if not self.live:
+            return
+        ready = [r for r, (p, fin) in self.live.items() if len(p) <= self.pol.written(r) < fin]
+        if not ready:
+            return
+        rids = data.draw(st.lists(st.sampled_from(sorted(ready)), unique=True, min_size=1))
+        before = [self.pol.written(r) for r in rids]
+        if self.pol.decode(rids):
+            assert [self.pol.written(r) for r in rids] == [w + 1 for w in before]
+            for r in rids:
+                self.record(r)
+        else:
+            assert [self.pol.written(r) for r in rids] == before
+
+    @rule(data=st.data(), how=st.sampled_from(["finish", "release", "cache"]))
+    def end(self, data: st.DataObject, how: str) -> None:
+        if not self.live:
+            return
+        rid = data.draw(st.sampled_from(sorted(self.live)))
+        w = self.pol.written(rid)
+        toks = self.all_ids(rid)[:w]
+        if how == "cache":
+            self.pol.cache_prefix(rid, toks)
+            return
+        held = self.pol.block_ids(rid)
+        if how == "finish":
+            self.pol.finish(rid, toks)
+        else:
+            self.pol.release(rid)
+        del self.live[rid]
+        for b in held:  # every block of a finished request is either held or queued
+            assert self.pol._ref[b] > 0 or self.pol._prev[b] != -1
+
+    @invariant()
+    def invariants(self) -> None:
+        if self.pol is None:
+            return
+        pol = self.pol
+        pol.check_invariants()
+        if pol.evicted_blocks:
+            event("evicted")
+        bd = pol.breakdown(16)
+        bd.check()
+        assert bd.external == 0 and bd.over_reservation == 0
+        assert bd.cached == pol.evictable_tokens()
+        assert pol.available_tokens() == bd.cached + bd.free
+        ps = pol.page_size
+        assert bd.rounding + bd.reserved <= len(self.live) * (ps - 1)
+
+
+TestVLLMMachine = VLLMMachine.TestCase
+TestVLLMMachine.settings = settings(max_examples=200, stateful_step_count=50, deadline=None)

@@ -1,0 +1,158 @@
+"""Trace file -> `Workload`: format detection, arrival handling, ids, `max_new_tokens`.
+
+Decisions made here, once, for every format:
+
+* request ids are 0..n-1 in file order (after bad and failed rows are dropped);
+* a trace without prefix information gets unique prompt content per request
+  (`unique_prompt(seed, request_id)`), so nothing is shared by accident;
+* arrivals: the trace's timestamps shifted to start at 0 and divided by `rate_scale`, or, when
+  `arrival` names a synthetic process (always for a trace with no timestamps), fresh times from
+  that process, keeping the rows' order;
+* `max_new_tokens`: the trace's column where it has one, else the `max_new_tokens` option, else
+  `max_context_len - prompt_len` (at least 1). A true output longer than that is cut to it (an
+  engine stops there too); the count is in `meta["clipped_outputs"]`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from workloads.arrivals import ArrivalConfig, arrival_times, trace_arrivals
+from workloads.errors import WorkloadError
+from workloads.request import PromptSpec, Request, Workload, unique_prompt
+from workloads.traces.formats import PARSERS, TRACE_FORMATS, detect_format
+from workloads.traces.rows import RowSink, decode_text
+
+DEFAULT_MAX_CONTEXT_LEN = 131072
+
+
+def resolve_max_new_tokens(
+    prompt_len: int,
+    output_len: int,
+    column: int | None,
+    option: int | None,
+    max_context_len: int,
+) -> tuple[int, int]:
+    """(max_new_tokens, output_len clipped to it), by the precedence in the module docstring."""
+    if column is not None:
+        mnt = column
+    elif option is not None:
+        mnt = option
+    else:
+        mnt = max_context_len - prompt_len
+    mnt = max(int(mnt), 1)
+    return mnt, min(output_len, mnt)
+
+
+def load_trace(path: str | Path, **options) -> Workload:
+    """Read a trace file; see `load_trace_bytes` for the options."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise WorkloadError(f"cannot read trace: {e.strerror or e}", str(path)) from None
+    options.setdefault("name", p.stem)
+    return load_trace_bytes(data, str(path), **options)
+
+
+def load_trace_bytes(
+    data: bytes,
+    source: str = "<trace>",
+    *,
+    format: str = "auto",
+    skip_bad_rows: bool = False,
+    seed: int = 0,
+    arrival: str | None = None,
+    rate: float | None = None,
+    cv: float = 1.0,
+    rate_scale: float = 1.0,
+    duration_s: float | None = None,
+    num_requests: int | None = None,
+    max_new_tokens: int | None = None,
+    max_context_len: int = DEFAULT_MAX_CONTEXT_LEN,
+    name: str | None = None,
+) -> Workload:
+    """Parse trace bytes into a Workload. Raises only `WorkloadError` for bad input.
+
+    `arrival=None` replays the trace's timestamps when it has them (`"trace"`) and otherwise
+    needs `rate` for a Poisson process; `"poisson" | "gamma" | "fixed"` replace the timestamps.
+    `num_requests` keeps the first rows, `duration_s` the rows arriving before it (after
+    scaling). Bad and failed row counts land in `meta`.
+    """
+    if format not in TRACE_FORMATS:
+        choices = ", ".join(TRACE_FORMATS)
+        raise WorkloadError(f"unknown trace format {format!r} (choose from {choices})")
+    if num_requests is not None and num_requests < 0:
+        raise WorkloadError(f"num_requests must be >= 0, got {num_requests}")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise WorkloadError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if max_context_len < 1:
+        raise WorkloadError(f"max_context_len must be >= 1, got {max_context_len}")
+    text = decode_text(data, source)
+    fmt = detect_format(text, source) if format == "auto" else format
+    sink = RowSink(source, skip_bad_rows)
+    PARSERS[fmt](text, sink)
+    rows = sink.rows
+    has_times = bool(rows) and rows[0].arrival_s is not None
+
+    kind = arrival if arrival is not None else ("trace" if has_times or not rows else "poisson")
+    if kind == "trace":
+        if rows and not has_times:
+            raise WorkloadError(f"{fmt} trace has no timestamps: choose an arrival process", source)
+        times = trace_arrivals(
+            [r.arrival_s for r in rows], rate_scale, num_requests, duration_s
+        )
+    else:
+        if rate is None:
+            raise WorkloadError(
+                f"{fmt} trace needs a rate for arrival process {kind!r} (it has no timestamps)"
+                if not has_times else f"arrival process {kind!r} needs a rate", source,
+            )
+        bound = len(rows) if num_requests is None else min(num_requests, len(rows))
+        rng = np.random.default_rng([seed, 0xA1])
+        times = arrival_times(ArrivalConfig(kind, rate, cv), rng, bound, duration_s)
+
+    requests: list[Request] = []
+    clipped = 0
+    # times may be shorter than rows (num_requests / duration_s bounds)
+    for rid, (row, t) in enumerate(zip(rows, times, strict=False)):
+        prompt = row.prompt
+        if not isinstance(prompt, PromptSpec):
+            prompt = unique_prompt(seed, rid, prompt)
+        plen = prompt.length
+        mnt, out = resolve_max_new_tokens(
+            plen, row.output_len, row.max_new_tokens, max_new_tokens, max_context_len
+        )
+        clipped += out < row.output_len
+        requests.append(
+            Request(
+                request_id=rid,
+                arrival_s=float(t),
+                prompt=prompt,
+                output_len=out,
+                max_new_tokens=mnt,
+                seed=seed,
+                session_id=row.session_id,
+                turn=row.turn,
+                meta={"line": row.line},
+            )
+        )
+    return Workload(
+        name=name or Path(source).stem,
+        requests=requests,
+        seed=seed,
+        description=f"{fmt} trace {source}",
+        meta={
+            "source": source,
+            "format": fmt,
+            "arrival": kind,
+            "rate_scale": rate_scale,
+            "rows_read": len(rows),
+            "bad_rows": sink.bad_rows,
+            "first_bad_row": sink.first_bad,
+            "failed_rows": sink.failed_rows,
+            "clipped_outputs": clipped,
+        },
+    )
