@@ -1,14 +1,93 @@
-"""kvsim command line (typer). Every command is a thin shell over the packages."""
+"""kvsim command line (typer). Every command is a thin shell over the packages.
+
+The options of `run`, `sweep`, `compare` and `plan` are generated from the one option class,
+`simulator.options.RunOptions` (names, defaults, help and allowed values live there only).
+`--config exp.toml` (or a saved config.json) gives the same keys; flags on the command line
+win over the file. User mistakes (ValueError / WorkloadError from any package, bad flags)
+exit with status 2 and one line on stderr; `kvsim --debug ...` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
+import inspect
+import json
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Optional
+
 import typer
+from typer.core import TyperGroup
 
 import kvcore
+from simulator.options import (
+    RunOptions,
+    allowed_values,
+    field_type,
+    flag,
+    load_toml,
+)
+
+_STATE = {"debug": False}
+_FIELD_NAMES = {f.name for f in fields(RunOptions)}
+# the axes a sweep can vary (option -> sweep flag)
+SWEEP_AXES = {"page_size": "--page-sizes", "policy": "--policies",
+              "placement": "--placements", "rate": "--rates", "kv_tokens": "--kv-tokens",
+              "seed": "--seeds", "workload": "--workloads"}
+DEFAULT_PAGE_SIZES = "1,2,4,8,16,32,64,128,256"
+
+
+class UserError(ValueError):
+    """A user mistake found by the CLI itself (exit status 2, one line)."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _fail(message: str, code: int = 2) -> typing.NoReturn:
+    typer.echo(f"kvsim: error: {_one_line(message)}", err=True)
+    sys.exit(code)
+
+
+class KvsimGroup(TyperGroup):
+    """The root command: user mistakes become exit status 2 and one line on stderr.
+
+    Parsing errors (unknown option, bad value) and ValueError from any package (kvcore,
+    simulator, workloads' WorkloadError) are caught here, around the whole app, so a test
+    runner sees the same behaviour as the shell; `kvsim --debug` re-raises instead.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None,  # type: ignore[override]
+             standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            if _STATE["debug"]:
+                raise
+            _fail(str(e))
+        except Exception as e:
+            if hasattr(e, "exit_code") and hasattr(e, "format_message"):  # a parse error
+                ctx = getattr(e, "ctx", None)
+                hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+                _fail(e.format_message() + hint, int(e.exit_code))
+            raise
+        if isinstance(rv, int) and not isinstance(rv, bool):
+            sys.exit(rv)  # an explicit exit status (--help, --version, typer.Exit)
+        return rv
+
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="KV-cache simulator and planner."
+    cls=KvsimGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+    help="KV-cache simulator and planner: which page size, which allocator policy, how much "
+         "memory, for your traffic.",
 )
+trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Trace files.")
+app.add_typer(trace_app, name="trace")
 
 
 def _version(value: bool) -> None:
@@ -19,9 +98,365 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+    debug: bool = typer.Option(False, "--debug", help="show Python tracebacks of errors"),
 ) -> None:
     """kvsim: which page size, which allocator policy, how much memory, for your traffic."""
+    _STATE["debug"] = debug
+
+
+# -- options generated from RunOptions -----------------------------------------------------------
+def _option_param(name: str) -> inspect.Parameter:
+    f = next(x for x in fields(RunOptions) if x.name == name)
+    t = field_type(name)
+    help_text = f.metadata["help"]
+    allowed = allowed_values(name)
+    if allowed:
+        joined = ", ".join(allowed)
+        help_text += f" [{joined}]" if len(joined) < 160 else f" [{len(allowed)} values]"
+    panel = {"workload": "Workload", "sim": "Engine", "output": "Output"}[f.metadata["group"]]
+    if t is bool:
+        decls = [f"{flag(name)}/--no-{name.replace('_', '-')}"]
+    else:
+        decls = [flag(name), *f.metadata["flags"]]
+    default = f.default
+    option = typer.Option(default, *decls, help=help_text, rich_help_panel=panel,
+                          show_default=default is not None)
+    annotation = Optional[t] if default is None else t  # noqa: UP045 (typer reads it)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=annotation)
+
+
+def _config_param() -> inspect.Parameter:
+    return inspect.Parameter(
+        "config", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],  # noqa: UP045
+        default=typer.Option(None, "--config", help="experiment file (TOML with the option "
+                             "names as keys, or a saved config.json); flags override it",
+                             rich_help_panel="Output"))
+
+
+def options_from(config: Path | None, given: dict[str, Any],
+                 extra_keys: set[str] = frozenset()) -> tuple[RunOptions, dict[str, Any]]:
+    """Defaults < config file < command line. Returns the options and the file's values for
+    `extra_keys` (a sweep's list-valued axes)."""
+    extras: dict[str, Any] = {}
+    file_values: dict[str, Any] = {}
+    if config is not None:
+        if config.suffix == ".json":
+            try:
+                doc = json.loads(config.read_text())
+            except FileNotFoundError:
+                raise ValueError(f"--config {str(config)!r}: no such file") from None
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--config {str(config)!r}: not valid JSON ({e})") from None
+            doc = doc.get("options", doc)
+            doc = {k: v for k, v in doc.items() if k != "out"}
+        else:
+            doc = load_toml(config)
+        for key, value in doc.items():
+            name = key.replace("-", "_")
+            if name in extra_keys or (name in SWEEP_AXES and isinstance(value, list)):
+                extras[name] = value
+            else:
+                file_values[key] = value
+    opts = RunOptions.from_mapping(file_values, where=f"key in {config}")
+    opts = RunOptions.from_mapping(given, opts)
+    return opts.validate(), extras
+
+
+def with_options(*, skip: tuple[str, ...] = ()) -> Callable:
+    """Give a command every RunOptions option (minus `skip` and its own parameters) and
+    `--config`; the command receives the merged `opts: RunOptions` (and `file_extras`, the
+    config file's values for its own parameters, if it asks for them)."""
+
+    def deco(fn: Callable) -> Callable:
+        hints = typing.get_type_hints(fn)
+        sig = inspect.signature(fn)
+        own = [p.replace(annotation=hints.get(p.name, p.annotation))
+               for p in sig.parameters.values() if p.name not in ("opts", "file_extras", "ctx")]
+        own_names = {p.name for p in own}
+        gen = [_option_param(f.name) for f in fields(RunOptions)
+               if f.name not in own_names and f.name not in skip]
+        ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                      annotation=typer.Context)
+        params = [ctx_param, *own, *gen, _config_param()]
+
+        def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
+            config = kwargs.pop("config", None)
+            given = {k: v for k, v in kwargs.items() if k in _FIELD_NAMES
+                     and k not in own_names
+                     and _from_user(ctx, k)}
+            opts, extras = options_from(config, given, own_names)
+            call = {k: v for k, v in kwargs.items() if k in own_names}
+            for k, v in extras.items():  # the file's values for the command's own options
+                if k in own_names and not _from_user(ctx, k):
+                    call[k] = ",".join(str(x) for x in v) if isinstance(v, list) else v
+            if "file_extras" in sig.parameters:
+                call["file_extras"] = extras
+            if "ctx" in sig.parameters:
+                call["ctx"] = ctx
+            return fn(opts=opts, **call)
+
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        wrapper.__name__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
+
+    return deco
+
+
+def _from_user(ctx: typer.Context, name: str) -> bool:
+    """True when option `name` was typed on the command line (or came from the environment),
+    not left at its default: only such values override the --config file."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _split(text: str | None, kind: type, name: str) -> list[Any] | None:
+    """'1,2,4' -> [1, 2, 4]; 'a..b' (ints) -> the powers of two from a to b."""
+    if text is None:
+        return None
+    out: list[Any] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if ".." in part and kind is int:
+                lo, hi = (int(x) for x in part.split(".."))
+                if lo <= 0 or hi < lo:
+                    raise ValueError
+                v = lo
+                while v <= hi:
+                    out.append(v)
+                    v *= 2
+            else:
+                out.append(kind(part))
+        except ValueError:
+            raise ValueError(f"{name} {text!r}: expected a comma list of {kind.__name__}s"
+                             + (" (or a..b for powers of two)" if kind is int else "")) from None
+    if not out:
+        raise ValueError(f"{name} is empty")
+    return out
+
+
+# -- run ------------------------------------------------------------------------------------------
+@app.command()
+@with_options()
+def run(
+    opts: RunOptions,
+    events: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--events", help="write the schedule as a Chrome / Perfetto trace JSON",
+        rich_help_panel="Output"),
+    progress: bool = typer.Option(False, "--progress/--no-progress",
+                                  help="progress bar over requests", rich_help_panel="Output"),
+) -> None:
+    """One simulation: prints the memory breakdown and the latency summary."""
+    from reports.events import EventCollector
+    from reports.results import simulate_options, write_run
+    from reports.tables import breakdown_table, latency_table, run_header
+
+    sink = EventCollector() if events is not None else None
+    row, result = simulate_options(opts, progress=progress, event_sink=sink)
+    con = _console()
+    con.print(run_header(row))
+    con.print(breakdown_table([row]))
+    con.print(latency_table([row]))
+    if sink is not None:
+        sink.write(events, result.timeline, result.requests)
+        con.print(f"events: {events} (open in ui.perfetto.dev)")
+    if opts.out:
+        write_run(opts.out, [row], [result], "run", opts)
+        con.print(f"results: {opts.out}/ (summary.csv, requests.parquet, timeline.parquet, "
+                  "config.json)")
+
+
+# -- sweep ----------------------------------------------------------------------------------------
+@app.command()
+@with_options()
+def sweep(
+    opts: RunOptions,
+    page_sizes: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--page-sizes", help=f"page sizes, comma list or a..b powers of two "
+        f"[default: {DEFAULT_PAGE_SIZES}]", rich_help_panel="Grid"),
+    policies: Optional[str] = typer.Option(None, "--policies",  # noqa: UP045
+                                           help="policies, comma list [default: --policy]",
+                                           rich_help_panel="Grid"),
+    placements: Optional[str] = typer.Option(None, "--placements",  # noqa: UP045
+                                             help="placements [default: --placement]",
+                                             rich_help_panel="Grid"),
+    rates: Optional[str] = typer.Option(None, "--rates", help="request rates [default: "  # noqa: UP045
+                                        "--rate]", rich_help_panel="Grid"),
+    kv_tokens: Optional[str] = typer.Option(None, "--kv-tokens", help="KV pool sizes in "  # noqa: UP045
+                                            "slots, comma list", rich_help_panel="Grid"),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="seeds [default: --seed]",  # noqa: UP045
+                                        rich_help_panel="Grid"),
+    workloads: Optional[str] = typer.Option(None, "--workloads",  # noqa: UP045
+                                            help="workloads [default: --workload]",
+                                            rich_help_panel="Grid"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes",
+                             rich_help_panel="Grid"),
+    progress: bool = typer.Option(True, "--progress/--no-progress",
+                                  help="progress bar over cells", rich_help_panel="Output"),
+    plot: bool = typer.Option(True, "--plot/--no-plot", help="draw the figures when done",
+                              rich_help_panel="Output"),
+) -> None:
+    """A grid of simulations, one summary row per cell; resumable (cells already in
+    DIR/summary.csv, by config hash, are skipped)."""
+    from reports.plots import plot_dir
+    from reports.results import config_document, run_sweep, write_config
+    from simulator.options import cells as make_cells
+
+    out = Path(opts.out or "kvsim-sweep")
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    axes: dict[str, list[Any]] = {}
+    given = {"page_size": (page_sizes or DEFAULT_PAGE_SIZES, int),
+             "policy": (policies, str), "placement": (placements, str),
+             "rate": (rates, float), "kv_tokens": (kv_tokens, int), "seed": (seeds, int),
+             "workload": (workloads, str)}
+    for name, (text, kind) in given.items():
+        values = _split(text, kind, SWEEP_AXES[name])
+        if values is not None:
+            axes[name] = values
+    grid = make_cells(opts, axes)
+    for c in grid:  # every user mistake before the first simulation
+        c.validate()
+        c.to_sim_config()
+    write_config(out, config_document("sweep", opts, axes=axes))
+    df = run_sweep(grid, out, jobs=jobs, progress=progress, announce=lambda todo, done: typer.echo(
+        f"{len(grid)} cell(s): {todo} to run, {done} already in {out}/summary.csv"))
+    typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
+    if plot and len(df):
+        paths = plot_dir(out, out / "figures", slo_ttft=opts.slo_ttft, slo_tpot=opts.slo_tpot)
+        typer.echo(f"{len(paths)} figure(s) in {out}/figures")
+
+
+# -- compare --------------------------------------------------------------------------------------
+@app.command()
+@with_options()
+def compare(
+    opts: RunOptions,
+    policies: str = typer.Option("paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,"
+                                 "contiguous-oracle", "--policies",
+                                 help="policies to compare, comma list"),
+) -> None:
+    """Several policies on one workload: a table and a stacked bar of the breakdown."""
+    from reports.plots import breakdown_figure, plot_results
+    from reports.results import simulate_options, write_run
+    from reports.tables import breakdown_table, latency_table
+
+    names = _split(policies, str, "--policies") or []
+    runs = [RunOptions.from_mapping({"policy": p}, opts).validate() for p in names]
+    for r in runs:
+        r.to_sim_config()
+    rows, results = [], []
+    for r in runs:
+        row, res = simulate_options(r)
+        rows.append(row)
+        results.append(res)
+    con = _console()
+    con.print(breakdown_table(rows))
+    con.print(latency_table(rows))
+    out = Path(opts.out or "kvsim-compare")
+    write_run(out, rows, results, "compare", opts, axes={"policy": names})
+    import pandas as pd
+
+    paths = plot_results(pd.DataFrame(rows), out / "figures",
+                         requests=pd.read_parquet(out / "requests.parquet"),
+                         timeline=pd.read_parquet(out / "timeline.parquet"))
+    del breakdown_figure
+    con.print(f"results: {out}/; figures: {', '.join(p.name for p in paths)}")
+
+
+# -- plot / report --------------------------------------------------------------------------------
+def _results_dir(d: Path) -> Path:
+    if not d.is_dir():
+        raise ValueError(f"DIR {str(d)!r} is not a directory (give the --out directory of kvsim "
+                         "run / sweep / compare)")
+    return d
+
+
+@app.command()
+def plot(
+    results: Path = typer.Argument(..., metavar="DIR", help="a results directory"),
+    out: Optional[Path] = typer.Option(None, "--out", help="figure directory "  # noqa: UP045
+                                       "[default: DIR/figures]"),
+    slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", help="TTFT p99 target (s)"),  # noqa: UP045
+    slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", help="TPOT p99 target (s)"),  # noqa: UP045
+) -> None:
+    """PNG figures from saved results (no re-simulation)."""
+    from reports.plots import plot_dir
+
+    paths = plot_dir(_results_dir(results), out, slo_ttft=slo_ttft, slo_tpot=slo_tpot)
+    for p in paths:
+        typer.echo(str(p))
+
+
+@app.command()
+def report(
+    results: Path = typer.Argument(..., metavar="DIR", help="a results directory"),
+    slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", help="TTFT p99 target (s)"),  # noqa: UP045
+    slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", help="TPOT p99 target (s)"),  # noqa: UP045
+) -> None:
+    """A one-page Markdown + HTML report (figures embedded) from saved results."""
+    from reports.report import build_report
+
+    md, html = build_report(_results_dir(results), slo_ttft=slo_ttft, slo_tpot=slo_tpot)
+    typer.echo(f"{md}\n{html}")
+
+
+# -- listings -------------------------------------------------------------------------------------
+@app.command()
+def models() -> None:
+    """Model presets, one line each."""
+    from kvcore.presets import MODELS
+
+    for m in MODELS.values():
+        extra = " MLA" if m.is_mla else ""
+        extra += f" MoE {m.num_experts}x" if m.is_moe else ""
+        typer.echo(f"{m.id:<14} {m.num_params / 1e9:7.1f}B  {m.num_layers:3d} layers  "
+                   f"{m.num_kv_heads:3d} KV heads x {m.head_dim}  "
+                   f"{m.kv_bytes_per_token():>9,} B/token KV  max ctx {m.max_position:,}"
+                   f"{extra}")
+
+
+@app.command()
+def gpus() -> None:
+    """GPU presets, one line each."""
+    from kvcore.presets import GPUS
+
+    for g in GPUS.values():
+        typer.echo(f"{g.id:<10} {g.name:<18} {g.mem_gb:5.0f} GB  {g.bandwidth_tb_s:5.2f} TB/s  "
+                   f"{g.bf16_tflops:6.0f} TFLOPS bf16")
+
+
+@app.command("workloads")
+def workloads_cmd() -> None:
+    """Built-in workloads and bundled traces, one line each."""
+    from workloads import list_workloads
+
+    for name, desc in list_workloads().items():
+        typer.echo(f"{name:<18} {desc}")
+
+
+@app.command()
+def policies() -> None:
+    """KV allocation policies and when to pick each, one line each."""
+    from kvcore.policies import policy_help
+    from kvcore.policies.placement import placement_names
+
+    for name, when in policy_help().items():
+        typer.echo(f"{name:<18} {when}")
+    typer.echo(f"(placements for contiguous-*: {', '.join(placement_names())})")
 
 
 @app.command()
@@ -33,8 +468,122 @@ def info() -> None:
                f"cuda {'yes' if torch.cuda.is_available() else 'no'}")
 
 
+# -- trace stats ----------------------------------------------------------------------------------
+@trace_app.command("stats")
+def trace_stats_cmd(
+    file: str = typer.Argument(..., metavar="FILE", help="a trace file (or a built-in "
+                               "workload name)"),
+    page_size: int = typer.Option(1, "--page-size", help="page size for the ideal reuse"),
+    format: str = typer.Option("auto", "--format", help="trace format"),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows/--no-skip-bad-rows"),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests",  # noqa: UP045
+                                               help="read only this many requests"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Lengths, rate, sessions and ideal prefix reuse of a trace."""
+    from workloads import WorkloadSpec, build_workload, list_workloads, trace_stats
+
+    if page_size < 1:
+        raise ValueError(f"--page-size must be a positive integer, got {page_size}")
+    if not Path(file).exists() and file in list_workloads():
+        spec = WorkloadSpec(name=file, num_requests=num_requests)
+    else:
+        if not Path(file).is_file():
+            raise ValueError(f"FILE {file!r}: no such file (or built-in workload: "
+                             f"{', '.join(list_workloads())})")
+        spec = WorkloadSpec(trace=file, format=format, skip_bad_rows=skip_bad_rows,
+                            num_requests=num_requests)
+    s = trace_stats(build_workload(spec), page_size)
+    if as_json:
+        typer.echo(json.dumps(s, indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"trace {s['name']}: {s['rows']:,} requests, {s['sessions']} sessions")
+    for col in ("", "mean", "p50", "p90", "p99", "min", "max"):
+        t.add_column(col, justify="right")
+    for key in ("input", "output"):
+        t.add_row(key, *(f"{s[key][k]:,.1f}" for k in ("mean", "p50", "p90", "p99", "min",
+                                                         "max")))
+    con = _console()
+    con.print(t)
+    rate = f"{s['rate']:.3f} req/s" if s["rate"] else "-"
+    con.print(f"duration {s['duration_s']:,.1f} s, rate {rate}, tokens in "
+              f"{s['input_tokens']:,} / out {s['output_tokens']:,}")
+    con.print(f"ideal prefix reuse at page size {page_size}: {s['ideal_reuse']:.4f} "
+              f"({s['ideal_hit_tokens']:,} tokens)")
+    if s["bad_rows"] or s["failed_rows"]:
+        con.print(f"bad rows skipped: {s['bad_rows']}, failed: {s['failed_rows']}")
+
+
+# -- plan -----------------------------------------------------------------------------------------
+@app.command()
+@with_options()
+def plan(
+    ctx: typer.Context,
+    opts: RunOptions,
+    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+    context_len: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--context-len", help="context length of the page-table figure [default: "
+        "--max-context-len, else the model's maximum]"),
+    tolerance: float = typer.Option(0.02, "--tolerance", help="page-size recommendation: "
+                                    "within this fraction of the best"),
+    page_sizes: str = typer.Option(DEFAULT_PAGE_SIZES, "--page-sizes",
+                                   help="page sizes simulated with --trace / --workload"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
+) -> None:
+    """Static memory plan; with --trace or --workload also simulate across page sizes and
+    recommend one."""
+    from kvcore.planner import plan as make_plan
+    from kvcore.planner import recommend_page_size
+    from reports.plan_view import render_plan_all, render_recommendation
+
+    m = opts.model_preset()
+    result = make_plan(
+        m, opts.gpu, tp=opts.tp, kv_dtype=opts.kv_dtype, rule=opts.budget or "sglang",
+        fraction=opts.mem_fraction, kv_mem_gib=opts.kv_mem_gib, kv_tokens=opts.kv_tokens,
+        num_gpu_blocks_override=opts.num_pages, gpu_mem_gib=opts.gpu_mem_gib,
+        activation_peak_gib=opts.activation_peak_gib, non_torch_gib=opts.non_torch_gib,
+        page_size=opts.page_size, max_running_requests=opts.max_running_requests,
+        context_len=context_len or opts.max_context_len)
+    simulate_too = _from_user(ctx, "workload") or opts.trace is not None
+    rec = None
+    if simulate_too:
+        from reports.plots import plot_dir
+        from reports.results import config_document, run_sweep, write_config
+        from simulator.options import cells as make_cells
+
+        sizes = _split(page_sizes, int, "--page-sizes")
+        out = Path(opts.out or "kvsim-plan")
+        grid = make_cells(opts, {"page_size": sizes})
+        for c in grid:
+            c.to_sim_config()
+        write_config(out, config_document("plan", opts, axes={"page_size": sizes}))
+        df = run_sweep(grid, out, jobs=jobs, progress=not as_json)
+        hashes = {c.config_hash() for c in grid}
+        df = df[df["config_hash"].astype(str).isin(hashes)]
+        rec = recommend_page_size(df, tolerance)
+        figs = plot_dir(out, out / "figures")
+    if as_json:
+        doc = result.to_dict()
+        if rec is not None:
+            doc["recommendation"] = rec.to_dict()
+        typer.echo(json.dumps(doc, indent=2, default=str))
+        return
+    con = _console()
+    con.print(render_plan_all(result))
+    if rec is not None:
+        con.print(render_recommendation(rec))
+        con.print(f"figures: {', '.join(str(p) for p in figs)}")
+
+
 def main() -> None:
-    app()
+    """Console entry point. Errors are turned into exit status 2 by KvsimGroup (so the same
+    handling applies under a test runner); this wrapper only adds Ctrl-C handling."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from kvcore.validation import InvariantError, non_negative_int, positive_int
@@ -74,13 +75,25 @@ class PagedAllocator:
     def _ints(self, name: str, x: IntsLike) -> torch.Tensor:
         t = torch.as_tensor(x, dtype=torch.int64, device=self.device)
         if t.dim() != 1:
-            raise ValueError(f"{name} must be a 1-D sequence of integers, got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must be a 1-D sequence of integers, got shape {tuple(t.shape)}"
+            )
         return t
+
+    @staticmethod
+    def _host_ints(name: str, x: IntsLike) -> np.ndarray:
+        if isinstance(x, torch.Tensor):
+            x = x.cpu().numpy()
+        a = np.asarray(x, dtype=np.int64)
+        if a.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D sequence of integers, got shape {a.shape}")
+        return a
 
     def _pop(self, n: int) -> torch.Tensor | None:
         if n > self._top:
             return None
-        pages = self._stack[self._top - n : self._top].flip(0)  # flip copies: safe from later pushes
+        # flip copies, so the result is safe from later pushes
+        pages = self._stack[self._top - n : self._top].flip(0)
         self._top -= n
         self._is_free[pages] = False
         return pages
@@ -127,41 +140,50 @@ class PagedAllocator:
         page. `last_loc[i]` is the slot of the request's token prefix_lens[i]-1 (-1 if none).
         New pages per request = ceil(seq/ps) - ceil(prefix/ps). None when short (no change).
         """
-        pre = self._ints("prefix_lens", prefix_lens)
-        seq = self._ints("seq_lens", seq_lens)
-        last = self._ints("last_loc", last_loc)
+        # Index arithmetic runs on the host (lengths are host data, as SGLang's *_cpu
+        # arguments); only the page ids come from the device free list.
+        pre = self._host_ints("prefix_lens", prefix_lens)
+        seq = self._host_ints("seq_lens", seq_lens)
+        last = self._host_ints("last_loc", last_loc)
         if not len(pre) == len(seq) == len(last):
             raise ValueError("prefix_lens, seq_lens and last_loc must have the same length")
         if len(seq) == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
-        if bool((pre < 0).any()) or bool((seq < pre).any()):
-            raise ValueError(f"need 0 <= prefix_lens <= seq_lens, got {pre.tolist()} / {seq.tolist()}")
+        if (pre < 0).any() or (seq < pre).any():
+            raise ValueError(
+                f"need 0 <= prefix_lens <= seq_lens, got {pre.tolist()} / {seq.tolist()}"
+            )
         ps = self.page_size
         ext = seq - pre
         if ps == 1:
             return self._pop(int(ext.sum()))
         partial = pre % ps != 0
-        if bool(((last + 1) % ps != pre % ps)[partial].any()):
+        if ((last + 1) % ps != pre % ps)[partial].any():
             raise ValueError("last_loc is not on the prefix's last page (page-offset mismatch)")
         pre_pages = (pre + ps - 1) // ps
         new_pages = (seq + ps - 1) // ps - pre_pages
         pages = self._pop(int(new_pages.sum()))
         if pages is None:
             return None
-        total = int(ext.sum())
-        req = torch.repeat_interleave(torch.arange(len(seq), device=self.device), ext)
-        tok = torch.arange(total, device=self.device) - torch.repeat_interleave(
-            torch.cumsum(ext, 0) - ext, ext
-        )
+        req = np.repeat(np.arange(len(seq)), ext)
+        tok = np.arange(int(ext.sum())) - np.repeat(np.cumsum(ext) - ext, ext)
         pos = pre[req] + tok
         old_page_end = (pre_pages * ps)[req]
         slot_old = last[req] + 1 + tok
         if len(pages) == 0:
-            return slot_old
-        page_base = (torch.cumsum(new_pages, 0) - new_pages)[req]
-        page_idx = page_base + (pos - old_page_end).clamp(min=0) // ps
-        slot_new = pages[page_idx.clamp(max=len(pages) - 1)] * ps + pos % ps
-        return torch.where(pos < old_page_end, slot_old, slot_new)
+            return torch.from_numpy(slot_old).to(self.device)
+        page_base = (np.cumsum(new_pages) - new_pages)[req]
+        page_idx = page_base + np.maximum(pos - old_page_end, 0) // ps
+        in_old = pos < old_page_end
+        page_idx = np.minimum(page_idx, len(pages) - 1)
+        slot_new = pages[torch.from_numpy(page_idx).to(self.device)] * ps + torch.from_numpy(
+            pos % ps
+        ).to(self.device)
+        return torch.where(
+            torch.from_numpy(in_old).to(self.device),
+            torch.from_numpy(slot_old).to(self.device),
+            slot_new,
+        )
 
     def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
         """One slot per request for its next token; `seq_lens` count that token.
@@ -247,7 +269,7 @@ class PagedAllocator:
         return AllocatorState(self._top, len(self._undo))
 
     def restore_state(self, state: AllocatorState) -> None:
-        """Undo every alloc and free made since `state` was taken."""
+        """Undo every alloc and free made since `state` was taken (states may nest)."""
         if self._undo is None or state.undo_len > len(self._undo):
             raise ValueError("restore_state with a state this allocator did not back up")
         while len(self._undo) > state.undo_len:
@@ -256,8 +278,7 @@ class PagedAllocator:
         self._top = state.top
         self._is_free.fill_(False)
         self._is_free[self._stack[: self._top]] = True
-        if state.undo_len == 0:
-            self._undo = None
+        # keep logging: an outer backup taken earlier must stay restorable (discard_backup ends it)
 
     def discard_backup(self) -> None:
         """Stop logging for restore_state (the speculative work was kept)."""

@@ -136,6 +136,11 @@ class RadixCache:
         self._evictable = 0
         self._protected = 0
         self._evictable_leaves: set[TreeNode] = set()
+        # A persistent heap of (priority, node) for evictable leaves. Entries go stale when a
+        # node is touched, locked or gains a child; stale ones are skipped when popped, and a
+        # fresh entry is pushed whenever a node (re)becomes an evictable leaf or is touched.
+        # evict() then costs O(k log n) instead of re-heapifying every leaf each call.
+        self._heap: list[tuple[tuple, TreeNode]] = []
 
     # -- sizes -----------------------------------------------------------------------------
     def evictable_size(self) -> int:
@@ -198,6 +203,14 @@ class RadixCache:
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
         return node is not self.root and not node.children and node.lock_ref == 0
 
+    def _mark_leaf(self, node: TreeNode) -> None:
+        """`node` is (still) an evictable leaf with a possibly new priority."""
+        self._evictable_leaves.add(node)
+        heapq.heappush(self._heap, (self._priority(node), node))
+        if len(self._heap) > 2 * len(self._evictable_leaves) + 64:
+            self._heap = [(self._priority(n), n) for n in self._evictable_leaves]
+            heapq.heapify(self._heap)
+
     # -- matching --------------------------------------------------------------------------
     def match_prefix(self, key: object) -> MatchResult:
         """The longest cached prefix of `key`, rounded down to whole pages.
@@ -224,7 +237,12 @@ class RadixCache:
             values.append(child.value)
             node, pos = child, pos + m
             if partial:
+                lower = next(iter(child.children.values()))
+                if self._is_evictable_leaf(lower):
+                    self._mark_leaf(lower)
                 break
+        if self._is_evictable_leaf(node):
+            self._mark_leaf(node)
         if not values:
             return empty
         return MatchResult(values[0] if len(values) == 1 else torch.cat(values), node)
@@ -280,13 +298,18 @@ class RadixCache:
                     self._evictable_leaves.discard(node)
                 self._add_child(node, leaf)
                 self._evictable += n - pos
-                self._evictable_leaves.add(leaf)
+                self._mark_leaf(leaf)
                 return pos
             m = self._match_len(child.key, key[pos:n])
             child.last_access = self._clock
             if m < len(child.key):
                 child = self._split(child, m)
+                lower = next(iter(child.children.values()))  # touched too: re-key its entry
+                if self._is_evictable_leaf(lower):
+                    self._mark_leaf(lower)
             node, pos = child, pos + m
+        if self._is_evictable_leaf(node):
+            self._mark_leaf(node)
         return pos
 
     # -- locks -----------------------------------------------------------------------------
@@ -314,33 +337,39 @@ class RadixCache:
                 self._evictable += len(node.key)
                 self._protected -= len(node.key)
                 if not node.children:
-                    self._evictable_leaves.add(node)
+                    node.lock_ref -= 1
+                    self._mark_leaf(node)
+                    node = node.parent
+                    continue
             node.lock_ref -= 1
             node = node.parent
 
     # -- eviction --------------------------------------------------------------------------
-    def evict(self, num_tokens: int) -> int:
+    def evict(self, num_tokens: int, sizes: list[int] | None = None) -> int:
         """Evict unlocked leaves (by the eviction priority) until `num_tokens` are freed or
         nothing evictable is left; whole nodes go, so it may free more. Returns tokens freed;
-        their pages go back to the allocator."""
+        their pages go back to the allocator. `sizes`, if given, receives each evicted node's
+        length in eviction order."""
         if self.disable or num_tokens <= 0 or not self._evictable_leaves:
             return 0
         prio = self._priority
-        heap = [(prio(n), n) for n in self._evictable_leaves]
-        heapq.heapify(heap)
+        heap = self._heap
         freed: list[torch.Tensor] = []
         evicted = 0
         while evicted < num_tokens and heap:
-            _, leaf = heapq.heappop(heap)
+            key, leaf = heapq.heappop(heap)
+            if leaf not in self._evictable_leaves or key != prio(leaf):
+                continue  # stale entry
             freed.append(leaf.value)
             evicted += len(leaf.key)
+            if sizes is not None:
+                sizes.append(len(leaf.key))
             parent = leaf.parent
             self._remove_child(parent, leaf)
             self._evictable_leaves.discard(leaf)
             self._evictable -= len(leaf.key)
             if self._is_evictable_leaf(parent):
-                self._evictable_leaves.add(parent)
-                heapq.heappush(heap, (prio(parent), parent))
+                self._mark_leaf(parent)
         if self.allocator is not None and freed:
             self.allocator.free(torch.cat(freed))
         return evicted

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 from kvcore.validation import InvariantError, non_negative_int, positive_int
@@ -85,6 +86,11 @@ class ReqToTokenPool:
             return
         if int((starts + lens).max()) > self.max_context_len:
             raise ValueError(f"a write goes past max_context_len {self.max_context_len}")
+        if self.device.type == "cpu":  # index arithmetic on the host, one scatter
+            r, st, ln = rows.numpy(), starts.numpy(), lens.numpy()
+            pos = np.repeat(st, ln) + np.arange(int(ln.sum())) - np.repeat(np.cumsum(ln) - ln, ln)
+            self.req_to_token.numpy()[np.repeat(r, ln), pos] = slots.numpy()
+            return
         row_of = torch.repeat_interleave(rows, lens)
         offsets = torch.arange(len(slots), device=slots.device) - torch.repeat_interleave(
             torch.cumsum(lens, 0) - lens, lens

@@ -110,6 +110,10 @@ class Engine:
         # A reserving policy refused the head: nothing changes until memory is given back,
         # so the head is not retried (nor a failed allocation counted) until then.
         self._mem_epoch = 0
+        # A session turn finished: its session process must run (and announce when its next
+        # turn is due) before the engine plans a multi-step stretch, or the stretch could run
+        # past that release. The engine yields once at the same instant, in both modes.
+        self._session_turn_done = False
         self._blocked: tuple[int, int] | None = None
         self._open = sorted(workload.requests, key=lambda r: (r.arrival_s, r.request_id))
         self._next_open = 0
@@ -127,6 +131,10 @@ class Engine:
         self.queue_backlog = 0
         self.failed_decode_allocs = 0
         self.last_finish_s = 0.0
+        # Optional observer (the CLI's --events trace): called as
+        # event_sink(t0, t1, prefill_chunks [(rid, from_token, to_token)], decode_rids, steps)
+        # once per iteration or decode stretch. Never changes the simulation.
+        self.event_sink: Callable[..., None] | None = None
 
     # -- arrivals --------------------------------------------------------------------------
     def start(self) -> None:
@@ -136,7 +144,12 @@ class Engine:
         self.env.process(self.run())
 
     def _enqueue(self, req: Request) -> SimRequest:
-        sreq = SimRequest(req, self.max_context_len, self.env)
+        # SGLang caps max_new_tokens by its max_req_len = min(context length, pool size), so a
+        # request that fits is not refused for an output budget the pool could never hold.
+        limit = self.max_context_len
+        if self.cfg.admission == "sglang":
+            limit = min(limit, self.policy.capacity)
+        sreq = SimRequest(req, limit, self.env)
         self.waiting.append(sreq)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -221,7 +234,8 @@ class Engine:
         if self.reserving:
             return True  # the contiguous policy's placement decides
         if mode == "sglang":
-            rem = sum(max(r.max_new - r.decoded, 0) for r in self.running)
+            rem = sum(min(max(r.max_new - r.decoded, 0), CLIP_MAX_NEW_TOKENS)
+                      for r in self.running)
             budget = self.policy.available_tokens() - rem * self.ratio.value - admitted_charge
             return extend + min(sreq.max_new - sreq.decoded, CLIP_MAX_NEW_TOKENS) <= budget
         if mode == "vllm":
@@ -347,6 +361,9 @@ class Engine:
     def run(self):
         env = self.env
         while True:
+            if self._session_turn_done:
+                self._session_turn_done = False
+                yield env.timeout(0)
             if not (self.waiting or self.prefilling or self.running):
                 if not self._arrivals_pending():
                     break
@@ -358,6 +375,9 @@ class Engine:
                 self.rec.add_interval(t0, env.now, self._parts(b), b.frag_index,
                                       self.policy.page_table_entries(), b.over_reservation)
                 continue
+            # the head that a stretch must not pass is the head in schedule order (lpm
+            # reorders; stepping sorts at the start of every iteration)
+            self.waiting = order_waiting(self.waiting, self.cfg.schedule, self._peek)
             if self._stretch_possible():
                 k = self._stretch_length()
                 if k >= 2:
@@ -376,6 +396,8 @@ class Engine:
             if not self.policy.extend(rids, targets):
                 plan = self._shrink_plan(plan)
         prefill_info = [(t - s.written, s.written) for s, t in plan if not s.swap_len]
+        chunks = ([(s.rid, s.written, t) for s, t in plan]
+                  if self.event_sink is not None else None)
         for sreq, target in plan:
             if sreq.swap_len:
                 extra += self.latency.swap_tokens_time(target - sreq.written,
@@ -412,6 +434,8 @@ class Engine:
         contexts = np.fromiter((s.written for s in decoding), dtype=np.int64,
                                count=len(decoding))
         dt = self.latency.iteration_time(prefill_info, contexts, self.policy.page_size) + extra
+        if self.event_sink is not None:
+            self.event_sink(t0, t0 + dt, chunks, [s.rid for s in decoding], 1)
         b = self._breakdown()
         self.rec.add_interval(t0, t0 + dt, self._parts(b), b.frag_index,
                               self.policy.page_table_entries(), b.over_reservation)
@@ -477,6 +501,8 @@ class Engine:
             sreq.first_token_s = sreq.finish_s
         self.completed += 1
         self.last_finish_s = sreq.finish_s
+        if sreq.req.session_id is not None:
+            self._session_turn_done = True
         sreq.ids = None
         self._record_request(sreq)
         sreq.done.succeed()
@@ -521,7 +547,7 @@ class Engine:
                 min(s.output_len - s.decoded for s in running))
         if k < 2:
             return k
-        free = self.policy.free_tokens()
+        free = self.policy.available_tokens()
         if self.policy.decode_cost(rids, k) > free:
             lo, hi = 1, k  # largest k with cost <= free (cost grows with k)
             while lo < hi:
@@ -540,7 +566,7 @@ class Engine:
         times = self._step_times(k)
         next_arrival = self._next_arrival()
         if np.isfinite(next_arrival):
-            ends = self.env.now + np.cumsum(times)
+            ends = _step_ends(self.env.now, times)
             hit = np.nonzero(ends >= next_arrival)[0]
             if len(hit):
                 k = min(k, int(hit[0]) + 1)
@@ -559,7 +585,8 @@ class Engine:
         if mode == "vllm":
             return k  # free pages only shrink while decoding
         if mode == "sglang":
-            rem = np.array([max(r.max_new - r.decoded, 0) for r in self.running])
+            rem = np.array([min(max(r.max_new - r.decoded, 0), CLIP_MAX_NEW_TOKENS)
+                            for r in self.running])
             ratio = np.maximum(self.ratio.floor, self.ratio.value - self.ratio.decay * j)
             left = np.clip(rem[None, :] - j[:, None], 0, None).sum(axis=1)
             need = head.prefill_target - cached + min(head.max_new, CLIP_MAX_NEW_TOKENS)
@@ -586,26 +613,26 @@ class Engine:
         rids = [s.rid for s in running]
         times = self._step_times(k)
         head = self._head_reservation()
-        profile = self.policy.decode_profile(rids, k, head)
         b0 = self.policy.breakdown(head)
-        ok = self.policy.decode_steps(rids, k)
-        assert ok, "decode_steps failed although decode_cost <= free_tokens"
+        profile = self.policy.decode_steps(rids, k, head)
         for s in running:
             s.written += k
         if self.cfg.check_invariants:
             self.policy.check_invariants()
-        starts = env.now + np.concatenate([[0.0], np.cumsum(times)[:-1]])
-        ends = env.now + np.cumsum(times)
+        ends = _step_ends(env.now, times)
+        starts = np.concatenate([[env.now], ends[:-1]])
         ps = self.policy.page_size
         w0 = np.fromiter((s.written - k for s in running), dtype=np.int64, count=len(running))
         other = self.policy.page_table_entries() - int((-(-(w0 + k) // ps)).sum())
         entries = other + (-(-(w0[None, :] + np.arange(1, k + 1)[:, None]) // ps)).sum(axis=1)
         self.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
-        self.rec.add_iterations(env.now, k, len(running))
+        if self.event_sink is not None:
+            self.event_sink(float(starts[0]), float(ends[-1]), [], rids, k)
+        self.rec.add_iterations(starts, k, len(running))
         self.rec.sample(env.now, profile[0], len(running), len(self.waiting), len(running))
         if self.cfg.admission == "sglang":
             self.ratio.step(k)
-        yield env.timeout(float(ends[-1] - env.now))
+        yield env.timeout(_delay_to(env.now, float(ends[-1])))
         for s in running:
             s.decoded += k
             self.generated_tokens += k
@@ -613,3 +640,20 @@ class Engine:
             if s.decoded >= s.output_len:
                 self.running.remove(s)
                 self._finish(s)
+
+
+def _step_ends(now: float, times: np.ndarray) -> np.ndarray:
+    """End times of consecutive steps, accumulated left to right from `now` exactly as SimPy
+    accumulates one timeout after another (now + t0, then + t1, ...), so that a stretch ends at
+    bit-for-bit the same instant as stepping."""
+    return np.add.accumulate(np.concatenate([[now], np.asarray(times, dtype=float)]))[1:]
+
+
+def _delay_to(now: float, end: float) -> float:
+    """A delay d >= 0 with now + d == end in floating point (end - now alone can miss by an ulp)."""
+    d = max(end - now, 0.0)
+    while now + d < end:
+        d = float(np.nextafter(d, np.inf))
+    while d > 0 and now + d > end:
+        d = float(np.nextafter(d, -np.inf))
+    return d

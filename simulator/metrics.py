@@ -66,15 +66,27 @@ class Recorder:
         Over-reservation does not change during decode steps, so it comes as one number."""
         w = self._clip(starts, ends)
         if w.any():
-            self.part_seconds += (parts * w[:, None]).sum(axis=0)
-            self.over_seconds += over_reservation * float(w.sum())
-            self.frag_index_seconds += frag_index * float(w.sum())
-            self.page_entry_seconds += float((page_entries * w).sum())
+            # accumulate step by step, in order, so the sums round exactly as stepping's do
+            self.part_seconds = _accumulate(self.part_seconds, parts * w[:, None])
+            self.over_seconds = float(_accumulate(self.over_seconds, over_reservation * w))
+            self.frag_index_seconds = float(_accumulate(self.frag_index_seconds,
+                                                        frag_index * w))
+            self.page_entry_seconds = float(_accumulate(self.page_entry_seconds,
+                                                        page_entries * w))
         inside = (ends > self.window_start) & (starts < self.window_end)
         if inside.any():
             self.peak_token_states = max(self.peak_token_states, int(parts[inside, 0].max()))
 
-    def add_iterations(self, t0: float, count: int, batch: int) -> None:
+    def add_iterations(self, t0: float | np.ndarray, count: int, batch: int) -> None:
+        """`count` iterations of `batch` requests starting at t0 (or at each of the times in
+        t0); only those that start inside the window count."""
+        if isinstance(t0, np.ndarray):
+            count = int(((t0 >= self.window_start) & (t0 <= self.window_end)).sum())
+            if count:
+                self.iterations += count
+                self.batch_sum += count * batch
+                self.peak_batch = max(self.peak_batch, batch)
+            return
         if self.window_start <= t0 <= self.window_end:
             self.iterations += count
             self.batch_sum += count * batch
@@ -112,3 +124,9 @@ class Recorder:
             return {p: float("nan") for p in PARTS}
         shares = self.part_seconds / span / self.capacity * 100.0
         return dict(zip(PARTS, (float(x) for x in shares), strict=True))
+
+
+def _accumulate(total, terms: np.ndarray):
+    """total + terms[0] + terms[1] + ..., added left to right (rows of a 2-D `terms`)."""
+    first = np.asarray(total, dtype=float)[None, ...]
+    return np.add.accumulate(np.concatenate([first, np.asarray(terms, dtype=float)]), axis=0)[-1]

@@ -70,6 +70,7 @@ def simulate(
     cfg: SimConfig,
     progress: bool = False,
     request_sink: Callable[[list[tuple]], None] | None = None,
+    event_sink: Callable[..., None] | None = None,
 ) -> SimResult:
     """Run one engine over `workload`; deterministic for the same inputs and seed."""
     torch.set_num_threads(TORCH_THREADS)
@@ -92,6 +93,7 @@ def simulate(
         bar = tqdm(total=workload.num_requests, unit="req", desc="simulating", leave=False)
     engine = Engine(env, workload, policy, latency, cfg, max_ctx, rec,
                     progress=bar.update if bar else None)
+    engine.event_sink = event_sink  # optional schedule observer (Engine.event_sink)
     engine.start()
     backlog: dict[str, int] = {}
 

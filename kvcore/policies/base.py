@@ -162,14 +162,20 @@ class KVPolicy(ABC):
             total += (-(-(w + n) // ps) - -(-w // ps)) * ps
         return total
 
-    def decode_steps(self, rids: Sequence[int], n: int) -> bool:
-        """`n` decode steps at once, with exactly the result of `n` calls of `decode(rids)`.
+    def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        """`n` decode steps at once, with exactly the result of `n` calls of `decode(rids)`;
+        returns the breakdown parts (columns in PARTS order) after each step, so the engine
+        keeps exact time-weighted averages.
 
-        The engine only asks for n > 1 when `decode_cost(rids, n) <= free_tokens()`, so no
-        step can fail or evict. Policies override this with one batched call."""
-        if n > 1 and self.decode_cost(rids, n) > self.free_tokens():
-            raise ValueError("decode_steps(n > 1) needs decode_cost <= free_tokens")
-        return all(self.decode(rids) for _ in range(n))
+        The engine only asks when `decode_cost(rids, n) <= available_tokens()`, so no step
+        can fail. Default: the predicted profile, then n single steps."""
+        if self.decode_cost(rids, n) > self.available_tokens():
+            raise ValueError("decode_steps needs decode_cost <= available_tokens")
+        profile = self.decode_profile(rids, n, head_reservation)
+        for _ in range(n):
+            if not self.decode(rids):
+                raise RuntimeError("a decode step failed although memory was available")
+        return profile
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         """The breakdown parts (columns in PARTS order) after each of the next `n` decode

@@ -70,6 +70,7 @@ class PagedPolicy(KVPolicy):
         self._node: list[TreeNode | None] = [None] * rows
         self._row_of: dict[int, int] = {}
         self._table = self.req_to_token_pool.req_to_token
+        self._table_np = self._table.numpy() if self._table.device.type == "cpu" else None
 
     # -- helpers ---------------------------------------------------------------------------
     def _rows(self, rids: Sequence[int]) -> np.ndarray:
@@ -91,6 +92,9 @@ class PagedPolicy(KVPolicy):
             self.tree.evict(short)
 
     def _last_loc(self, rows: np.ndarray, written: np.ndarray) -> torch.Tensor:
+        if self._table_np is not None:  # CPU: read the page table through a numpy view
+            loc = self._table_np[rows, np.maximum(written - 1, 0)].astype(np.int64)
+            return torch.from_numpy(np.where(written > 0, loc, -1))
         rows_t = torch.from_numpy(rows)
         w = torch.from_numpy(written)
         loc = self._table[rows_t, (w - 1).clamp(min=0)].to(_I64)
@@ -174,19 +178,32 @@ class PagedPolicy(KVPolicy):
         w = self._written[self._rows(rids)]
         return int((_ceil_to(w + n, self.page_size) - _ceil_to(w, self.page_size)).sum())
 
-    def decode_steps(self, rids: Sequence[int], n: int) -> bool:
+    def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         """n steps in one batch, popping pages in the order n single steps would (step-major,
-        then batch order), so the page table ends up identical to stepping."""
-        if n == 1:
-            return self.decode(rids)
+        then batch order) so the page table ends up identical to stepping. Cache that stepping
+        would evict is evicted up front in the same LRU order; the profile shows it leaving
+        at the step where stepping would have evicted it."""
+        profile = self.decode_profile(rids, n, head_reservation)
         rows = self._rows(rids)
         w = self._written[rows]
         ps = self.page_size
         pos = w[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (n, batch) positions written
         starts = pos % ps == 0
         n_new = int(np.count_nonzero(starts))
-        if n_new * ps > self.allocator.available_size():
-            raise ValueError("decode_steps(n > 1) needs decode_cost <= free_tokens")
+        free0 = self.allocator.available_size()
+        short = n_new * ps - free0
+        if short > 0:
+            sizes: list[int] = []
+            self.tree.evict(short, sizes)
+            if self.allocator.available_size() < n_new * ps:
+                raise ValueError("decode_steps needs decode_cost <= available_tokens")
+            need = np.cumsum(starts.sum(axis=1)) * ps  # slots taken through each step
+            cum = np.cumsum(sizes)
+            shortfall = need - free0
+            idx = np.searchsorted(cum, np.maximum(shortfall, 1), side="left")
+            evicted = np.where(shortfall > 0, cum[np.minimum(idx, len(cum) - 1)], 0)
+            profile[:, PARTS.index("cached")] -= evicted
+            profile[:, PARTS.index("free")] += evicted
         pages = self.allocator.alloc_pages(n_new)
         assert pages is not None
         page_at = np.zeros(pos.shape, dtype=np.int64)
@@ -200,7 +217,7 @@ class PagedPolicy(KVPolicy):
         rows_t = torch.from_numpy(np.broadcast_to(rows, pos.shape).copy())
         self._table[rows_t, torch.from_numpy(pos)] = slots.to(torch.int32)
         self._written[rows] = w + n
-        return True
+        return profile
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         b = self.breakdown(head_reservation)

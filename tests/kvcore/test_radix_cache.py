@@ -76,9 +76,9 @@ def test_insert_returns_cached_length_and_is_idempotent() -> None:
     assert (tree.total_size(), tree.evictable_size(), alloc.available_size()) == before
     # a 14-token key: only the whole pages are inserted
     slots = alloc.alloc(16)
-    assert tree.insert(key + [50, 51], slots[:14]) == 12
+    assert tree.insert([*key, 50, 51], slots[:14]) == 12
     assert tree.total_size() == 12
-    assert len(tree.match_prefix(key + [50, 51, 52, 53]).indices) == 12
+    assert len(tree.match_prefix([*key, 50, 51, 52, 53]).indices) == 12
     tree.check_invariants()
 
 
@@ -140,7 +140,7 @@ def test_peek_is_read_only_and_counts_token_hits() -> None:
     alloc, tree = _tree(4)
     _insert_fresh(alloc, tree, list(range(8)))
     n_nodes = len(tree.nodes())
-    assert tree.peek(list(range(6)) + [77, 78]) == (4, 6)
+    assert tree.peek([*range(6), 77, 78]) == (4, 6)
     assert tree.peek(list(range(8))) == (8, 8)
     assert len(tree.nodes()) == n_nodes
 
@@ -156,7 +156,7 @@ def test_bad_eviction_policy_and_value_length() -> None:
         RadixCache(1, eviction="mru")
     with pytest.raises(ValueError, match="page_size 2 differs"):
         RadixCache(2, PagedAllocator(4, 1))
-    alloc, tree = _tree(1)
+    _, tree = _tree(1)
     with pytest.raises(ValueError, match="value has 1 slots for 2 tokens"):
         tree.insert([1, 2], torch.tensor([5]))
     assert tree.total_size() == 0
@@ -444,3 +444,16 @@ def test_raw_allocator_and_radix_stateful_cuda(ps: int) -> None:
     run_state_machine_as_test(
         _machine(ps, "cuda"), settings=settings(_SETTINGS, max_examples=10)
     )
+
+
+def test_evict_all_after_insert_splits_an_evictable_leaf() -> None:
+    """A split during insert touches the lower half; it must stay evictable."""
+    alloc, tree = _tree(1, pages=16)
+    tree.insert([1, 2, 3, 4], alloc.alloc(4))
+    s2 = alloc.alloc(3)
+    already = tree.insert([1, 2, 9], s2)
+    alloc.free(s2[:already])
+    assert tree.evictable_size() == 5
+    assert tree.evict(100) == 5 and tree.evictable_size() == 0
+    assert alloc.available_size() == 16
+    tree.check_invariants()

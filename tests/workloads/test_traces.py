@@ -127,6 +127,8 @@ def test_max_new_tokens_precedence_and_clipping():
         ("vidur", "arrived_at,num_prefill_tokens,num_decode_tokens\n2,5,5\n1,5,5\n", 3,
          "backwards"),
         ("vidur", "arrived_at,num_prefill_tokens\n0,5\n", 1, "lacks column"),
+        ("vidur", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1e18,5\n", 2,
+         "too large"),
         ("mooncake", '{"timestamp": 0, "input_length": 600, "output_length": 2, '
          '"hash_ids": [1]}\n', 1, "hash_ids has 1 blocks"),
         ("mooncake", '{"timestamp": 0, "input_length": 6, "output_length": 2, "hash_ids": [1]}'

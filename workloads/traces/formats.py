@@ -15,6 +15,7 @@ from workloads.errors import WorkloadError
 from workloads.request import HASH_BLOCK_TOKENS, PromptSpec
 from workloads.traces.rows import (
     MAX_HASH_ID,
+    MAX_TOKEN_ID,
     CsvHeader,
     Row,
     RowSink,
@@ -202,8 +203,8 @@ def _generic_row(line: int, get, sink: RowSink) -> None:
     mnt = parse_optional_int(get("max_new_tokens", False), "max_new_tokens")
     if mnt is not None and mnt < 1:
         raise WorkloadError("max_new_tokens: must be at least 1")
-    sess = parse_optional_int(get("session_id", False), "session_id")
-    turn = parse_optional_int(get("turn", False), "turn")
+    sess = parse_optional_int(get("session_id", False), "session_id", MAX_TOKEN_ID)
+    turn = parse_optional_int(get("turn", False), "turn", MAX_TOKEN_ID)
     sink.add(Row(line, t, prompt, out, mnt, sess, turn))
 
 

@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from workloads.errors import WorkloadError
-from workloads.request import PromptSpec
+from workloads.request import NAMESPACE_SPAN, PromptSpec
 
 MAX_TOKEN_ID = (1 << 62) - 1  # explicit ids must fit int64 with room to spare
 MAX_HASH_ID = (1 << 29) - 1  # h * 512 + 511 stays below the synthetic namespaces (>= 2**38)
+MAX_LENGTH = NAMESPACE_SPAN  # 16,777,216 tokens: one synthetic namespace; far above any model
 
 
 @dataclass
@@ -78,9 +79,12 @@ def decode_text(data: bytes, source: str) -> str:
         raise WorkloadError("not UTF-8 text", source, line) from None
 
 
-def parse_count(text: object, column: str, minimum: int = 0) -> int:
-    """A token count: a non-negative integer ("12" or "12.0"); raises WorkloadError (no
-    location; the caller adds it)."""
+def parse_count(
+    text: object, column: str, minimum: int = 0, maximum: int = MAX_LENGTH
+) -> int:
+    """A token count: an integer in [0, 2^24] ("12" or "12.0"); raises WorkloadError (no
+    location; the caller adds it). The upper bound keeps synthetic content inside one
+    namespace and a bogus row from asking for terabytes of token ids."""
     if isinstance(text, bool) or text is None:
         raise WorkloadError(f"{column}: not a number: {text!r}")
     if isinstance(text, int):
@@ -108,8 +112,8 @@ def parse_count(text: object, column: str, minimum: int = 0) -> int:
         raise WorkloadError(f"{column}: negative length {value}")
     if value < minimum:
         raise WorkloadError(f"{column}: must be at least {minimum}, got {value}")
-    if value > MAX_TOKEN_ID:
-        raise WorkloadError(f"{column}: too large: {value}")
+    if value > maximum:
+        raise WorkloadError(f"{column}: too large: {value} (at most {maximum})")
     return value
 
 
@@ -118,7 +122,10 @@ def parse_seconds(text: object, column: str, scale: float = 1.0) -> float:
     if isinstance(text, bool) or text is None:
         raise WorkloadError(f"{column}: not a number: {text!r}")
     if isinstance(text, (int, float)):
-        f = float(text)
+        try:
+            f = float(text)
+        except OverflowError:
+            raise WorkloadError(f"{column}: not a finite number: {_show(text)}") from None
     elif isinstance(text, str):
         s = text.strip()
         try:
@@ -170,10 +177,12 @@ def parse_token_ids(value: object, column: str) -> PromptSpec:
     return PromptSpec((("ids", arr),))
 
 
-def parse_optional_int(value: object, column: str) -> int | None:
+def parse_optional_int(
+    value: object, column: str, maximum: int = MAX_LENGTH
+) -> int | None:
     if value is None or (isinstance(value, str) and value.strip() == ""):
         return None
-    return parse_count(value, column)
+    return parse_count(value, column, 0, maximum)
 
 
 def _show(v: object) -> str:

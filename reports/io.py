@@ -1,0 +1,86 @@
+"""Atomic writes: a temporary file in the target's directory, then `os.replace`.
+
+A reader (or a resumed sweep) therefore sees either the old file or the new one, never a
+half-written one, even if the writer raises or the process is killed mid-write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
+_MODE = 0o666 & ~_umask()  # what a plain open() would give (mkstemp makes 0600)
+
+
+def _atomic(path: str | Path, write: Callable[[str], None]) -> Path:
+    """Call `write(tmp_path)`, then move the result over `path`; on error remove the temp."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, _MODE)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    def w(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    return _atomic(path, w)
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_csv_atomic(path: str | Path, df: pd.DataFrame) -> Path:
+    return _atomic(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+def write_parquet_atomic(path: str | Path, df: pd.DataFrame) -> Path:
+    return _atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def save_figure_atomic(path: str | Path, fig: Any, **kwargs: Any) -> Path:
+    """A matplotlib figure as PNG (format given explicitly: the temp name has no suffix)."""
+    return _atomic(path, lambda tmp: fig.savefig(tmp, format="png", **kwargs))
+
+
+def read_csv_or_empty(path: str | Path) -> pd.DataFrame:
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return pd.DataFrame()
+    return pd.read_csv(p)
+
+
+def append_rows_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Add rows to a CSV by rewriting the whole file atomically (columns are the union, in
+    first-seen order); returns the full table."""
+    old = read_csv_or_empty(path)
+    new = pd.DataFrame(list(rows))
+    df = new if old.empty else pd.concat([old, new], ignore_index=True, sort=False)
+    write_csv_atomic(path, df)
+    return df

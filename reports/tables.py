@@ -1,0 +1,82 @@
+"""Rich tables for the terminal: the memory breakdown and the latency summary."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rich.table import Table
+
+BREAKDOWN_ROWS = (
+    ("token states", "token_states_pct", "KV of tokens that running requests will read"),
+    ("cached", "cached_pct", "finished prefixes kept for reuse (evictable)"),
+    ("reserved", "reserved_pct", "held for tokens not yet written"),
+    ("internal frag.", "internal_frag_pct", "slots lost inside allocations"),
+    ("  over-reservation", "internal_overreserve_pct", "reserved beyond the final length"),
+    ("  page rounding", "internal_rounding_pct", "last-page rounding"),
+    ("external frag.", "external_frag_pct", "free but unusable holes"),
+    ("free", "free_pct", "usable free memory"),
+)
+LATENCY_ROWS = (
+    ("requests completed", "requests_completed", "{:,.0f}"),
+    ("requests rejected", "requests_rejected", "{:,.0f}"),
+    ("queue backlog", "queue_backlog", "{:,.0f}"),
+    ("throughput (tok/s)", "throughput_tok_s", "{:,.1f}"),
+    ("normalized latency (s/tok)", "normalized_latency_s", "{:.4f}"),
+    ("TTFT p50 / p99 (s)", ("ttft_p50_s", "ttft_p99_s"), "{:.3f}"),
+    ("TPOT p50 / p99 (s)", ("tpot_p50_s", "tpot_p99_s"), "{:.4f}"),
+    ("avg batch size", "avg_batch_size", "{:.1f}"),
+    ("preemptions", "preemptions", "{:,.0f}"),
+    ("prefix hit rate", "prefix_hit_rate", "{:.3f}"),
+    ("missed reuse (% prompt)", "missed_reuse_pct", "{:.2f}"),
+    ("failed allocations", "failed_allocs", "{:,.0f}"),
+    ("peak token states (%)", "peak_token_states_pct", "{:.1f}"),
+    ("simulation wall time (s)", "sim_wall_s", "{:.2f}"),
+)
+
+
+def _fmt(fmt: str, v: Any) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return "-" if math.isnan(f) else fmt.format(f)
+
+
+def breakdown_table(rows: Iterable[Mapping[str, Any]], label_key: str = "policy",
+                    title: str = "KV memory breakdown (% of capacity, time-weighted)") -> Table:
+    rows = list(rows)
+    t = Table(title=title)
+    t.add_column("part", style="bold")
+    for r in rows:
+        t.add_column(str(r.get(label_key, "")), justify="right")
+    if len(rows) == 1:
+        t.add_column("meaning", style="dim")
+    for name, key, meaning in BREAKDOWN_ROWS:
+        cells = [_fmt("{:.2f}", r.get(key)) for r in rows]
+        t.add_row(name, *cells, *([meaning] if len(rows) == 1 else []))
+    return t
+
+
+def latency_table(rows: Iterable[Mapping[str, Any]], label_key: str = "policy",
+                  title: str = "Latency and throughput") -> Table:
+    rows = list(rows)
+    t = Table(title=title)
+    t.add_column("metric", style="bold")
+    for r in rows:
+        t.add_column(str(r.get(label_key, "")), justify="right")
+    for name, key, fmt in LATENCY_ROWS:
+        if isinstance(key, tuple):
+            cells = [" / ".join(_fmt(fmt, r.get(k)) for k in key) for r in rows]
+        else:
+            cells = [_fmt(fmt, r.get(key)) for r in rows]
+        t.add_row(name, *cells)
+    return t
+
+
+def run_header(row: Mapping[str, Any]) -> str:
+    return (f"{row.get('workload')} | policy {row.get('policy')} | page {row.get('page_size')}"
+            f" | {row.get('model')} on {row.get('tp')} x {row.get('gpu')} | KV "
+            f"{int(row.get('kv_tokens', 0)):,} slots ({row.get('memory_rule')}) | "
+            f"seed {row.get('seed')}")

@@ -1,0 +1,67 @@
+"""ReqToTokenPool: rows, the dummy row, writes, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvcore.req_to_token_pool import ReqToTokenPool
+
+
+def test_rows_alloc_free_and_dummy_row() -> None:
+    p = ReqToTokenPool(3, 8)
+    assert p.req_to_token.shape == (4, 8) and p.req_to_token.dtype == torch.int32
+    rows = p.alloc(3)
+    assert sorted(rows) == [1, 2, 3] and p.available_size() == 0
+    assert p.alloc(1) is None and p.available_size() == 0
+    p.free(rows[1])
+    assert p.alloc(1) == [rows[1]]
+    p.free(rows)
+    assert p.available_size() == 3
+    assert not p.req_to_token[0].any()  # the dummy row stays zero
+    p.check_invariants()
+
+
+def test_write_and_write_batch() -> None:
+    p = ReqToTokenPool(4, 16)
+    r1, r2 = p.alloc(2)
+    p.write(r1, 0, torch.tensor([4, 5, 6]))
+    assert p.read(r1, 0, 3).tolist() == [4, 5, 6]
+    p.write_batch(torch.tensor([r1, r2]), torch.tensor([3, 0]), torch.tensor([2, 3]),
+                  torch.tensor([7, 8, 20, 21, 22]))
+    assert p.read(r1, 0, 5).tolist() == [4, 5, 6, 7, 8]
+    assert p.read(r2, 0, 3).tolist() == [20, 21, 22]
+    assert p.nbytes == 5 * 16 * 4
+
+
+def test_bad_input_leaves_state_unchanged() -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=f"size must be a positive integer, got {bad!r}"):
+            ReqToTokenPool(bad, 8)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_context_len"):
+        ReqToTokenPool(2, 0)
+    p = ReqToTokenPool(3, 8)
+    (r,) = p.alloc(1)
+    free_before = list(p._free_rows)
+    with pytest.raises(ValueError, match="n must be a non-negative integer, got -1"):
+        p.alloc(-1)
+    with pytest.raises(ValueError, match="row 2 is not in use"):
+        p.free([r, 2])  # nothing is freed when one row is bad
+    with pytest.raises(ValueError, match="row 0 is not in use"):
+        p.free(0)
+    with pytest.raises(ValueError, match=f"row {r} is not in use"):
+        p.free([r, r])
+    assert p._free_rows == free_before and p.in_use(r)
+    with pytest.raises(ValueError, match="outside the page table"):
+        p.write(r, 6, torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="outside the page table"):
+        p.write(r, -1, torch.tensor([1]))
+    with pytest.raises(ValueError, match="row 2 is not in use"):
+        p.write(2, 0, torch.tensor([1]))
+    with pytest.raises(ValueError, match="past max_context_len"):
+        p.write_batch(torch.tensor([r]), torch.tensor([7]), torch.tensor([2]),
+                      torch.tensor([1, 2]))
+    p.free(r)
+    with pytest.raises(ValueError, match="double free"):
+        p.free(r)
+    p.check_invariants()
