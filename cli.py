@@ -36,6 +36,10 @@ _FIELD_NAMES = {f.name for f in fields(RunOptions)}
 SWEEP_AXES = {"page_size": "--page-sizes", "policy": "--policies",
               "placement": "--placements", "rate": "--rates", "kv_tokens": "--kv-tokens",
               "seed": "--seeds", "workload": "--workloads"}
+# a sweep axis in a TOML file (`page_size = [1, 16]`) -> the sweep parameter it fills
+AXIS_PARAMS = {"page_size": "page_sizes", "policy": "policies", "placement": "placements",
+               "rate": "rates", "kv_tokens": "kv_tokens", "seed": "seeds",
+               "workload": "workloads"}
 DEFAULT_PAGE_SIZES = "1,2,4,8,16,32,64,128,256"
 
 
@@ -190,8 +194,12 @@ def with_options(*, skip: tuple[str, ...] = ()) -> Callable:
             opts, extras = options_from(config, given, own_names)
             call = {k: v for k, v in kwargs.items() if k in own_names}
             for k, v in extras.items():  # the file's values for the command's own options
-                if k in own_names and not _from_user(ctx, k):
-                    call[k] = ",".join(str(x) for x in v) if isinstance(v, list) else v
+                target = k if k in own_names else AXIS_PARAMS.get(k)
+                if target not in own_names:
+                    raise ValueError(f"--config: {k!r} is a list; only kvsim sweep takes "
+                                     f"lists (of {', '.join(SWEEP_AXES)})")
+                if not _from_user(ctx, target):
+                    call[target] = ",".join(str(x) for x in v) if isinstance(v, list) else v
             if "file_extras" in sig.parameters:
                 call["file_extras"] = extras
             if "ctx" in sig.parameters:
@@ -350,7 +358,7 @@ def compare(
                                  help="policies to compare, comma list"),
 ) -> None:
     """Several policies on one workload: a table and a stacked bar of the breakdown."""
-    from reports.plots import breakdown_figure, plot_results
+    from reports.plots import plot_results
     from reports.results import simulate_options, write_run
     from reports.tables import breakdown_table, latency_table
 
@@ -373,7 +381,6 @@ def compare(
     paths = plot_results(pd.DataFrame(rows), out / "figures",
                          requests=pd.read_parquet(out / "requests.parquet"),
                          timeline=pd.read_parquet(out / "timeline.parquet"))
-    del breakdown_figure
     con.print(f"results: {out}/; figures: {', '.join(p.name for p in paths)}")
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
-from reports.io import read_csv_or_empty, save_figure_atomic  # noqa: E402
+from reports.io import read_csv_or_empty, save_figure_atomic
 
 PART_COLUMNS = ("token_states_pct", "cached_pct", "reserved_pct", "internal_frag_pct",
                 "external_frag_pct", "free_pct")
@@ -25,6 +25,8 @@ PART_LABELS = ("token states", "cached (prefix)", "reserved", "internal frag.",
                "external frag.", "free")
 PART_COLORS = ("#2b6cb0", "#68d391", "#f6ad55", "#e53e3e", "#9f7aea", "#e2e8f0")
 TIMELINE_PARTS = ("token_states", "cached", "reserved", "internal", "external", "free")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+LINESTYLES = ("-", "--", ":")
 # columns a series label may vary over (besides the x axis)
 SERIES_KEYS = ("policy", "placement", "workload", "rate_req_s", "kv_tokens", "admission",
                "model", "gpu")
@@ -84,10 +86,12 @@ def vs_page_size_figure(summary: pd.DataFrame, metric: str) -> Figure:
         ["policy"] if "policy" in summary.columns else [])
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     groups = summary.groupby(keys, sort=False) if keys else [((), summary)]
-    for key, g in groups:
+    for i, (_key, g) in enumerate(groups):
         s = g.groupby("page_size")[metric].mean().sort_index()
         row = g.iloc[0]
-        ax.plot(s.index, s.values, marker="o", label=_label(row, keys))
+        ax.plot(s.index, s.values, marker=MARKERS[i % len(MARKERS)],
+                linestyle=LINESTYLES[i // len(MARKERS) % len(LINESTYLES)] if i else "-",
+                label=_label(row, keys), alpha=0.85)
     ax.set_xscale("log", base=2)
     ticks = sorted(summary["page_size"].unique())
     ax.set_xticks(ticks, [str(int(t)) for t in ticks])

@@ -61,14 +61,12 @@ def _facts(d: Path, df: pd.DataFrame) -> list[tuple[str, str]]:
         axes = cfg.get("axes")
         if axes:
             facts.append(("grid", "; ".join(f"{k} = {v}" for k, v in axes.items())))
-    first = df.iloc[0]
     for key in ("workload", "model", "gpu", "tp", "kv_tokens", "memory_rule", "admission",
                 "schedule", "latency"):
         if key in df.columns:
             vals = sorted({str(v) for v in df[key]})
             facts.append((key, ", ".join(vals) if len(vals) <= 6 else f"{len(vals)} values"))
     facts.append(("runs", str(len(df))))
-    del first
     return facts
 
 

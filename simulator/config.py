@@ -40,6 +40,7 @@ class SimConfig:
     seed: int = 0
     device: str = "cpu"
     check_invariants: bool = False
+    check_every: int = 1  # with check_invariants: check every N-th iteration / decode stretch
     timeline_interval_s: float = 0.0  # 0: one sample per engine iteration (bounded)
     max_timeline_rows: int = 20000
     new_token_ratio_init: float = 0.7
@@ -58,7 +59,7 @@ class SimConfig:
             if value not in allowed:
                 raise ValueError(f"--{name} {value!r} is not one of: {', '.join(allowed)}")
         for name in ("page_size", "tp", "kv_tokens", "max_running_requests",
-                     "max_prefill_tokens"):
+                     "max_prefill_tokens", "check_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, "

@@ -114,6 +114,7 @@ class Engine:
         # turn is due) before the engine plans a multi-step stretch, or the stretch could run
         # past that release. The engine yields once at the same instant, in both modes.
         self._session_turn_done = False
+        self._idle_since: float | None = None
         self._blocked: tuple[int, int] | None = None
         self._open = sorted(workload.requests, key=lambda r: (r.arrival_s, r.request_id))
         self._next_open = 0
@@ -131,6 +132,8 @@ class Engine:
         self.queue_backlog = 0
         self.failed_decode_allocs = 0
         self.last_finish_s = 0.0
+        self.invariant_checks = 0  # checks run (cfg.check_invariants, every cfg.check_every)
+        self._check_countdown = config.check_every
         # Optional observer (the CLI's --events trace): called as
         # event_sink(t0, t1, prefill_chunks [(rid, from_token, to_token)], decode_rids, steps)
         # once per iteration or decode stretch. Never changes the simulation.
@@ -365,15 +368,13 @@ class Engine:
                 self._session_turn_done = False
                 yield env.timeout(0)
             if not (self.waiting or self.prefilling or self.running):
+                self._idle_since = env.now
                 if not self._arrivals_pending():
-                    break
-                t0 = env.now
-                b = self._breakdown()
+                    break  # idle for good: close_idle() records the rest of the window
                 self._wakeup = env.event()
                 yield self._wakeup
                 self._wakeup = None
-                self.rec.add_interval(t0, env.now, self._parts(b), b.frag_index,
-                                      self.policy.page_table_entries(), b.over_reservation)
+                self.close_idle(env.now)
                 continue
             # the head that a stretch must not pass is the head in schedule order (lpm
             # reorders; stepping sorts at the start of every iteration)
@@ -384,6 +385,18 @@ class Engine:
                     yield from self._decode_stretch(k)
                     continue
             yield from self._iteration()
+
+    def close_idle(self, until: float) -> None:
+        """Record the idle stretch that began at `_idle_since` (only cache and free memory)
+        up to `until`. Called on wakeup, and by `simulate` at the end of a run that stopped
+        while idle (all done, or --no-drain), so that idle time counts in the window too."""
+        if self._idle_since is None:
+            return
+        t0, self._idle_since = self._idle_since, None
+        if until > t0:
+            b = self._breakdown()
+            self.rec.add_interval(t0, until, self._parts(b), b.frag_index,
+                                  self.policy.page_table_entries(), b.over_reservation)
 
     def _iteration(self):
         env = self.env
@@ -418,8 +431,7 @@ class Engine:
                     sum(r.max_new for r in self.running))
         for s in decoding:
             s.written += 1
-        if self.cfg.check_invariants:
-            self.policy.check_invariants()
+        self._maybe_check_invariants()
         if not plan and not decoding:
             # nothing could run: the head cannot be admitted even now
             if self.waiting and not (self.running or self.prefilling):
@@ -524,6 +536,17 @@ class Engine:
         if self.progress is not None:
             self.progress(1)
 
+    def _maybe_check_invariants(self) -> None:
+        """With cfg.check_invariants, run the policy's checks every cfg.check_every-th
+        iteration or decode stretch (long runs check sparsely; tests check every one)."""
+        if not self.cfg.check_invariants:
+            return
+        self._check_countdown -= 1
+        if self._check_countdown <= 0:
+            self._check_countdown = self.cfg.check_every
+            self.invariant_checks += 1
+            self.policy.check_invariants()
+
     # -- multi-step decode ---------------------------------------------------------------------
     def _stretch_possible(self) -> bool:
         if not self.running or self.prefilling:
@@ -617,8 +640,7 @@ class Engine:
         profile = self.policy.decode_steps(rids, k, head)
         for s in running:
             s.written += k
-        if self.cfg.check_invariants:
-            self.policy.check_invariants()
+        self._maybe_check_invariants()
         ends = _step_ends(env.now, times)
         starts = np.concatenate([[env.now], ends[:-1]])
         ps = self.policy.page_size

@@ -32,7 +32,7 @@ from kvcore.planner import (
     DEFAULT_NON_TORCH_GIB,
     resolve_kv_tokens,
 )
-from kvcore.presets import DTYPE_BYTES, MODELS, GPUS, ModelPreset, get_model
+from kvcore.presets import DTYPE_BYTES, GPUS, MODELS, ModelPreset, get_model
 from simulator.config import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES, SimConfig
 from workloads.spec import DEFAULT_WORKLOAD, WorkloadSpec
 

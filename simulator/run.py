@@ -113,7 +113,9 @@ def simulate(
             bar.close()
     if not np.isfinite(rec.window_end):
         rec.window_end = env.now
-        backlog.setdefault("queue", len(engine.waiting))
+    # run(until=end) stops before close_window's event at `end`: count the queue here
+    backlog.setdefault("queue", len(engine.waiting))
+    engine.close_idle(max(rec.window_end, env.now))
     rec.flush_requests()
     requests = pd.DataFrame(rec.request_rows, columns=list(REQUEST_COLUMNS))
     timeline = pd.DataFrame(rec.timeline, columns=list(TIMELINE_COLUMNS))

@@ -137,8 +137,10 @@ def _fig2(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
         f"The paper does not state the rate behind Fig. 2. Searched {', '.join(map(str, rates))}"
         f" req/s ({minutes}-minute Poisson traces, first {warm:g} s excluded) and chose the "
         f"lowest at which the paged (vLLM) run is saturated (at least 1 % of the requests "
-        f"still queued when arrivals stop): {chosen:g} req/s. The Orca runs saturate far "
-        f"below it. Search: " + "; ".join(lines) + ".")
+        f"still queued when arrivals stop): {chosen:g} req/s. The Orca runs are saturated "
+        f"there too (see their backlogs). At saturation the paged run preempts often "
+        f"(recompute, latest arrival first), which the preemptions column shows. Search: "
+        + "; ".join(lines) + ".")
     rows = []
     cats = ("token states", "reservation", "internal frag.", "external frag. & others")
     for name, pub in FIG2.items():
@@ -207,8 +209,9 @@ def _fig13(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
             note = ("buddy slack depends on the length distribution, whose shape the paper "
                     "does not publish")
         if name == "vLLM" and not _saturated(s, n):
-            note = (f"the paged run is not saturated at {rate:g} req/s: its batch is set by "
-                    "the arrival rate and the latency model (Little's law), not by memory")
+            note = (f"the paged run is not saturated at {rate:g} req/s (it still preempts when "
+                    "bursts fill the pool): its batch is set by the arrival rate and the latency "
+                    "model (Little's law), not by memory alone")
         rows.append(_row("Fig. 13", f"{name} batch size", pub, b, tol, ok, rate=rate,
                          summary=s, note=note))
         rows[-1]["difference"] = (b - pub) / pub * 100.0
@@ -498,11 +501,15 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
     return df
 
 
-def _fmt(v) -> str:
+def _fmt(v, column: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
-    if isinstance(v, bool):
+    if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"
+    if column in ("queue_backlog", "preemptions") and isinstance(v, (int, float, np.number)):
+        return f"{int(v):,}"
+    if column == "rate" and isinstance(v, (int, float, np.number)):
+        return f"{float(v):.3g}"
     if isinstance(v, (int, np.integer)):
         return f"{int(v):,}"
     if isinstance(v, (float, np.floating)):
@@ -529,7 +536,7 @@ def render_validation_markdown(df: pd.DataFrame) -> str:
         "|" + "---|" * len(COLUMNS),
     ]
     for rec in df.to_dict("records"):
-        lines.append("| " + " | ".join(_fmt(rec[c]) for c in COLUMNS) + " |")
+        lines.append("| " + " | ".join(_fmt(rec[c], c) for c in COLUMNS) + " |")
     lines += ["", "## Method notes", ""]
     for key, text in df.attrs.get("notes", {}).items():
         lines += [f"**{key}.** {text}", ""]

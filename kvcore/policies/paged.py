@@ -100,6 +100,18 @@ class PagedPolicy(KVPolicy):
         loc = self._table[rows_t, (w - 1).clamp(min=0)].to(_I64)
         return torch.where(w > 0, loc, torch.full_like(loc, -1))
 
+    def _write_slots(self, rows: np.ndarray, pos: np.ndarray, slots) -> None:
+        """req_to_token[rows, pos] = slots (elementwise), through a numpy view on CPU."""
+        if self._table_np is not None:
+            if isinstance(slots, torch.Tensor):
+                slots = slots.numpy()
+            self._table_np[rows, pos] = slots
+            return
+        slots_t = slots if isinstance(slots, torch.Tensor) else torch.from_numpy(slots)
+        self._table[torch.from_numpy(np.ascontiguousarray(rows)),
+                    torch.from_numpy(np.ascontiguousarray(pos))] = slots_t.to(
+            self._table.device, torch.int32)
+
     def _free_positions(self, row: int, start: int, end: int) -> None:
         if end > start:
             self.allocator.free(self._table[row, start:end].to(_I64))
@@ -170,7 +182,7 @@ class PagedPolicy(KVPolicy):
         out = self.allocator.alloc_decode(torch.from_numpy(w + 1), last)
         if out is None:
             return False
-        self._table[torch.from_numpy(rows), torch.from_numpy(w)] = out.to(torch.int32)
+        self._write_slots(rows, w, out)
         self._written[rows] = w + 1
         return True
 
@@ -213,9 +225,7 @@ class PagedPolicy(KVPolicy):
         last_page = (self._last_loc(rows, w).numpy() // ps)[None, :]
         cols = np.broadcast_to(np.arange(len(rows)), pos.shape)
         page = np.where(ffill >= 0, page_at[np.maximum(ffill, 0), cols], last_page)
-        slots = torch.from_numpy(page * ps + pos % ps)
-        rows_t = torch.from_numpy(np.broadcast_to(rows, pos.shape).copy())
-        self._table[rows_t, torch.from_numpy(pos)] = slots.to(torch.int32)
+        self._write_slots(np.broadcast_to(rows, pos.shape), pos, page * ps + pos % ps)
         self._written[rows] = w + n
         return profile
 
@@ -227,10 +237,10 @@ class PagedPolicy(KVPolicy):
         wj = w[None, :] + np.arange(1, n + 1, dtype=np.int64)[:, None]
         aj = _ceil_to(wj, ps)
         a0 = _ceil_to(w, ps)
-        res0 = np.clip(np.minimum(a0, final) - w, 0, None).sum()
-        rnd0 = np.clip(a0 - np.maximum(final, w), 0, None).sum()
-        res = np.clip(np.minimum(aj, final) - wj, 0, None).sum(axis=1)
-        rnd = np.clip(aj - np.maximum(final, wj), 0, None).sum(axis=1)
+        res0 = np.maximum(np.minimum(a0, final) - w, 0).sum()
+        rnd0 = np.maximum(a0 - np.maximum(final, w), 0).sum()
+        res = np.maximum(np.minimum(aj, final) - wj, 0).sum(axis=1)
+        rnd = np.maximum(aj - np.maximum(final, wj), 0).sum(axis=1)
         out = np.repeat(base[None, :], n, axis=0)
         out[:, 0] += np.arange(1, n + 1) * len(rows)
         out[:, 2] += res - res0
@@ -320,9 +330,9 @@ class PagedPolicy(KVPolicy):
             capacity=self.capacity,
             token_states=self.tree.protected_size() + int((w - c).sum()),
             cached=self.tree.evictable_size(),
-            reserved=int(np.clip(np.minimum(alloc_end, final) - w, 0, None).sum()),
+            reserved=int(np.maximum(np.minimum(alloc_end, final) - w, 0).sum()),
             over_reservation=0,
-            rounding=int(np.clip(alloc_end - np.maximum(final, w), 0, None).sum()),
+            rounding=int(np.maximum(alloc_end - np.maximum(final, w), 0).sum()),
             external=0,
             free=free,
             largest_free_hole=free,

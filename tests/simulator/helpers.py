@@ -15,7 +15,7 @@ from simulator.config import SimConfig
 from simulator.run import SimResult, simulate
 from workloads.arrivals import fixed_arrivals
 from workloads.generators import chat_sessions, shared_prefix
-from workloads.lengths import FixedLengths, UniformLengths
+from workloads.lengths import UniformLengths
 from workloads.request import Request, Workload, unique_prompt
 
 PAGED_POLICIES = ("paged", "paged-nocache", "vllm")
@@ -118,10 +118,8 @@ def mixed(seed: int = 7, n_open: int = 24, sessions: int = 3) -> Workload:
     reqs = []
     for i, r in enumerate(shared.requests):
         rid = first + i
-        if i % 3 == 2:  # a private prompt of random length
-            prompt = unique_prompt(seed, rid, int(rng.integers(20, 300)))
-        else:
-            prompt = r.prompt
+        # every third request has a private prompt of random length
+        prompt = unique_prompt(seed, rid, int(rng.integers(20, 300))) if i % 3 == 2 else r.prompt
         out = int(rng.integers(1, 120))
         arrival = r.arrival_s if i % 4 else max(r.arrival_s - 0.04, 0.0)
         reqs.append(Request(rid, arrival, prompt, out, out + int(rng.integers(0, 40)),

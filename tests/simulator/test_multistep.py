@@ -22,10 +22,12 @@ MIXED = mixed()
 # every request decodes to its max_new_tokens: SGLang's ratio under-estimates, so it retracts
 PRESSURE = identical(24, 40, 150, spacing_s=0.05)
 
+ODD = ((1, "recompute"), (64, "swap"))
+EVEN = ((16, "swap"), (64, "recompute"))
 CASES = [
     (pol, adm, ps, pre)
     for i, (pol, adm) in enumerate((p, a) for p in PAGED_POLICIES for a in ADMISSIONS)
-    for ps, pre in (((1, "recompute"), (64, "swap")) if i % 2 else ((16, "swap"), (64, "recompute")))
+    for ps, pre in (ODD if i % 2 else EVEN)
 ] + [(pol, "reserve", ps, "recompute") for pol in CONTIGUOUS_POLICIES for ps in (1, 16)]
 
 
