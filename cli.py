@@ -310,8 +310,14 @@ def sweep(
     workloads: Optional[str] = typer.Option(None, "--workloads",  # noqa: UP045
                                             help="workloads [default: --workload]",
                                             rich_help_panel="Grid"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes",
-                             rich_help_panel="Grid"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="worker processes (local pool, or the "
+                             "local Dask cluster)", rich_help_panel="Grid"),
+    executor: str = typer.Option("local", "--executor", help="where cells run [local, dask]",
+                                 rich_help_panel="Executor"),
+    scheduler_address: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--scheduler-address", help="Dask scheduler, e.g. tcp://HOST:8786 (with "
+        "--executor dask; without it a local cluster of --jobs processes is started)",
+        rich_help_panel="Executor"),
     progress: bool = typer.Option(True, "--progress/--no-progress",
                                   help="progress bar over cells", rich_help_panel="Output"),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="draw the figures when done",
@@ -319,6 +325,7 @@ def sweep(
 ) -> None:
     """A grid of simulations, one summary row per cell; resumable (cells already in
     DIR/summary.csv, by config hash, are skipped)."""
+    from reports.executors import make_executor
     from reports.plots import plot_dir
     from reports.results import config_document, run_sweep, write_config
     from simulator.options import cells as make_cells
@@ -326,6 +333,7 @@ def sweep(
     out = Path(opts.out or "kvsim-sweep")
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    runner = make_executor(executor, scheduler_address)
     axes: dict[str, list[Any]] = {}
     given = {"page_size": (page_sizes or DEFAULT_PAGE_SIZES, int),
              "policy": (policies, str), "placement": (placements, str),
@@ -340,8 +348,10 @@ def sweep(
         c.validate()
         c.to_sim_config()
     write_config(out, config_document("sweep", opts, axes=axes))
-    df = run_sweep(grid, out, jobs=jobs, progress=progress, announce=lambda todo, done: typer.echo(
-        f"{len(grid)} cell(s): {todo} to run, {done} already in {out}/summary.csv"))
+    df = run_sweep(grid, out, jobs=jobs, progress=progress, executor=runner,
+                   announce=lambda todo, done: typer.echo(
+                       f"{len(grid)} cell(s): {todo} to run, {done} already in "
+                       f"{out}/summary.csv"))
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
     if plot and len(df):
         paths = plot_dir(out, out / "figures", slo_ttft=opts.slo_ttft, slo_tpot=opts.slo_tpot)
@@ -582,6 +592,21 @@ def plan(
     if rec is not None:
         con.print(render_recommendation(rec))
         con.print(f"figures: {', '.join(str(p) for p in figs)}")
+
+
+@app.command()
+def validate(
+    quick: bool = typer.Option(False, "--quick", help="a reduced run (about a minute)"),
+    out: Path = typer.Option(Path("docs/validation.md"), "--out",
+                             help="where to write the Markdown report"),
+) -> None:
+    """kvsim next to the vLLM and SGLang papers' published numbers (pass/fail per row)."""
+    from simulator.validation import run_validation, write_validation_report
+
+    df = run_validation(quick=quick, progress=True)
+    path = write_validation_report(df, out)
+    passed = int(df["pass"].sum())
+    typer.echo(f"{passed} of {len(df)} checks pass; report: {path}")
 
 
 def main() -> None:

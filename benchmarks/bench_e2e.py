@@ -12,10 +12,17 @@ import resource
 import time
 
 from kvcore.planner import resolve_kv_tokens
+from kvcore.policies.base import register_policy
 from simulator.config import SimConfig
 from simulator.run import simulate
 from workloads.registry import build_workload
 from workloads.spec import WorkloadSpec
+
+
+def _register_counting() -> None:
+    from counting_policy import CountingPolicy
+
+    register_policy("counting", when="benchmark only")(CountingPolicy)
 
 
 def main() -> None:
@@ -24,6 +31,8 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--num-requests", type=int, default=None)
     args = ap.parse_args()
+    if args.policy == "counting":
+        _register_counting()
     t0 = time.perf_counter()
     wl = build_workload(WorkloadSpec(name="azure-conv", num_requests=args.num_requests))
     kv = resolve_kv_tokens("llama-3.1-8b", "h100", 1, "bf16", page_size=args.page_size,

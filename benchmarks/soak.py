@@ -283,7 +283,7 @@ def main() -> None:
         "requests": args.num_requests,
         "completed": s["requests_completed"],
         "rejected": s["requests_rejected"],
-        "rows_on_disk": int(len(ids)),
+        "rows_on_disk": len(ids),
         "conserved": bool(conserved),
         "iterations": s["iterations"],
         "invariant_checks": checks.checks,

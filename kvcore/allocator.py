@@ -225,12 +225,29 @@ class PagedAllocator:
         pages = t if self.page_size == 1 else t // self.page_size
         self.free_pages(pages)
 
-    def free_pages(self, pages: IntsLike) -> None:
-        """Free whole pages by id (validated like `free`)."""
-        p = torch.unique(self._ints("pages", pages))
+    def free_segments(self, slots: torch.Tensor) -> None:
+        """Free runs of whole pages: `slots` is a concatenation of page-aligned runs that the
+        caller owns exclusively (a request's private range, a tree node's value), so every
+        page_size-th slot starts a distinct page and no sort is needed (SGLang's
+        free_segment). Double frees are still a ValueError."""
+        if len(slots) == 0:
+            return
+        ps = self.page_size
+        starts = slots[::ps] if ps > 1 else slots
+        if bool((starts % ps != 0).any()):
+            raise ValueError("free_segments needs page-aligned runs of whole pages")
+        self.free_pages(starts // ps if ps > 1 else starts, distinct=True)
+
+    def free_pages(self, pages: IntsLike, distinct: bool = False) -> None:
+        """Free whole pages by id (validated like `free`). `distinct=True` promises no id
+        repeats, which skips a sort."""
+        p = self._ints("pages", pages)
+        if not distinct:
+            p = torch.unique(p)
         if len(p) == 0:
             return
-        if int(p[0]) < 1 or int(p[-1]) > self.num_pages:
+        lo_id, hi_id = int(p.min()), int(p.max())
+        if lo_id < 1 or hi_id > self.num_pages:
             raise ValueError(f"page ids must be in [1, {self.num_pages}], got {p.tolist()[:8]}")
         if bool(self._is_free[p].any()):
             bad = p[self._is_free[p]].tolist()[:8]

@@ -371,7 +371,8 @@ class RadixCache:
             if self._is_evictable_leaf(parent):
                 self._mark_leaf(parent)
         if self.allocator is not None and freed:
-            self.allocator.free(torch.cat(freed))
+            # node values are runs of whole pages owned by the tree alone
+            self.allocator.free_segments(torch.cat(freed))
         return evicted
 
     # -- introspection -----------------------------------------------------------------------

@@ -1,18 +1,16 @@
 """One simulation or one sweep cell from `RunOptions`, as a summary row; saving results.
 
 `run_cell(cell_dict) -> row` is a plain top-level function of plain data so any executor
-(a local process pool today, Dask tomorrow) can ship it to a worker. A sweep is resumable:
-a cell runs only when no row with its config hash is in the output summary.csv yet, and each
-finished cell rewrites summary.csv atomically.
+(local processes or Dask, reports/executors.py) can ship it to a worker. A sweep is
+resumable: a cell runs only when no row with its config hash is in the output summary.csv
+yet, and each finished cell rewrites summary.csv atomically.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 import kvcore
+from reports.executors import Executor, LocalExecutor
 from reports.io import (
     append_rows_atomic,
     atomic_write_text,
@@ -154,8 +153,11 @@ def pending_cells(cells: Iterable[RunOptions], summary_csv: str | Path
 def run_sweep(cells: list[RunOptions], out: str | Path, *, jobs: int = 1,
               progress: bool = True,
               on_row: Callable[[dict[str, Any]], None] | None = None,
-              announce: Callable[[int, int], None] | None = None) -> pd.DataFrame:
-    """Run the cells not yet in out/summary.csv; append each row as its cell finishes."""
+              announce: Callable[[int, int], None] | None = None,
+              executor: Executor | None = None) -> pd.DataFrame:
+    """Run the cells not yet in out/summary.csv on `executor` (default: local processes);
+    append each row as its cell finishes. A cell an executor ran twice (a lost worker's task
+    re-run) is written once: rows are de-duplicated by config hash."""
     summary = Path(out) / SUMMARY_FILE
     todo, skipped = pending_cells(cells, summary)
     from tqdm import tqdm
@@ -164,24 +166,19 @@ def run_sweep(cells: list[RunOptions], out: str | Path, *, jobs: int = 1,
         announce(len(todo), skipped)
     bar = tqdm(total=len(todo), unit="cell", desc="sweep", disable=not progress)
 
+    written: set[str] = set()
+
     def record(row: dict[str, Any]) -> None:
+        if str(row["config_hash"]) in written:
+            return
+        written.add(str(row["config_hash"]))
         append_rows_atomic(summary, [row])
         bar.update(1)
         if on_row is not None:
             on_row(row)
 
     try:
-        if jobs <= 1 or len(todo) <= 1:
-            for c in todo:
-                record(run_cell(c.to_dict()))
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-                pending = {pool.submit(run_cell, c.to_dict()) for c in todo}
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        record(fut.result())
+        (executor or LocalExecutor()).run_cells([c.to_dict() for c in todo], jobs, record)
     finally:
         bar.close()
     return read_csv_or_empty(summary)

@@ -107,6 +107,7 @@ class Engine:
         )
         self.reserving = policy.reservation(1, 1, 1) > 0  # contiguous policies reserve up front
         self._wakeup: simpy.Event | None = None
+        self._stretch_times: np.ndarray | None = None
         # A reserving policy refused the head: nothing changes until memory is given back,
         # so the head is not retried (nor a failed allocation counted) until then.
         self._mem_epoch = 0
@@ -116,6 +117,8 @@ class Engine:
         self._session_turn_done = False
         self._idle_since: float | None = None
         self._blocked: tuple[int, int] | None = None
+        # this round's admissions, in order, each with "was it the request's first admission"
+        self._admitted: list[tuple[SimRequest, bool]] = []
         self._open = sorted(workload.requests, key=lambda r: (r.arrival_s, r.request_id))
         self._next_open = 0
         self._session_releases: list[tuple[float, int]] = []
@@ -246,7 +249,9 @@ class Engine:
             total_pages = self.policy.capacity // ps
             need = -(-(sreq.prefill_target + 1) // ps) - cached // ps
             free_pages = self.policy.available_tokens() // ps - admitted_charge // ps
-            return free_pages - need >= self.cfg.vllm_watermark * total_pages
+            # whole pages, as vLLM counts it: a pool under 100 pages keeps no watermark, so a
+            # request that fits the empty pool is admitted
+            return free_pages - need >= int(self.cfg.vllm_watermark * total_pages)
         # reserve: everyone holds prompt + max_new_tokens
         held = sum(max(r.prompt_len + r.max_new - r.written, 0)
                    for r in self.running + self.prefilling)
@@ -275,6 +280,7 @@ class Engine:
             plan.append((sreq, target))
             budget -= target - sreq.written
         admitted_charge = 0
+        self._admitted = []
         self.waiting = order_waiting(self.waiting, self.cfg.schedule, self._peek)
         while self.waiting and budget > 0:
             sreq = self.waiting[0]
@@ -297,6 +303,7 @@ class Engine:
                 break
             self.waiting.pop(0)
             admitted_charge += self._charge(sreq, res.cached_len)
+            self._admitted.append((sreq, sreq.cached_tokens < 0))
             if sreq.cached_tokens < 0:  # first admission: the prefix-hit statistics
                 sreq.cached_tokens = res.cached_len
                 sreq.token_hit = res.unaligned_hit
@@ -460,23 +467,40 @@ class Engine:
         self._after_iteration(plan, decoding)
 
     def _shrink_plan(self, plan: list[tuple[SimRequest, int]]) -> list[tuple[SimRequest, int]]:
-        """extend failed: undo this round's admissions (back to the queue front, in order),
-        then retry the continuing chunks alone, preempting them if even that fails."""
-        fresh = [s for s, _ in plan if s.written == (s.cached_tokens if s.decoded == 0
-                                                        else s.written) and s.admit_s == self.env.now]
-        keep = [(s, t) for s, t in plan if s not in fresh]
-        for sreq in reversed(fresh):
-            self.prefilling.remove(sreq)
-            self.policy.release(sreq.rid)
-            sreq.written = 0
-            sreq.status = "waiting"
-            self.waiting.insert(0, sreq)
+        """extend failed: undo this round's admissions one at a time, latest first (back to
+        the queue front, in order), retrying after each: token budgets do not see page
+        rounding, so a round can admit more than the pages hold, and the admissions that fit
+        must stay (else a request that fits an empty engine could be rejected). Then retry
+        the continuing chunks, preempting them if even that fails."""
+        fresh = list(self._admitted)
+        keep = list(plan)
         while keep:
-            if self.policy.extend([s.rid for s, _ in keep], [t for _, t in keep]):
+            if fresh:
+                sreq, first = fresh.pop()
+                keep = [(s, t) for s, t in keep if s is not sreq]
+                self._unadmit(sreq, first)
+            else:
+                victim, _ = keep.pop()
+                self._preempt(victim)
+            if keep and self.policy.extend([s.rid for s, _ in keep], [t for _, t in keep]):
                 return keep
-            victim, _ = keep.pop()
-            self._preempt(victim)
         return []
+
+    def _unadmit(self, sreq: SimRequest, first: bool) -> None:
+        """Take back an admission of this round: the request waits at the queue front again,
+        and a first admission's statistics are counted when it is really admitted."""
+        self.prefilling.remove(sreq)
+        self.policy.release(sreq.rid)
+        sreq.written = 0
+        sreq.status = "waiting"
+        self.waiting.insert(0, sreq)
+        if first:
+            self.prompt_tokens -= sreq.prompt_len
+            self.hit_tokens -= sreq.cached_tokens
+            self.token_hit_tokens -= sreq.token_hit
+            sreq.cached_tokens = -1
+            sreq.token_hit = 0
+            sreq.admit_s = float("nan")
 
     def _after_iteration(self, plan, decoding) -> None:
         now = self.env.now
@@ -587,6 +611,7 @@ class Engine:
         if k < 2:
             return k
         times = self._step_times(k)
+        self._stretch_times = times  # reused by _decode_stretch (same contexts, a prefix)
         next_arrival = self._next_arrival()
         if np.isfinite(next_arrival):
             ends = _step_ends(self.env.now, times)
@@ -634,7 +659,10 @@ class Engine:
         env = self.env
         running = list(self.running)
         rids = [s.rid for s in running]
-        times = self._step_times(k)
+        cached_times = self._stretch_times
+        self._stretch_times = None
+        times = cached_times[:k] if cached_times is not None and len(cached_times) >= k \
+            else self._step_times(k)
         head = self._head_reservation()
         b0 = self.policy.breakdown(head)
         profile = self.policy.decode_steps(rids, k, head)

@@ -113,8 +113,12 @@ class PagedPolicy(KVPolicy):
             self._table.device, torch.int32)
 
     def _free_positions(self, row: int, start: int, end: int) -> None:
+        """Free the pages behind positions [start, end) of a row. `start` is page-aligned and
+        the pages are the row's own, so each page is freed once, with no sort."""
         if end > start:
-            self.allocator.free(self._table[row, start:end].to(_I64))
+            ps = self.page_size
+            firsts = self._table[row, start:end:ps].to(_I64)  # first slot of each page
+            self.allocator.free_pages(firsts // ps if ps > 1 else firsts, distinct=True)
 
     # -- admission -------------------------------------------------------------------------
     def peek_prefix(self, token_ids: np.ndarray) -> int:

@@ -1,0 +1,92 @@
+"""A counting-only stand-in for `paged-nocache` (block counters, as Vidur keeps): no page ids,
+no page table, no tensors. Lives in the benchmark only, to measure what the real allocator
+costs end to end; it is not offered to users."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvcore.policies.base import AdmitResult, KVPolicy, MemoryBreakdown, PolicyConfig
+
+
+class CountingPolicy(KVPolicy):
+    name = "counting"
+
+    def __init__(self, config: PolicyConfig) -> None:
+        ps = config.page_size
+        super().__init__(config.kv_tokens // ps * ps, ps)
+        self.free_pages = config.kv_tokens // ps
+        self.max_requests = config.max_requests
+        self.written_of: dict[int, int] = {}
+        self.final_of: dict[int, int] = {}
+
+    def _pages(self, n: int) -> int:
+        return -(-n // self.page_size)
+
+    def peek_prefix(self, token_ids: np.ndarray) -> int:
+        return 0
+
+    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
+        return 0
+
+    def admit(self, rid, token_ids, final_len, max_new_tokens):
+        if len(self.written_of) >= self.max_requests:
+            return None
+        self.written_of[rid] = 0
+        self.final_of[rid] = final_len
+        return AdmitResult(len(self.written_of), 0, 0)
+
+    def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
+        need = sum(self._pages(t) - self._pages(self.written_of[r])
+                   for r, t in zip(rids, target_lens, strict=True))
+        if need > self.free_pages:
+            return False
+        self.free_pages -= need
+        for r, t in zip(rids, target_lens, strict=True):
+            self.written_of[r] = t
+        return True
+
+    def decode(self, rids: Sequence[int]) -> bool:
+        return self.extend(rids, [self.written_of[r] + 1 for r in rids])
+
+    def decode_steps(self, rids, n, head_reservation):
+        profile = self.decode_profile(rids, n, head_reservation)
+        self.extend(rids, [self.written_of[r] + n for r in rids])
+        return profile
+
+    def cache_prefix(self, rid, token_ids) -> None:
+        pass
+
+    def finish(self, rid, token_ids) -> None:
+        self.release(rid)
+
+    def release(self, rid) -> None:
+        self.free_pages += self._pages(self.written_of.pop(rid))
+        del self.final_of[rid]
+
+    def written(self, rid) -> int:
+        return self.written_of[rid]
+
+    def available_tokens(self) -> int:
+        return self.free_pages * self.page_size
+
+    def evictable_tokens(self) -> int:
+        return 0
+
+    def breakdown(self, head_reservation: int) -> MemoryBreakdown:
+        w = np.fromiter(self.written_of.values(), dtype=np.int64, count=len(self.written_of))
+        f = np.fromiter(self.final_of.values(), dtype=np.int64, count=len(self.final_of))
+        end = -(-w // self.page_size) * self.page_size
+        free = self.free_pages * self.page_size
+        return MemoryBreakdown(self.capacity, int(w.sum()), 0,
+                               int(np.maximum(np.minimum(end, f) - w, 0).sum()), 0,
+                               int(np.maximum(end - np.maximum(f, w), 0).sum()), 0, free, free,
+                               0)
+
+    def page_table_entries(self) -> int:
+        return sum(self._pages(w) for w in self.written_of.values())
+
+    def check_invariants(self) -> None:
+        pass
