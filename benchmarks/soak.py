@@ -231,6 +231,7 @@ def main() -> None:
     ap.add_argument("--no-png", action="store_true")
     args = ap.parse_args()
 
+    rss_before_workload = rss_bytes() / MIB
     t_build = time.perf_counter()
     wl = soak_workload(args.num_requests, args.rate, args.seed, args.groups, args.shared_frac)
     build_s = time.perf_counter() - t_build
@@ -286,8 +287,10 @@ def main() -> None:
         "rows_on_disk": len(ids),
         "conserved": bool(conserved),
         "iterations": s["iterations"],
+        "timeline_rows": len(res.timeline),
         "invariant_checks": checks.checks,
         "violations": len(checks.violations),
+        "rss_before_workload_mib": rss_before_workload,
         "rss_start_mib": sink.samples[0][2],
         "rss_after_warmup_mib": rss_warm,
         "rss_end_mib": rss_end,

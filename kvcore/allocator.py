@@ -165,6 +165,14 @@ class PagedAllocator:
         pages = self._pop(int(new_pages.sum()))
         if pages is None:
             return None
+        if len(seq) == 1:  # one request (the common prefill): two ranges, no per-token index
+            p0, s0 = int(pre[0]), int(seq[0])
+            head = min(s0, int(pre_pages[0]) * ps) - p0
+            tail = self.pages_to_slots(pages)[: s0 - p0 - head]
+            if head <= 0:
+                return tail
+            first = torch.arange(int(last[0]) + 1, int(last[0]) + 1 + head, device=self.device)
+            return torch.cat([first, tail])
         req = np.repeat(np.arange(len(seq)), ext)
         tok = np.arange(int(ext.sum())) - np.repeat(np.cumsum(ext) - ext, ext)
         pos = pre[req] + tok

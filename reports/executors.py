@@ -143,7 +143,7 @@ class DaskExecutor:
         finally:
             client.close()
             if cluster is not None:
-                cluster.close()
+                cluster.close(timeout=30)
 
 
 def make_executor(name: str, scheduler_address: str | None = None) -> Executor:

@@ -229,6 +229,11 @@ class Engine:
             sreq.prompt_len, sreq.final_len, sreq.max_new))
         if self.cfg.admission == "reserve" and not self.reserving:
             need = max(need, sreq.prompt_len + sreq.max_new)
+        elif self.cfg.admission == "sglang":  # the budget keeps room for one new token
+            need = max(need, sreq.prompt_len + 1)
+        elif self.cfg.admission == "vllm":  # admission takes the pages of prompt + 1
+            ps = self.policy.page_size
+            need = max(need, -(-(sreq.prompt_len + 1) // ps) * ps)
         if need > cap:
             return f"needs {need} KV slots, the pool has {cap}"
         return ""

@@ -82,7 +82,10 @@ def test_worker_killed_mid_sweep(cluster, tmp_path):
 
     assert marker.exists()  # a worker really died
     attempts = pd.Series(log.read_text().split()).astype(int).value_counts()
-    assert attempts[8] == 2 and (attempts.drop(8) == 1).all()
+    # the victim ran twice; a cell whose result sat in the dead worker's memory, not yet
+    # fetched, may run twice as well; none more
+    assert attempts[8] == 2 and set(attempts.index) == {1, 2, 4, 8, 16, 32}
+    assert attempts.max() <= 2
     assert len(df) == len(grid) and df.config_hash.is_unique
     expected = pd.DataFrame([run_cell(c.to_dict()) for c in grid])
     expected.to_csv(tmp_path / "local.csv", index=False)  # the same CSV round trip
@@ -91,12 +94,12 @@ def test_worker_killed_mid_sweep(cluster, tmp_path):
 
 def test_scheduler_address_flag_and_resume(cluster, invoke, tmp_path):
     out = tmp_path / "addr"
-    args = ["sweep", *TINY, "--page-sizes", "4,32", "--no-progress", "--no-plot", "--out", out,
-            "--executor", "dask", "--scheduler-address", cluster.scheduler_address]
-    r = invoke(*args)
+    args = ["sweep", *TINY, "--no-progress", "--no-plot", "--out", out, "--executor", "dask",
+            "--scheduler-address", cluster.scheduler_address]
+    r = invoke(*args, "--page-sizes", "4,32")
     assert r.exit_code == 0, r.output
     assert "2 to run, 0 already" in r.stdout
-    r = invoke(*args[:3], "4,32,128", *args[4:])
+    r = invoke(*args, "--page-sizes", "4,32,128")
     assert r.exit_code == 0, r.output
     assert "1 to run, 2 already" in r.stdout
     df = pd.read_csv(out / "summary.csv")

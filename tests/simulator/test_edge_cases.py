@@ -78,6 +78,8 @@ def assert_fits_decide(res: SimResult, wl: Workload, policy: str) -> None:
               if can_run(policy, r, capacity, cfg.page_size)}
     rq = res.requests
     assert set(rq[rq.status == "completed"].request_id) == expect
+    # a request that cannot fit is refused up front with what it needs, not by the catch-all
+    assert not rq.reject_reason.str.contains("does not fit even").any()
 
 
 def small(n: int, t0: float = 0.0, gap: float = 0.01, start_id: int = 0) -> list[tuple]:
@@ -105,10 +107,11 @@ def test_request_larger_than_pool(policy):
         assert rq.loc[3, "final_len"] <= 1024
     else:
         assert rq.loc[3, "status"] == "rejected"
-    alone = workload([(0.0, unique_prompt(SEED, 7, 5000), 8, 8)])
+    alone = workload([(0.0, unique_prompt(SEED, 7, 3000), 8, 8)])
     res = simulate(alone, config(policy))
     assert_conserved(res, alone)
     assert res.summary["requests_rejected"] == 1
+    assert "the pool has 1024" in res.requests.reject_reason.iloc[0]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -180,7 +183,7 @@ def test_page_size_equal_to_capacity(policy):
     assert res.summary["requests_completed"] >= 24
 
 
-TINY = [(0.01 * i, unique_prompt(SEED, i, 1 + i % 12), i % 7, 6) for i in range(40)]
+TINY = [(0.01 * i, unique_prompt(SEED, i, 1 + (7 * i) % 20), i % 9, 8) for i in range(40)]
 
 
 @pytest.mark.parametrize("page_size,kv_tokens", [(1, 1), (16, 16), (16, 31)],
@@ -195,4 +198,7 @@ def test_pool_of_one_page(policy, page_size, kv_tokens):
     assert res.summary["capacity_slots"] == page_size
     assert_fits_decide(res, wl, policy)
     if page_size == 16:
-        assert res.summary["requests_completed"] > 0
+        assert 0 < res.summary["requests_completed"] < len(TINY)
+    # nothing falls through to the catch-all: the reason names what does not fit
+    rejected = res.requests[res.requests.status == "rejected"]
+    assert rejected.reject_reason.str.contains(f"the pool has {page_size}").all()
