@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import sys
 import typing
 from collections.abc import Callable
@@ -69,7 +70,7 @@ class KvsimGroup(TyperGroup):
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                               standalone_mode=False, **extra)
-        except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+        except (ValueError, OSError) as e:  # OSError: a path the user gave, or a full disk
             if _STATE["debug"]:
                 raise
             _fail(str(e))
@@ -147,14 +148,17 @@ def options_from(config: Path | None, given: dict[str, Any],
     extras: dict[str, Any] = {}
     file_values: dict[str, Any] = {}
     if config is not None:
+        if not config.is_file():
+            raise ValueError(f"--config {str(config)!r}: no such file")
         if config.suffix == ".json":
             try:
                 doc = json.loads(config.read_text())
-            except FileNotFoundError:
-                raise ValueError(f"--config {str(config)!r}: no such file") from None
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
                 raise ValueError(f"--config {str(config)!r}: not valid JSON ({e})") from None
-            doc = doc.get("options", doc)
+            if isinstance(doc, dict) and "options" in doc:
+                doc = doc["options"]
+            if not isinstance(doc, dict):
+                raise ValueError(f"--config {str(config)!r}: expected a JSON object of options")
             doc = {k: v for k, v in doc.items() if k != "out"}
         else:
             doc = load_toml(config)
@@ -228,6 +232,14 @@ def _console():
     return Console()
 
 
+MAX_JOBS = 1024
+
+
+def _check_jobs(jobs: int) -> None:
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"--jobs must be in [1, {MAX_JOBS}], got {jobs}")
+
+
 def _split(text: str | None, kind: type, name: str) -> list[Any] | None:
     """'1,2,4' -> [1, 2, 4]; 'a..b' (ints) -> the powers of two from a to b."""
     if text is None:
@@ -272,6 +284,8 @@ def run(
     from reports.results import simulate_options, write_run
     from reports.tables import breakdown_table, latency_table, run_header
 
+    if events is not None and (not str(events).strip() or events.is_dir()):
+        raise ValueError(f"--events {str(events)!r}: give a file name (not a directory)")
     sink = EventCollector() if events is not None else None
     row, result = simulate_options(opts, progress=progress, event_sink=sink)
     con = _console()
@@ -331,11 +345,10 @@ def sweep(
     from simulator.options import cells as make_cells
 
     out = Path(opts.out or "kvsim-sweep")
-    if jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    _check_jobs(jobs)
     runner = make_executor(executor, scheduler_address)
     axes: dict[str, list[Any]] = {}
-    given = {"page_size": (page_sizes or DEFAULT_PAGE_SIZES, int),
+    given = {"page_size": (DEFAULT_PAGE_SIZES if page_sizes is None else page_sizes, int),
              "policy": (policies, str), "placement": (placements, str),
              "rate": (rates, float), "kv_tokens": (kv_tokens, int), "seed": (seeds, int),
              "workload": (workloads, str)}
@@ -500,8 +513,14 @@ def trace_stats_cmd(
     """Lengths, rate, sessions and ideal prefix reuse of a trace."""
     from workloads import WorkloadSpec, build_workload, list_workloads, trace_stats
 
-    if page_size < 1:
-        raise ValueError(f"--page-size must be a positive integer, got {page_size}")
+    if not 1 <= page_size <= 1 << 24:
+        raise ValueError(f"--page-size must be in [1, 16,777,216], got {page_size}")
+    if num_requests is not None and num_requests < 1:
+        raise ValueError(f"--num-requests must be a positive integer, got {num_requests}")
+    from workloads import TRACE_FORMATS
+
+    if format not in TRACE_FORMATS:
+        raise ValueError(f"--format {format!r} is not one of: {', '.join(TRACE_FORMATS)}")
     if not Path(file).exists() and file in list_workloads():
         spec = WorkloadSpec(name=file, num_requests=num_requests)
     else:
@@ -555,6 +574,14 @@ def plan(
     from kvcore.planner import recommend_page_size
     from reports.plan_view import render_plan_all, render_recommendation
 
+    _check_jobs(jobs)
+    if context_len is not None and not 1 <= context_len <= 1 << 24:
+        raise ValueError(f"--context-len must be in [1, 16,777,216], got {context_len}")
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise ValueError(f"--tolerance must be a number >= 0, got {tolerance!r}")
+    sizes = _split(page_sizes, int, "--page-sizes")
+    for ps in sizes or ():
+        RunOptions.from_mapping({"page_size": ps}, opts).validate()
     m = opts.model_preset()
     result = make_plan(
         m, opts.gpu, tp=opts.tp, kv_dtype=opts.kv_dtype, rule=opts.budget or "sglang",
@@ -570,7 +597,6 @@ def plan(
         from reports.results import config_document, run_sweep, write_config
         from simulator.options import cells as make_cells
 
-        sizes = _split(page_sizes, int, "--page-sizes")
         out = Path(opts.out or "kvsim-plan")
         grid = make_cells(opts, {"page_size": sizes})
         for c in grid:

@@ -25,9 +25,17 @@ class ReqToTokenPool:
         self.device = torch.device(device)
         # Entries past a row's length are never read, so the table is not zero-filled: a
         # 128 k-context table stays untouched (and out of RSS) until requests write it.
-        self.req_to_token = torch.empty(
-            (self.size + 1, self.max_context_len), dtype=torch.int32, device=self.device
-        )
+        try:
+            self.req_to_token = torch.empty(
+                (self.size + 1, self.max_context_len), dtype=torch.int32, device=self.device
+            )
+        except (RuntimeError, MemoryError):  # a user's sizes, not a bug: say which ones
+            gib = (self.size + 1) * self.max_context_len * 4 / 2**30
+            raise ValueError(
+                f"page table of {self.size + 1:,} rows x {self.max_context_len:,} int32 "
+                f"({gib:,.1f} GiB) cannot be allocated on {self.device}: lower "
+                "max_running_requests or max_context_len"
+            ) from None
         self.req_to_token[0].zero_()
         # A stack of free rows: alloc pops from the end, free appends, both O(rows).
         self._free_rows: list[int] = list(range(self.size, 0, -1))

@@ -242,6 +242,7 @@ class RunOptions:
                              "--kv-mem-gib, or --budget with --mem-fraction)")
         if self.mem_fraction is not None and not 0 < self.mem_fraction <= 1:
             raise ValueError(f"--mem-fraction must be in (0, 1], got {self.mem_fraction!r}")
+        _check_ranges(self)
         return self
 
     # -- resolution -----------------------------------------------------------------------------
@@ -353,6 +354,80 @@ def _positive(name: str, value: Any) -> None:
         raise ValueError(f"{flag(name)} must be a positive integer, got {value!r}")
 
 
+# Domains of the numeric options beyond "positive" (checked up front, so a bad value is one
+# line naming its flag instead of an error deep in a generator): name -> (low, high, low is
+# inclusive). Lengths stay within one synthetic token namespace (2^24 tokens); counts and slot
+# numbers within int32 (the page table's dtype).
+_MAX_LEN = 1 << 24
+_MAX_I32 = (1 << 31) - 1
+_RANGES: dict[str, tuple[float, float, bool]] = {
+    "num_requests": (1, _MAX_I32, True), "max_new_tokens": (1, _MAX_LEN, True),
+    "input_len": (1, _MAX_LEN, True), "output_len": (1, _MAX_LEN, True),
+    "prefix_len": (0, _MAX_LEN, True), "question_len": (1, _MAX_LEN, True),
+    "num_prefixes": (1, _MAX_I32, True), "num_turns": (1, _MAX_I32, True),
+    "turn_input_min": (1, _MAX_LEN, True), "turn_input_max": (1, _MAX_LEN, True),
+    "system_len": (0, _MAX_LEN, True), "depth": (0, 64, True), "branching": (1, _MAX_LEN, True),
+    "num_samples": (1, _MAX_I32, True), "page_size": (1, _MAX_LEN, True),
+    "tp": (1, 1 << 16, True), "max_context_len": (1, _MAX_LEN, True),
+    "kv_tokens": (1, _MAX_I32, True), "num_pages": (1, _MAX_I32, True),
+    "max_running_requests": (1, 1 << 20, True), "max_prefill_tokens": (1, _MAX_I32, True),
+    "chunked_prefill_size": (0, _MAX_I32, True), "seed": (0, (1 << 63) - 1, True),
+    "cv": (0, math.inf, False), "rate_scale": (0, math.inf, False), "spread": (0, 1, True),
+    "sigma": (0, math.inf, True), "think_time": (0, math.inf, True),
+    "level_interval": (0, math.inf, True), "gpu_mem_gib": (0, math.inf, False),
+    "activation_peak_gib": (0, math.inf, True), "non_torch_gib": (0, math.inf, True),
+    "warmup": (0, math.inf, True), "timeline_interval": (0, math.inf, True),
+    "slo_ttft": (0, math.inf, False), "slo_tpot": (0, math.inf, False),
+}
+
+
+def _check_ranges(o: RunOptions) -> None:
+    for name, (lo, hi, lo_in) in _RANGES.items():
+        v = getattr(o, name)
+        if v is None:
+            continue
+        ok = (v >= lo if lo_in else v > lo) and v <= hi and math.isfinite(v)
+        if not ok:
+            left = "[" if lo_in else "("
+            top = "inf)" if hi == math.inf else f"{hi:,}]"
+            raise ValueError(f"{flag(name)} must be in {left}{lo}, {top}, got {v!r}")
+    if o.turn_input_min > o.turn_input_max:
+        raise ValueError(f"--turn-input-min {o.turn_input_min} is above --turn-input-max "
+                         f"{o.turn_input_max}")
+    nodes, level = 0, 1
+    for _ in range(o.depth + 1):  # prompts per tree (tot): 1 + b + b^2 + ... + b^depth
+        nodes += level
+        level *= o.branching
+        if nodes > _MAX_LEN:
+            raise ValueError(f"--depth {o.depth} with --branching {o.branching} makes more "
+                             f"than {_MAX_LEN:,} prompts per tree")
+    for name in ("trace", "model_config", "out"):
+        if getattr(o, name) is not None and not str(getattr(o, name)).strip():
+            raise ValueError(f"{flag(name)} is an empty path")
+    if o.out is not None and Path(o.out).exists() and not Path(o.out).is_dir():
+        raise ValueError(f"--out {o.out!r} exists and is not a directory")
+    if o.num_pages is not None and o.num_pages * o.page_size > _MAX_I32:
+        raise ValueError(f"--num-pages {o.num_pages} x --page-size {o.page_size} is more than "
+                         f"{_MAX_I32:,} slots")
+    _check_device(o.device)
+
+
+def _check_device(device: str) -> None:
+    """cpu, or cuda[:N] with such a device present (torch's own errors are not one line)."""
+    import torch
+
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        d = None
+    if d is None or d.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {device!r} is not one of: cpu, cuda, cuda:N")
+    if d.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0 or (d.index is not None and d.index >= n):
+            raise ValueError(f"--device {device!r}: no such CUDA device here ({n} found)")
+
+
 def field_type(name: str) -> type:
     """The plain type of an option (int, float, str, bool), None-ness stripped."""
     hint = typing.get_type_hints(RunOptions)[name]
@@ -405,7 +480,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ValueError(f"--config {str(p)!r}: no such file") from None
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ValueError(f"--config {str(p)!r}: not valid TOML ({e})") from None
 
 

@@ -5,8 +5,8 @@ mode is a few lines that can be read against the engine it imitates:
 
 * `sglang`: budget = available + evictable - sum(remaining max_new_tokens of running requests,
   each clipped at 4096) x new_token_ratio - what this round already admitted (each admitted
-  request charges its extend tokens + min(max_new_tokens, 4096), SGLang's clipped estimate). The ratio decays per
-  decode step and is reset after a retraction.
+  request charges its extend tokens + min(max_new_tokens, 4096), SGLang's clipped estimate).
+  The ratio decays per decode step and is reset after a retraction.
 * `vllm`: admit while the pages a request needs now, ceil((prompt + 1) / page_size) less its
   cached pages, leave at least a 1 % watermark of all pages free (cache counts as free: vLLM
   evicts it lazily).
