@@ -49,6 +49,11 @@ class PagedAllocator:
         self._top = self.num_pages
         self._is_free = torch.ones(self.num_pages + 1, dtype=torch.bool, device=self.device)
         self._is_free[0] = False
+        # On CPU the stack and the mask are also reached through numpy views of the same
+        # memory: numpy's per-call overhead is a fraction of torch's for these small ops.
+        on_cpu = self.device.type == "cpu"
+        self._stack_np = self._stack.numpy() if on_cpu else None
+        self._is_free_np = self._is_free.numpy() if on_cpu else None
         self._group: list[torch.Tensor] | None = None
         self._undo: list[tuple[int, torch.Tensor]] | None = None
 
@@ -92,18 +97,29 @@ class PagedAllocator:
     def _pop(self, n: int) -> torch.Tensor | None:
         if n > self._top:
             return None
-        # flip copies, so the result is safe from later pushes
-        pages = self._stack[self._top - n : self._top].flip(0)
+        top = self._top
         self._top -= n
+        if self._stack_np is not None:  # CPU: the same memory through numpy, ~5x cheaper ops
+            pages_np = self._stack_np[top - n : top][::-1].copy()
+            self._is_free_np[pages_np] = False
+            return torch.from_numpy(pages_np)
+        # flip copies, so the result is safe from later pushes
+        pages = self._stack[top - n : top].flip(0)
         self._is_free[pages] = False
         return pages
 
     def _push(self, pages: torch.Tensor) -> None:
         k = len(pages)
+        top = self._top
         if self._undo is not None:
-            self._undo.append((self._top, self._stack[self._top : self._top + k].clone()))
-        self._stack[self._top : self._top + k] = pages
-        self._is_free[pages] = True
+            self._undo.append((top, self._stack[top : top + k].clone()))
+        if self._stack_np is not None:
+            pages_np = pages.numpy()
+            self._stack_np[top : top + k] = pages_np
+            self._is_free_np[pages_np] = True
+        else:
+            self._stack[top : top + k] = pages
+            self._is_free[pages] = True
         self._top += k
 
     def pages_to_slots(self, pages: torch.Tensor) -> torch.Tensor:
@@ -198,8 +214,10 @@ class PagedAllocator:
 
         The token goes to slot last_loc+1 while the request's last page has room, else to the
         first slot of a fresh page. None when short (no change)."""
-        seq = self._ints("seq_lens", seq_lens)
-        last = self._ints("last_loc", last_loc)
+        if self._stack_np is not None:  # CPU: host arithmetic, as alloc_extend
+            seq, last = self._host_ints("seq_lens", seq_lens), self._host_ints("last_loc", last_loc)
+        else:
+            seq, last = self._ints("seq_lens", seq_lens), self._ints("last_loc", last_loc)
         if len(seq) != len(last):
             raise ValueError("seq_lens and last_loc must have the same length")
         if len(seq) and bool((seq < 1).any()):
@@ -208,6 +226,15 @@ class PagedAllocator:
         if ps == 1:
             return self._pop(len(seq))
         need = (seq - 1) % ps == 0
+        if self._stack_np is not None:
+            out_np = last + 1
+            n = int(np.count_nonzero(need))
+            if n:
+                pages = self._pop(n)
+                if pages is None:
+                    return None
+                out_np[need] = pages.numpy() * ps
+            return torch.from_numpy(out_np)
         n = int(need.sum())
         out = last + 1
         if n:
@@ -254,10 +281,16 @@ class PagedAllocator:
             p = torch.unique(p)
         if len(p) == 0:
             return
-        lo_id, hi_id = int(p.min()), int(p.max())
+        if self._stack_np is not None:
+            p_np = p.numpy()
+            lo_id, hi_id = int(p_np.min()), int(p_np.max())
+            already = lo_id >= 1 and hi_id <= self.num_pages and self._is_free_np[p_np].any()
+        else:
+            lo_id, hi_id = int(p.min()), int(p.max())
+            already = lo_id >= 1 and hi_id <= self.num_pages and bool(self._is_free[p].any())
         if lo_id < 1 or hi_id > self.num_pages:
             raise ValueError(f"page ids must be in [1, {self.num_pages}], got {p.tolist()[:8]}")
-        if bool(self._is_free[p].any()):
+        if already:
             bad = p[self._is_free[p]].tolist()[:8]
             raise ValueError(f"double free: pages {bad} are already free")
         if self._group is not None:

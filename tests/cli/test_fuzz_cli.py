@@ -1,0 +1,491 @@
+"""Fuzzing the command line: every option of run / sweep / compare / plan / trace stats and
+every trace parser, with invalid values (wrong types, negatives, zero, unknown names, huge
+numbers, NaN/inf, empty strings, malformed files) and valid small ones.
+
+The contract under test: invalid input exits 2 with exactly one line on stderr that names the
+option (or the file), valid input exits 0, and no Python traceback ever reaches the user.
+Simulations are tiny (a few requests, a small pool, constant latency), in process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import string
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from cli import SWEEP_AXES, app
+from kvcore.presets import ALIASES, get_model
+from simulator.options import RunOptions, allowed_values, field_type, flag
+
+FIXTURES = Path(__file__).resolve().parents[1] / "workloads" / "fixtures"
+RUNNER = CliRunner()
+FUZZ = settings(deadline=None, derandomize=True, print_blob=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow])
+
+# the tiny base every simulation starts from; an option under test replaces its entry here
+BASE = {"--num-requests": "3", "--kv-tokens": "2048", "--latency": "constant",
+        "--max-context-len": "1024", "--input-len": "32", "--output-len": "8",
+        "--lengths": "uniform", "--gpu-mem-gib": "4096", "--rate": "4"}
+MEMORY = ("--kv-tokens", "--num-pages", "--kv-mem-gib", "--budget", "--mem-fraction",
+          "--activation-peak-gib", "--non-torch-gib")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fuzz")
+    hf = get_model("qwen2.5-7b").to_hf_config()
+    hf["_name_or_path"] = "org/fuzz-model"
+    (d / "hf.json").write_text(json.dumps(hf))
+    (d / "plain.txt").write_text("not a directory\n")
+    (d / "garbage.bin").write_bytes(bytes(range(256)))
+    return d
+
+
+def invoke(*args: str):
+    return RUNNER.invoke(app, [str(a) for a in args])
+
+
+def no_traceback(r) -> None:
+    assert "Traceback" not in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+
+
+def assert_ok(r, args) -> None:
+    no_traceback(r)
+    assert r.exit_code == 0, (args, r.output)
+
+
+def assert_user_error(r, args, *names: str) -> None:
+    """Exit 2, one line on stderr naming one of `names` (a flag, a file), no traceback."""
+    no_traceback(r)
+    assert r.exit_code == 2, (args, r.output)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, (args, r.stderr)
+    assert lines[0].startswith("kvsim: error: "), lines
+    assert any(n in lines[0] for n in names), (args, names, lines[0])
+
+
+def base_without(*options: str) -> list[str]:
+    return [x for kv in BASE.items() if kv[0] not in options for x in kv]
+
+
+def with_base(option: str, value: str | None) -> list[str]:
+    """BASE with `option=value` instead of its entry; a memory option replaces the pool size
+    (and a budget rule sizes the pool on the GPU preset, not on the huge --gpu-mem-gib)."""
+    drop = (option, *MEMORY) if option in MEMORY else (option,)
+    if option in MEMORY and option != "--kv-tokens":
+        drop += ("--gpu-mem-gib",)
+    args = base_without(*drop)
+    if value is None:  # a boolean flag
+        return [*args, option]
+    return [*args, f"{option}={value}"]  # '=' so values like '-1' or '' stay values
+
+
+# -- invalid values ----------------------------------------------------------------------------
+def _parses(text: str, kind: type) -> bool:
+    try:
+        kind(text)
+    except ValueError:
+        return False
+    return True
+
+
+NUMERIC = [f.name for f in fields(RunOptions) if field_type(f.name) in (int, float)]
+CHOICE = [f.name for f in fields(RunOptions) if allowed_values(f.name)]
+# options whose documented domain excludes 0 (others take 0: a length, a delay, a seed...)
+POSITIVE = {"rate", "cv", "rate_scale", "duration", "num_requests", "max_new_tokens",
+            "input_len", "output_len", "question_len", "num_prefixes", "num_turns",
+            "turn_input_min", "turn_input_max", "branching", "num_samples", "page_size",
+            "gpu_mem_gib", "tp", "max_context_len", "kv_tokens", "num_pages", "kv_mem_gib",
+            "mem_fraction", "max_running_requests", "max_prefill_tokens", "slo_ttft",
+            "slo_tpot"}
+words = st.text(string.ascii_letters + string.punctuation + " ", min_size=1, max_size=12)
+huge = st.sampled_from(["99999999999999999999999", "1" + "0" * 40, "1e400", "-1e400",
+                        str(2**64), "1e308"])
+non_finite = st.sampled_from(["nan", "inf", "-inf", "NaN", "+inf", "Infinity"])
+
+
+@st.composite
+def invalid_numeric(draw):
+    name = draw(st.sampled_from(NUMERIC))
+    kind = field_type(name)
+    kinds = ["word", "negative", "huge", "empty"] + (["zero"] if name in POSITIVE else [])
+    kinds += ["fraction", "non_finite"] if kind is int else ["non_finite"]
+    what = draw(st.sampled_from(kinds))
+    if what == "word":
+        value = draw(words.filter(lambda s: not _parses(s, kind)))
+    elif what == "negative":
+        value = str(-draw(st.integers(1, 10**6)))
+    elif what == "huge":  # for floats only the non-finite ones: 1e308 s is silly, not wrong
+        value = draw(huge if kind is int else st.sampled_from(["1e400", "1" + "0" * 400]))
+    elif what == "empty":
+        value = ""
+    elif what == "zero":
+        value = draw(st.sampled_from(["0", "0.0", "-0"])) if kind is float else "0"
+    elif what == "fraction":
+        value = draw(st.sampled_from(["1.5", "0.5", "2e3", "1e-3"]))
+    else:
+        value = draw(non_finite)
+    return name, value
+
+
+@st.composite
+def invalid_choice(draw):
+    name = draw(st.sampled_from(CHOICE))
+    allowed = {a.lower() for a in allowed_values(name)} | set(ALIASES)
+    value = draw(st.one_of(st.just(""), words, st.sampled_from(["PAGED ", "none", "null",
+                                                                 "0", "-1", "h100x"])))
+    assume(value.lower() not in allowed and value not in allowed_values(name))
+    return name, value
+
+
+@given(case=st.one_of(invalid_numeric(), invalid_choice()),
+       command=st.sampled_from(["run", "sweep", "compare", "plan"]))
+@settings(FUZZ, max_examples=260)
+def test_invalid_option_values_exit_2_naming_the_option(case, command, tmp_path_factory):
+    name, value = case
+    opt = flag(name)
+    extra = []
+    if command in ("sweep", "compare"):
+        out = tmp_path_factory.mktemp(command)
+        extra = ["--out", str(out)] + (["--no-plot", "--no-progress"] if command == "sweep"
+                                       else [])
+    args = [command, *with_base(opt, value), *extra]
+    r = invoke(*args)
+    assert_user_error(r, args, opt)
+
+
+@given(option=st.sampled_from(["--trace", "--model-config", "--out", "--config"]),
+       kind=st.sampled_from(["missing", "empty", "directory", "garbage", "file"]))
+@settings(FUZZ, max_examples=30)
+def test_invalid_paths_exit_2(option, kind, files):
+    value = {"missing": str(files / "no" / "such.csv"), "empty": "", "directory": str(files),
+             "garbage": str(files / "garbage.bin"), "file": str(files / "plain.txt")}[kind]
+    assume(not (option == "--out" and kind in ("missing", "directory")))  # those are valid
+    args = ["run", *with_base(option, value)]
+    r = invoke(*args)
+    assert_user_error(r, args, option, value or "''")
+
+
+# -- valid values ------------------------------------------------------------------------------
+def _f(lo: float, hi: float):
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False).map(lambda x: f"{x:.4g}")
+
+
+def _i(lo: int, hi: int):
+    return st.integers(lo, hi).map(str)
+
+
+VALID: dict[str, st.SearchStrategy] = {
+    "--rate": _f(0.1, 100), "--cv": _f(0.1, 4), "--rate-scale": _f(0.1, 10),
+    "--duration": _f(1, 100), "--num-requests": _i(1, 5), "--max-new-tokens": _i(1, 64),
+    "--input-len": _i(1, 64), "--output-len": _i(1, 64), "--spread": _f(0, 1),
+    "--sigma": _f(0, 2), "--prefix-len": _i(0, 64), "--question-len": _i(1, 64),
+    "--num-prefixes": _i(1, 4), "--num-turns": _i(1, 4), "--turn-input-min": _i(1, 256),
+    "--turn-input-max": _i(256, 600), "--think-time": _f(0, 10), "--system-len": _i(0, 64),
+    "--depth": _i(0, 3), "--branching": _i(1, 3), "--level-interval": _f(0, 5),
+    "--num-samples": _i(1, 4), "--page-size": st.sampled_from(["1", "2", "16", "64", "256"]),
+    "--gpu-mem-gib": _f(80, 4096), "--tp": st.sampled_from(["1", "2", "4", "8"]),
+    "--max-context-len": _i(64, 4096), "--kv-tokens": _i(256, 8192),
+    "--num-pages": _i(16, 512), "--kv-mem-gib": _f(0.01, 1), "--mem-fraction": _f(0.5, 0.95),
+    "--activation-peak-gib": _f(0, 8), "--non-torch-gib": _f(0, 4),
+    "--max-running-requests": _i(1, 64), "--max-prefill-tokens": _i(1, 4096),
+    "--chunked-prefill-size": _i(0, 4096), "--warmup": _f(0, 10),
+    "--timeline-interval": st.sampled_from(["0", "0.01", "0.5"]), "--seed": _i(0, 2**32),
+    "--slo-ttft": _f(0.01, 10),
+    "--slo-tpot": _f(0.01, 10), "--device": st.just("cpu"),
+}
+for _name in CHOICE:
+    VALID[flag(_name)] = st.sampled_from(allowed_values(_name))
+VALID["--arrival"] = st.sampled_from(["poisson", "gamma", "fixed"])  # 'trace' needs a trace
+BOOLS = [flag(f.name) for f in fields(RunOptions) if field_type(f.name) is bool]
+
+
+def test_every_option_is_fuzzed():
+    """A new option must get a valid strategy here (and is then fuzzed both ways)."""
+    names = {flag(f.name) for f in fields(RunOptions)}
+    covered = set(VALID) | set(BOOLS) | {"--trace", "--model-config", "--out"}
+    assert names <= covered, names - covered
+
+
+@given(option=st.sampled_from(sorted(VALID) + BOOLS + ["--trace", "--model-config", "--out"]),
+       data=st.data())
+@settings(FUZZ, max_examples=90)
+def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
+    if option in BOOLS:
+        name = option.removeprefix("--")
+        value = None
+        option = data.draw(st.sampled_from([option, f"--no-{name}"]))
+    elif option == "--trace":
+        value = str(FIXTURES / data.draw(st.sampled_from(["vidur_sample.csv",
+                                                          "burstgpt_sample.csv"])))
+    elif option == "--model-config":
+        value = str(files / "hf.json")
+    elif option == "--out":
+        value = str(tmp_path_factory.mktemp("out") / "run")
+    else:
+        value = data.draw(VALID[option])
+    extra = []
+    if option in ("--mem-fraction",):
+        extra = ["--budget", "vllm"]
+    args = ["run", *with_base(option, value), *extra]
+    r = invoke(*args)
+    assert_ok(r, args)
+
+
+# -- sweep / compare / plan / trace stats own options ------------------------------------------
+def _list(values: list[str]):
+    return st.lists(st.sampled_from(values), min_size=1, max_size=2, unique=True).map(",".join)
+
+
+SWEEP_VALID = {
+    "--page-sizes": st.one_of(_list(["1", "16", "64"]), st.just("8..16")),
+    "--policies": _list(allowed_values("policy")), "--placements": _list(["first-fit", "buddy"]),
+    "--rates": _list(["0.5", "4", "20"]), "--kv-tokens": _list(["1024", "4096"]),
+    "--seeds": _list(["0", "7"]), "--workloads": _list(["sharegpt", "kshot", "chat"]),
+    "--jobs": st.just("1"), "--executor": st.just("local"),
+}
+SWEEP_INVALID = {
+    "--page-sizes": ["", ",", "0", "1,x", "8..2", "-4", "nan", "1.5", "1..", str(2**40)],
+    "--policies": ["", "nope", "paged,nope", ","], "--placements": ["", "worst-fit"],
+    "--rates": ["", "0", "-1", "nan", "inf", "x", "4,-inf"], "--kv-tokens": ["", "0", "-8",
+                                                                             "1e3", "x"],
+    "--seeds": ["", "-1", "1.5", "x", str(2**70)], "--workloads": ["", "nope", "kshot,x"],
+    "--jobs": ["0", "-1", "x", "", "1.5", str(2**70), "100000"],
+    "--executor": ["", "nope", "LOCAL"], "--scheduler-address": ["tcp://127.0.0.1:1"],
+}
+
+
+@given(option=st.sampled_from(sorted(SWEEP_INVALID)), data=st.data())
+@settings(FUZZ, max_examples=40)
+def test_sweep_invalid_grid_options(option, data, tmp_path_factory):
+    value = data.draw(st.sampled_from(SWEEP_INVALID[option]))
+    out = tmp_path_factory.mktemp("sw")
+    args = ["sweep", *base_without(option), f"{option}={value}", "--out", str(out),
+            "--no-plot", "--no-progress"]
+    r = invoke(*args)
+    singular = {v: "--" + k.replace("_", "-") for k, v in SWEEP_AXES.items()}
+    assert_user_error(r, args, option, singular.get(option, option))
+    assert not (out / "summary.csv").exists()  # rejected before any cell ran
+
+
+@given(option=st.sampled_from(sorted(SWEEP_VALID)), data=st.data())
+@settings(FUZZ, max_examples=14)
+def test_sweep_valid_grid_options(option, data, tmp_path_factory):
+    value = data.draw(SWEEP_VALID[option])
+    out = tmp_path_factory.mktemp("sw")
+    base = [*base_without(option, "--num-requests"), "--num-requests", "2"]
+    grid = [] if option == "--page-sizes" else ["--page-sizes", "16"]
+    args = ["sweep", *base, f"{option}={value}", *grid, "--out", str(out), "--no-plot",
+            "--no-progress"]
+    r = invoke(*args)
+    assert_ok(r, args)
+    import pandas as pd
+
+    df = pd.read_csv(out / "summary.csv")
+    assert len(df) >= 1 and df.config_hash.is_unique
+
+
+@given(value=st.one_of(st.sampled_from(["", ",", "nope", "paged,nope", "PAGED"]), words),
+       ok=st.booleans(), data=st.data())
+@settings(FUZZ, max_examples=16)
+def test_compare_policies(value, ok, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmp")
+    if ok:
+        value = data.draw(_list(["paged", "vllm", "contiguous-pow2"]))
+    else:
+        names = [p.strip() for p in value.split(",") if p.strip()]
+        assume(not names or any(n not in allowed_values("policy") for n in names))
+    args = ["compare", *with_base("--num-requests", "2"), f"--policies={value}", "--out",
+            str(out)]
+    r = invoke(*args)
+    if ok:
+        assert_ok(r, args)
+    else:
+        assert_user_error(r, args, "--policies", "--policy")
+
+
+PLAN_INVALID = {
+    "--context-len": ["0", "-1", "x", "", "1.5", str(2**70)],
+    "--tolerance": ["nan", "inf", "-0.1", "x", ""],
+    "--page-sizes": ["", "0", "x", "-16", "4..1"], "--jobs": ["0", "-3", "x", str(2**70)],
+}
+PLAN_VALID = {"--context-len": _i(1, 131072), "--tolerance": _f(0, 0.5),
+              "--page-sizes": _list(["1", "16", "256"]), "--jobs": st.just("1")}
+
+
+@given(option=st.sampled_from(sorted(PLAN_INVALID)), ok=st.booleans(), data=st.data())
+@settings(FUZZ, max_examples=40)
+def test_plan_options(option, ok, data):
+    value = data.draw(PLAN_VALID[option]) if ok else data.draw(st.sampled_from(
+        PLAN_INVALID[option]))
+    args = ["plan", f"{option}={value}", "--json"]
+    r = invoke(*args)
+    if ok:
+        assert_ok(r, args)
+        json.loads(r.stdout)
+    else:
+        assert_user_error(r, args, option)
+
+
+STATS_INVALID = {"--page-size": ["0", "-1", "x", "", str(2**70)],
+                 "--num-requests": ["0", "-5", "x", ""],
+                 "--format": ["", "nope", "CSV"]}
+
+
+@given(option=st.sampled_from(sorted(STATS_INVALID)), ok=st.booleans(),
+       file=st.sampled_from(["kshot", str(FIXTURES / "vidur_sample.csv")]), data=st.data())
+@settings(FUZZ, max_examples=30)
+def test_trace_stats_options(option, ok, file, data):
+    if ok:
+        value = data.draw({"--page-size": _i(1, 512), "--num-requests": _i(1, 20),
+                           "--format": st.sampled_from(["auto"])}[option])
+    else:
+        value = data.draw(st.sampled_from(STATS_INVALID[option]))
+    args = ["trace", "stats", file, f"{option}={value}", "--json"]
+    r = invoke(*args)
+    if ok:
+        assert_ok(r, args)
+        assert json.loads(r.stdout)["rows"] >= 1
+    else:
+        assert_user_error(r, args, option)
+
+
+# -- trace parsers -----------------------------------------------------------------------------
+def _azure_ts(t: float) -> str:
+    whole = int(t)
+    return f"2023-11-16 18:{whole // 60 % 60:02d}:{whole % 60:02d}.{int((t % 1) * 1e7):07d}"
+
+
+HEADERS = {
+    "azure": "TIMESTAMP,ContextTokens,GeneratedTokens",
+    "burstgpt": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+    "vidur": "arrived_at,num_prefill_tokens,num_decode_tokens",
+    "sharegpt": "num_prefill_tokens,num_decode_tokens",
+    "generic": "arrival_s,prompt_ids,output_len",
+    "mooncake": None,
+}
+
+
+def _row(fmt: str, t: float, n: int, m: int) -> str:
+    if fmt == "azure":
+        return f"{_azure_ts(t)},{n},{m}"
+    if fmt == "burstgpt":
+        return f"{t:.3f},ChatGPT,{n},{m},{n + m},Conversation log"
+    if fmt == "vidur":
+        return f"{t:.3f},{n},{m}"
+    if fmt == "sharegpt":
+        return f"{n},{m}"
+    if fmt == "generic":
+        return f"{t:.3f},\"{' '.join(str(7 + i) for i in range(n))}\",{m}"
+    hashes = list(range(math.ceil(n / 512)))
+    return json.dumps({"timestamp": int(t * 1000), "input_length": n, "output_length": m,
+                       "hash_ids": hashes})
+
+
+@st.composite
+def trace_text(draw, fmt: str):
+    rows = draw(st.lists(st.tuples(st.floats(0, 5), st.integers(1, 600), st.integers(1, 40)),
+                         min_size=1, max_size=6))
+    t = 0.0
+    lines = [] if HEADERS[fmt] is None else [HEADERS[fmt]]
+    for dt, n, m in rows:
+        t += dt
+        lines.append(_row(fmt, t, n, m))
+    return "\n".join(lines) + "\n"
+
+
+FORMATS = sorted(HEADERS)
+TRACE_BASE = ["--num-requests", "3", "--kv-tokens", "4096", "--latency", "constant",
+              "--max-context-len", "2048", "--rate", "2", "--gpu-mem-gib", "4096"]
+
+
+def _run_trace(path: Path, fmt: str):
+    args = ["run", *TRACE_BASE, "--trace", str(path), "--format", fmt]
+    return args, invoke(*args)
+
+
+@given(fmt=st.sampled_from(FORMATS), data=st.data(), auto=st.booleans())
+@settings(FUZZ, max_examples=40)
+def test_valid_traces_run(fmt, data, auto, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tr") / f"t.{'jsonl' if fmt == 'mooncake' else 'csv'}"
+    path.write_text(data.draw(trace_text(fmt)))
+    args, r = _run_trace(path, "auto" if auto else fmt)
+    assert_ok(r, args)
+    r = invoke("trace", "stats", path, "--format", fmt, "--json")
+    assert_ok(r, ["trace", "stats", path])
+
+
+def _mutate(draw, text: str, fmt: str) -> tuple[str | bytes, bool]:
+    """(new content, surely_bad): surely_bad when no parser could accept it."""
+    lines = text.splitlines()
+    how = draw(st.sampled_from(["bytes", "not_utf8", "wrong_header", "no_header", "field",
+                                "truncate", "extra_field", "empty", "backwards"]))
+    if how == "bytes":
+        return draw(st.binary(min_size=1, max_size=200)), False
+    if how == "not_utf8":
+        return text.encode() + b"\xff\xfe" + draw(st.binary(max_size=20)), True
+    if how == "empty":
+        return draw(st.sampled_from(["", "\n", "  \n\n"])), True
+    if how == "wrong_header":
+        return "\n".join(["foo,bar,baz", *lines[1:]]) + "\n", fmt != "mooncake"
+    if how == "no_header":
+        return "\n".join(lines[1:] or ["1,2,3"]) + "\n", fmt != "mooncake"
+    if how == "truncate":
+        cut = draw(st.integers(0, max(len(text) - 1, 0)))
+        return text[:cut], False
+    if how == "backwards" and len(lines) >= 3 and fmt not in ("sharegpt",):
+        data = lines[1:] if HEADERS[fmt] else lines
+        head = lines[:1] if HEADERS[fmt] else []
+        return "\n".join([*head, *data[::-1]]) + "\n", False  # equal times are fine
+    i = draw(st.integers(1 if HEADERS[fmt] else 0, max(len(lines) - 1, 0)))
+    if how == "extra_field" or i >= len(lines):
+        return text + "\n" + draw(st.sampled_from([",,,", "1,2", '{"a": 1}', "[1]"])), False
+    bad = draw(st.sampled_from(["-1", "x", "nan", "inf", "", "1e999", "1.5", "99999999999",
+                                '"', "[", "{", "\x00"]))
+    if fmt == "mooncake":
+        obj = json.loads(lines[i])
+        key = draw(st.sampled_from(sorted(obj)))
+        obj[key] = draw(st.sampled_from([-1, "x", None, 1.5, [], {}, 10**30, [-1], True]))
+        lines[i] = json.dumps(obj)
+    else:
+        cells = lines[i].split(",")
+        j = draw(st.integers(0, len(cells) - 1))
+        cells[j] = bad
+        lines[i] = ",".join(cells)
+    return "\n".join(lines) + "\n", False
+
+
+@given(fmt=st.sampled_from(FORMATS), data=st.data(), skip=st.booleans())
+@settings(FUZZ, max_examples=110)
+def test_malformed_traces_never_crash(fmt, data, skip, tmp_path_factory):
+    """A malformed file either still parses (exit 0) or is rejected with one line that points
+    at the file (file:line where there is a line); --skip-bad-rows never turns it into a
+    crash."""
+    content, surely_bad = _mutate(data.draw, data.draw(trace_text(fmt)), fmt)
+    path = tmp_path_factory.mktemp("bad") / "trace.txt"
+    if isinstance(content, str):
+        path.write_text(content)
+    else:
+        path.write_bytes(content)
+    args = ["run", *TRACE_BASE, "--trace", str(path), "--format", fmt]
+    if skip:
+        args.append("--skip-bad-rows")
+    r = invoke(*args)
+    no_traceback(r)
+    if surely_bad and not skip:
+        assert r.exit_code == 2, (args, content, r.output)
+    if r.exit_code != 0:
+        assert_user_error(r, args, str(path))
+    r = invoke("trace", "stats", str(path), "--format", fmt, "--json")
+    no_traceback(r)
+    if r.exit_code != 0:
+        assert_user_error(r, ["trace", "stats", path], str(path))
