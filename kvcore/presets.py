@@ -204,7 +204,7 @@ class ModelPreset:
             try:
                 with open(path, encoding="utf-8") as f:
                     config = json.load(f)
-            except (OSError, json.JSONDecodeError) as e:
+            except (OSError, ValueError, RecursionError) as e:  # ValueError: not UTF-8 / JSON
                 raise ValueError(f"model config {path!r} cannot be read: {e}") from e
             if not isinstance(config, Mapping):
                 raise ValueError(f"model config {path!r} is not a JSON object")

@@ -7,8 +7,10 @@ half-written one, even if the writer raises or the process is killed mid-write.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,27 @@ def _umask() -> int:
 _MODE = 0o666 & ~_umask()  # what a plain open() would give (mkstemp makes 0600)
 
 
+STALE_TEMP_S = 600.0  # a temp this old belongs to a writer that died (kill -9, power loss)
+
+
+def remove_stale_temps(target: Path, older_than_s: float = STALE_TEMP_S) -> int:
+    """Delete `target`'s temporaries left by a killed writer (never a live writer's: those
+    are younger than `older_than_s`); returns how many went."""
+    removed = 0
+    for p in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if time.time() - p.stat().st_mtime > older_than_s:
+                p.unlink()
+                removed += 1
+    return removed
+
+
 def _atomic(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Call `write(tmp_path)`, then move the result over `path`; on error remove the temp."""
+    """Call `write(tmp_path)`, then move the result over `path`; on error remove the temp.
+    Temporaries of `path` left by a killed earlier writer are removed first."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:

@@ -70,7 +70,7 @@ def breakdown_figure(summary: pd.DataFrame, title: str = "KV memory breakdown") 
         vals = g[col].fillna(0.0).to_numpy(dtype=float)
         ax.bar(x, vals, bottom=bottom, label=lab, color=color, edgecolor="white", linewidth=0.5)
         bottom += vals
-    ax.set_xticks(x, labels, rotation=30 if len(g) > 4 else 0, ha="right" if len(g) > 4
+    ax.set_xticks(x, labels, rotation=30 if len(g) > 2 else 0, ha="right" if len(g) > 2
                   else "center", fontsize=8)
     ax.set_ylabel("% of KV capacity (time-weighted)")
     ax.set_ylim(0, 100)

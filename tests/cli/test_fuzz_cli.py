@@ -149,7 +149,7 @@ def invalid_choice(draw):
 
 @given(case=st.one_of(invalid_numeric(), invalid_choice()),
        command=st.sampled_from(["run", "sweep", "compare", "plan"]))
-@settings(FUZZ, max_examples=260)
+@settings(FUZZ, max_examples=400)
 def test_invalid_option_values_exit_2_naming_the_option(case, command, tmp_path_factory):
     name, value = case
     opt = flag(name)
@@ -218,7 +218,7 @@ def test_every_option_is_fuzzed():
 
 @given(option=st.sampled_from(sorted(VALID) + BOOLS + ["--trace", "--model-config", "--out"]),
        data=st.data())
-@settings(FUZZ, max_examples=90)
+@settings(FUZZ, max_examples=200)
 def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
     if option in BOOLS:
         name = option.removeprefix("--")
@@ -265,7 +265,7 @@ SWEEP_INVALID = {
 
 
 @given(option=st.sampled_from(sorted(SWEEP_INVALID)), data=st.data())
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=60)
 def test_sweep_invalid_grid_options(option, data, tmp_path_factory):
     value = data.draw(st.sampled_from(SWEEP_INVALID[option]))
     out = tmp_path_factory.mktemp("sw")
@@ -278,7 +278,7 @@ def test_sweep_invalid_grid_options(option, data, tmp_path_factory):
 
 
 @given(option=st.sampled_from(sorted(SWEEP_VALID)), data=st.data())
-@settings(FUZZ, max_examples=14)
+@settings(FUZZ, max_examples=18)
 def test_sweep_valid_grid_options(option, data, tmp_path_factory):
     value = data.draw(SWEEP_VALID[option])
     out = tmp_path_factory.mktemp("sw")
@@ -323,7 +323,7 @@ PLAN_VALID = {"--context-len": _i(1, 131072), "--tolerance": _f(0, 0.5),
 
 
 @given(option=st.sampled_from(sorted(PLAN_INVALID)), ok=st.booleans(), data=st.data())
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=60)
 def test_plan_options(option, ok, data):
     value = data.draw(PLAN_VALID[option]) if ok else data.draw(st.sampled_from(
         PLAN_INVALID[option]))
@@ -333,7 +333,7 @@ def test_plan_options(option, ok, data):
         assert_ok(r, args)
         json.loads(r.stdout)
     else:
-        assert_user_error(r, args, option)
+        assert_user_error(r, args, option, option.removesuffix("s"))
 
 
 STATS_INVALID = {"--page-size": ["0", "-1", "x", "", str(2**70)],
@@ -343,7 +343,7 @@ STATS_INVALID = {"--page-size": ["0", "-1", "x", "", str(2**70)],
 
 @given(option=st.sampled_from(sorted(STATS_INVALID)), ok=st.booleans(),
        file=st.sampled_from(["kshot", str(FIXTURES / "vidur_sample.csv")]), data=st.data())
-@settings(FUZZ, max_examples=30)
+@settings(FUZZ, max_examples=40)
 def test_trace_stats_options(option, ok, file, data):
     if ok:
         value = data.draw({"--page-size": _i(1, 512), "--num-requests": _i(1, 20),
@@ -414,14 +414,15 @@ def _run_trace(path: Path, fmt: str):
 
 
 @given(fmt=st.sampled_from(FORMATS), data=st.data(), auto=st.booleans())
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=80)
 def test_valid_traces_run(fmt, data, auto, tmp_path_factory):
     path = tmp_path_factory.mktemp("tr") / f"t.{'jsonl' if fmt == 'mooncake' else 'csv'}"
     path.write_text(data.draw(trace_text(fmt)))
     args, r = _run_trace(path, "auto" if auto else fmt)
     assert_ok(r, args)
-    r = invoke("trace", "stats", path, "--format", fmt, "--json")
-    assert_ok(r, ["trace", "stats", path])
+    if fmt != "sharegpt":  # no timestamps: `trace stats` has no --rate to pair it with
+        r = invoke("trace", "stats", path, "--format", fmt, "--json")
+        assert_ok(r, ["trace", "stats", path])
 
 
 def _mutate(draw, text: str, fmt: str) -> tuple[str | bytes, bool]:
@@ -465,7 +466,7 @@ def _mutate(draw, text: str, fmt: str) -> tuple[str | bytes, bool]:
 
 
 @given(fmt=st.sampled_from(FORMATS), data=st.data(), skip=st.booleans())
-@settings(FUZZ, max_examples=110)
+@settings(FUZZ, max_examples=250)
 def test_malformed_traces_never_crash(fmt, data, skip, tmp_path_factory):
     """A malformed file either still parses (exit 0) or is rejected with one line that points
     at the file (file:line where there is a line); --skip-bad-rows never turns it into a
