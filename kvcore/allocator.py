@@ -128,6 +128,9 @@ class PagedAllocator:
         ps = self.page_size
         if ps == 1:
             return pages
+        if pages.device.type == "cpu":
+            p = pages.numpy()
+            return torch.from_numpy((p[:, None] * ps + np.arange(ps)).reshape(-1))
         offsets = torch.arange(ps, dtype=torch.int64, device=pages.device)
         return (pages[:, None] * ps + offsets).reshape(-1)
 

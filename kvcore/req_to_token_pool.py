@@ -96,6 +96,9 @@ class ReqToTokenPool:
             raise ValueError(f"a write goes past max_context_len {self.max_context_len}")
         if self.device.type == "cpu":  # index arithmetic on the host, one scatter
             r, st, ln = rows.numpy(), starts.numpy(), lens.numpy()
+            if len(r) == 1:  # one request: a plain slice
+                self.req_to_token.numpy()[r[0], st[0] : st[0] + ln[0]] = slots.numpy()
+                return
             pos = np.repeat(st, ln) + np.arange(int(ln.sum())) - np.repeat(np.cumsum(ln) - ln, ln)
             self.req_to_token.numpy()[np.repeat(r, ln), pos] = slots.numpy()
             return

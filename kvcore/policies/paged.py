@@ -70,6 +70,8 @@ class PagedPolicy(KVPolicy):
         self._node: list[TreeNode | None] = [None] * rows
         self._row_of: dict[int, int] = {}
         self._table = self.req_to_token_pool.req_to_token
+        self._epoch = 0  # bumped by every mutating call; keys the breakdown memo
+        self._breakdown_cache: tuple[int, MemoryBreakdown] | None = None
         self._table_np = self._table.numpy() if self._table.device.type == "cpu" else None
 
     # -- helpers ---------------------------------------------------------------------------
@@ -130,6 +132,7 @@ class PagedPolicy(KVPolicy):
     def admit(
         self, rid: int, token_ids: np.ndarray, final_len: int, max_new_tokens: int
     ) -> AdmitResult | None:
+        self._epoch += 1
         if rid in self._row_of:
             raise ValueError(f"request {rid} is already admitted")
         if final_len > self.req_to_token_pool.max_context_len:
@@ -157,6 +160,7 @@ class PagedPolicy(KVPolicy):
 
     # -- growth ----------------------------------------------------------------------------
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
+        self._epoch += 1
         rows = self._rows(rids)
         target = np.asarray(target_lens, dtype=np.int64)
         w = self._written[rows]
@@ -178,6 +182,7 @@ class PagedPolicy(KVPolicy):
         return True
 
     def decode(self, rids: Sequence[int]) -> bool:
+        self._epoch += 1
         rows = self._rows(rids)
         w = self._written[rows]
         ps = self.page_size
@@ -200,6 +205,7 @@ class PagedPolicy(KVPolicy):
         would evict is evicted up front in the same LRU order; the profile shows it leaving
         at the step where stepping would have evicted it."""
         profile = self.decode_profile(rids, n, head_reservation)
+        self._epoch += 1
         rows = self._rows(rids)
         w = self._written[rows]
         ps = self.page_size
@@ -269,6 +275,7 @@ class PagedPolicy(KVPolicy):
         return n
 
     def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
+        self._epoch += 1
         if self.tree.disable:
             return
         row = int(self._row_of_checked(rid))
@@ -283,6 +290,7 @@ class PagedPolicy(KVPolicy):
         self._cached[row] = n
 
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
+        self._epoch += 1
         row = int(self._row_of_checked(rid))
         w = int(self._written[row])
         if self.tree.disable:
@@ -293,6 +301,7 @@ class PagedPolicy(KVPolicy):
         self._drop(rid, row)
 
     def release(self, rid: int) -> None:
+        self._epoch += 1
         row = int(self._row_of_checked(rid))
         self._free_positions(row, int(self._cached[row]), int(self._written[row]))
         self._drop(rid, row)
@@ -326,6 +335,14 @@ class PagedPolicy(KVPolicy):
         return np.fromiter(self._row_of.values(), dtype=np.int64, count=len(self._row_of))
 
     def breakdown(self, head_reservation: int) -> MemoryBreakdown:
+        # paged breakdowns do not depend on head_reservation; memoise until the next mutation
+        if self._breakdown_cache is not None and self._breakdown_cache[0] == self._epoch:
+            return self._breakdown_cache[1]
+        b = self._compute_breakdown()
+        self._breakdown_cache = (self._epoch, b)
+        return b
+
+    def _compute_breakdown(self) -> MemoryBreakdown:
         rows = self._live_rows()
         w, c, final = self._written[rows], self._cached[rows], self._final[rows]
         alloc_end = _ceil_to(w, self.page_size)
