@@ -5,11 +5,16 @@ Modelled on the design of vLLM v1's KV cache manager (a re-implementation, not a
 * A pool of `num_pages` usable blocks of `page_size` slots, ids 1..num_pages; block 0 is the
   null placeholder (the dummy page of kvsim's address space) and is never handed out, so the
   capacity is `num_pages * page_size` like the paged policies.
-* Free blocks sit in one queue, an intrusive doubly linked list (prev/next int arrays with a
-  fake head and tail) with O(1) popleft, append and remove. Allocation pops from the head.
-* Only full blocks are cached. A full block is keyed by a chained hash of (parent block's hash,
-  the block's token ids) (blake2b, 8 bytes: deterministic across runs). The block keeps its
-  key, so a hash collision is detected by comparing keys and never yields a wrong hit.
+* Free blocks sit in one FIFO queue with O(1) popleft, append and remove. Allocation pops from
+  the head. The queue is an array of block ids with tombstones (a removed block leaves a 0
+  behind; the array is compacted when it fills), so a request's thousands of blocks are
+  popped, appended or removed in a few numpy operations instead of one Python step each. The
+  order is exactly that of a doubly linked list.
+* Only full blocks are cached. A full block is keyed by a chained 64-bit hash of (parent
+  block's hash, the block's token ids): a polynomial hash of the whole prefix, finalised by an
+  invertible mixer, so it is a function of (parent hash, block tokens) and a request's blocks
+  hash in one vectorised pass (deterministic across runs). Each hashed block keeps its parent
+  hash and token ids, and a lookup compares both, so a hash collision never yields a wrong hit.
   A block is hashed as soon as it is full and its token ids are known: prompt blocks during
   prefill; decode blocks during decode when a token source is set (`set_token_source`),
   otherwise at `cache_prefix` / `finish`, whose `token_ids` cover every written token.
@@ -18,7 +23,7 @@ Modelled on the design of vLLM v1's KV cache manager (a re-implementation, not a
   lazy, LRU. A request's blocks are freed in reverse order, so the tail of a chain (the longest,
   least shareable prefix) is evicted first.
 * The same content may be cached in two blocks (block tables are append-only): duplicates are
-  allowed, the hash maps to every block holding it.
+  allowed, the hash maps to every block holding it (oldest first).
 * A lookup matches whole blocks of `prompt[:P-1]`: the last prompt token is always recomputed
   to get logits, so a block-aligned prompt recomputes its last block.
 """
@@ -26,8 +31,6 @@ Modelled on the design of vLLM v1's KV cache manager (a re-implementation, not a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from hashlib import blake2b
-from itertools import pairwise
 
 import numpy as np
 import torch
@@ -49,12 +52,63 @@ NONE_HASH = 0
 #: (rid, start, end) -> token ids of positions start..end-1 of that request
 TokenSource = Callable[[int, int, int], np.ndarray]
 
+_MASK = (1 << 64) - 1
+_U64 = np.uint64
+#: polynomial base (odd, hence invertible mod 2**64) and its inverse
+_BASE = 0x9FB21C651E98DF25
+_BASE_INV = pow(_BASE, -1, 1 << 64)
+#: added to a token id before mixing, so token 0 does not map to 0
+_SALT = 0x9E3779B97F4A7C15
+_M1, _M2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53
+_M1_INV, _M2_INV = pow(_M1, -1, 1 << 64), pow(_M2, -1, 1 << 64)
+_S33 = _U64(33)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """Invertible 64-bit finaliser (xor-shift / multiply); maps 0 to 0. uint64 in and out."""
+    x = x ^ (x >> _S33)
+    x = x * _U64(_M1)
+    x = x ^ (x >> _S33)
+    x = x * _U64(_M2)
+    return x ^ (x >> _S33)
+
+
+def _unmix(x: np.ndarray) -> np.ndarray:
+    """Inverse of `_mix` (a shift by 33 >= 32 bits is its own xor-shift inverse)."""
+    x = x ^ (x >> _S33)
+    x = x * _U64(_M2_INV)
+    x = x ^ (x >> _S33)
+    x = x * _U64(_M1_INV)
+    return x ^ (x >> _S33)
+
+
+def _token_words(tokens: np.ndarray) -> np.ndarray:
+    """Token ids (int64) -> the mixed uint64 words the polynomial hash sums."""
+    return _mix(np.ascontiguousarray(tokens, dtype=np.int64).view(_U64) + _U64(_SALT))
+
+
+def _powers(base: int, n: int) -> np.ndarray:
+    """base**0 .. base**(n-1) mod 2**64 (uint64)."""
+    pw = np.full(n, base, dtype=_U64)
+    pw[0] = 1
+    return np.cumprod(pw, dtype=_U64)
+
+
+def block_hashes(parents: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Hashes of blocks given their parent hashes (m,) and token ids (m, page_size):
+    raw(child) = raw(parent) * B**ps + sum_j word_j * B**(ps-1-j), hash = mix(raw)."""
+    tokens = np.atleast_2d(np.asarray(tokens, dtype=np.int64))
+    ps = tokens.shape[1]
+    pw = _powers(_BASE, ps)[::-1]  # B**(ps-1) .. B**0
+    raw = _unmix(np.asarray(parents, dtype=_U64)) * _U64(pow(_BASE, ps, 1 << 64))
+    raw = raw + (_token_words(tokens) * pw[None, :]).sum(axis=1, dtype=_U64)
+    return _mix(raw)
+
 
 def block_hash(parent: int, tokens: bytes) -> int:
-    """Chained hash of one full block: 8 bytes of blake2b over (parent hash, token bytes)."""
-    h = blake2b(parent.to_bytes(8, "little"), digest_size=8)
-    h.update(tokens)
-    return int.from_bytes(h.digest(), "little")
+    """Chained hash of one full block from its parent hash and its token ids' int64 bytes."""
+    toks = np.frombuffer(tokens, dtype=np.int64)
+    return int(block_hashes(np.array([parent], dtype=_U64), toks[None, :])[0])
 
 
 def _ids(token_ids: np.ndarray) -> np.ndarray:
@@ -87,20 +141,27 @@ class VLLMBlockPolicy(KVPolicy):
         )
         self._table = self.req_to_token_pool.req_to_token
         nb = self.num_pages + 1  # block 0 = null block
-        self._ref = [0] * nb
-        self._hash: list[int | None] = [None] * nb
-        self._key: list[tuple[int, bytes] | None] = [None] * nb  # (parent hash, token bytes)
-        self._cached: dict[int, dict[int, None]] = {}  # hash -> block ids holding it
-        # free queue: nodes 0..nb-1 are blocks, HEAD/TAIL are the fake ends; -1 = not queued
-        self._head, self._tail = nb, nb + 1
-        self._prev = [-1] * (nb + 2)
-        self._next = [-1] * (nb + 2)
-        order = [self._head, *range(1, nb), self._tail]
-        for a, b in pairwise(order):
-            self._next[a] = b
-            self._prev[b] = a
+        ps = self.page_size
+        self._ref = np.zeros(nb, dtype=np.int64)
+        # per block: whether it carries a hash, the hash, its parent hash and its token ids
+        self._hashed = np.zeros(nb, dtype=bool)
+        self._hash = np.zeros(nb, dtype=_U64)
+        self._parent = np.zeros(nb, dtype=_U64)
+        self._tok = np.zeros((nb, ps), dtype=np.int64)
+        # hash index: hash -> oldest block holding it; younger duplicates in _dups, in order
+        self._cached: dict[int, int] = {}
+        self._dups: dict[int, list[int]] = {}
+        # free queue: _q[_qh:_qt] in order, 0 = tombstone; _qpos[b] = index of b or -1
+        self._q = np.zeros(2 * nb + 16, dtype=np.int64)
+        self._q[: nb - 1] = np.arange(1, nb)
+        self._qpos = np.full(nb, -1, dtype=np.int64)
+        self._qpos[1:] = np.arange(nb - 1)
+        self._qh, self._qt = 0, nb - 1
         self._num_free = nb - 1
         self._num_free_hashed = 0
+        # powers of the base for the prefix hash: B**k and B**-k, k < max_context_len + 1
+        self._bpow = _powers(_BASE, self.max_context_len + 1)
+        self._binv = _powers(_BASE_INV, self.max_context_len + 1)
         self._reqs: dict[int, _Req] = {}
         self._token_source: TokenSource | None = None
         # statistics
@@ -113,66 +174,147 @@ class VLLMBlockPolicy(KVPolicy):
         output token ids; without one, decode blocks are hashed at cache_prefix/finish."""
         self._token_source = source
 
-    # -- free queue (O(1)) -----------------------------------------------------------------
-    def _q_remove(self, b: int) -> None:
-        p, n = self._prev[b], self._next[b]
-        self._next[p] = n
-        self._prev[n] = p
-        self._prev[b] = self._next[b] = -1
-        self._num_free -= 1
+    # -- free queue --------------------------------------------------------------------------
+    def _q_find(self, m: int) -> np.ndarray:
+        """Queue indices of the first m queued blocks (m <= _num_free)."""
+        q, h, t = self._q, self._qh, self._qt
+        size = m + 64
+        while True:
+            e = min(h + size, t)
+            idx = np.flatnonzero(q[h:e])
+            if len(idx) >= m or e == t:
+                return idx[:m] + h
+            size *= 4
 
-    def _q_append(self, b: int) -> None:
-        last = self._prev[self._tail]
-        self._next[last] = b
-        self._prev[b] = last
-        self._next[b] = self._tail
-        self._prev[self._tail] = b
-        self._num_free += 1
+    def _q_peek(self, m: int) -> np.ndarray:
+        """The next m blocks a pop would return, head first."""
+        return self._q[self._q_find(m)] if m else np.zeros(0, dtype=np.int64)
 
-    def _pop_free(self) -> int:
-        b = self._next[self._head]
-        self._q_remove(b)
-        if self._hash[b] is not None:  # lazy eviction of a cached block
-            self._num_free_hashed -= 1
-            self._drop_hash(b)
-            self.evicted_blocks += 1
-        self._ref[b] = 1
-        return b
+    def _q_remove(self, blocks: np.ndarray) -> None:
+        pos = self._qpos[blocks]
+        self._q[pos] = 0
+        self._qpos[blocks] = -1
+        self._num_free -= len(blocks)
+
+    def _q_append(self, blocks: np.ndarray) -> None:
+        k = len(blocks)
+        if not k:
+            return
+        if self._qt + k > len(self._q):  # compact: live entries to the front
+            live = self._q[self._qh : self._qt]
+            live = live[live != 0]
+            n = len(live)
+            if n + k > len(self._q):
+                self._q = np.zeros(2 * (n + k) + 16, dtype=np.int64)
+            self._q[:n] = live
+            self._q[n:] = 0
+            self._qpos[live] = np.arange(n)
+            self._qh, self._qt = 0, n
+        t = self._qt
+        self._q[t : t + k] = blocks
+        self._qpos[blocks] = np.arange(t, t + k)
+        self._qt = t + k
+        self._num_free += k
+
+    def _pop_free(self, m: int) -> np.ndarray:
+        """Pop m blocks off the head (m <= _num_free), evicting the cached ones lazily."""
+        if not m:
+            return np.zeros(0, dtype=np.int64)
+        pos = self._q_find(m)
+        blocks = self._q[pos]
+        self._q[pos] = 0
+        self._qh = int(pos[-1]) + 1
+        self._qpos[blocks] = -1
+        self._num_free -= m
+        ev = blocks[self._hashed[blocks]]
+        if len(ev):  # lazy eviction of cached blocks, in pop order
+            self._num_free_hashed -= len(ev)
+            self.evicted_blocks += len(ev)
+            for b, h in zip(ev.tolist(), self._hash[ev].tolist(), strict=True):
+                self._drop_hash(b, h)
+            self._hashed[ev] = False
+        self._ref[blocks] = 1
+        return blocks
 
     # -- hash index ------------------------------------------------------------------------
-    def _drop_hash(self, b: int) -> None:
-        h = self._hash[b]
-        holders = self._cached[h]
-        del holders[b]
-        if not holders:
-            del self._cached[h]
-        self._hash[b] = None
-        self._key[b] = None
+    def _drop_hash(self, b: int, h: int) -> None:
+        cached, dups = self._cached, self._dups
+        if cached[h] == b:
+            d = dups.get(h)
+            if d:
+                cached[h] = d.pop(0)
+                if not d:
+                    del dups[h]
+            else:
+                del cached[h]
+        else:
+            d = dups[h]
+            d.remove(b)
+            if not d:
+                del dups[h]
 
-    def _lookup(self, h: int, key: tuple[int, bytes]) -> int | None:
-        holders = self._cached.get(h)
-        if holders:
-            for b in holders:
-                if self._key[b] == key:
-                    return b
-        return None
+    def _holders(self, h: int) -> list[int]:
+        """Blocks indexed under hash h, oldest first."""
+        if h not in self._cached:
+            return []
+        return [self._cached[h], *self._dups.get(h, [])]
+
+    def _chain(self, parent: int, ids: np.ndarray) -> np.ndarray:
+        """Chained hashes (uint64) of the len(ids) // page_size full blocks of `ids`, the first
+        one's parent hash being `parent`: the prefix hash raw_k = raw0 * B**k +
+        sum_{j<k} w_j * B**(k-1-j) at every block end k, as B**(k-1) * (raw0 * B + S_k) with
+        S_k = sum_{j<k} w_j * B**-j (uint64 arithmetic wraps mod 2**64)."""
+        ps = self.page_size
+        m = len(ids) // ps
+        if not m:
+            return np.zeros(0, dtype=_U64)
+        n = m * ps
+        s = np.cumsum(_token_words(ids[:n]) * self._binv[:n], dtype=_U64)
+        raw0 = int(_unmix(np.array([parent], dtype=_U64))[0]) * _BASE & _MASK
+        ends = np.arange(ps - 1, n, ps)
+        return _mix(self._bpow[ends] * (s[ends] + _U64(raw0)))
 
     def _match(self, ids: np.ndarray, nblocks: int) -> tuple[list[int], list[int]]:
         """Cached blocks for the first `nblocks` blocks of `ids`, up to the first miss."""
+        if nblocks <= 0 or not self._cached:
+            return [], []
         ps = self.page_size
-        blocks: list[int] = []
-        hashes: list[int] = []
-        parent = NONE_HASH
-        for i in range(nblocks):
-            key = (parent, ids[i * ps : (i + 1) * ps].tobytes())
-            h = block_hash(*key)
-            b = self._lookup(h, key)
-            if b is None:
+        hs = self._chain(NONE_HASH, ids[: nblocks * ps])
+        hl = hs.tolist()
+        get = self._cached.get
+        first: list[int] = []
+        k, step = 0, 32
+        while k < nblocks:  # oldest holders up to the first miss, in growing chunks
+            chunk = list(map(get, hl[k : k + step]))
+            if None in chunk:
+                first += chunk[: chunk.index(None)]
                 break
-            blocks.append(b)
-            hashes.append(h)
-            parent = h
-        return blocks, hashes
+            first += chunk
+            k += step
+            step *= 4
+        k = len(first)
+        if not k:
+            return [], []
+        cand = np.array(first[:k], dtype=np.int64)
+        parents = np.empty(k, dtype=_U64)
+        parents[0] = NONE_HASH
+        parents[1:] = hs[: k - 1]
+        tok = ids[: k * ps].reshape(k, ps)
+        ok = (self._tok[cand] == tok).all(axis=1) & (self._parent[cand] == parents)
+        if ok.all():
+            return first[:k], hl[:k]
+        # a collision with the oldest holder: check the other holders, block by block
+        blocks = first[: int(np.argmin(ok))]
+        for i in range(len(blocks), k):
+            found = None
+            for b in self._holders(hl[i]):
+                if self._parent[b] == parents[i] and np.array_equal(self._tok[b], tok[i]):
+                    found = b
+                    break
+            if found is None:
+                break
+            blocks.append(found)
+        return blocks, hl[: len(blocks)]
 
     def _register_full(self, rid: int, req: _Req) -> None:
         """Hash every full block of `req` whose token ids are known."""
@@ -190,17 +332,28 @@ class VLLMBlockPolicy(KVPolicy):
                 )
             req.ids = np.concatenate([req.ids, more])
         full = min(full, len(req.ids) // ps)
+        if done >= full:
+            return
         parent = req.hashes[-1] if req.hashes else NONE_HASH
-        ids = req.ids
-        for i in range(done, full):
-            b = req.blocks[i]
-            key = (parent, ids[i * ps : (i + 1) * ps].tobytes())
-            h = block_hash(*key)
-            self._hash[b] = h
-            self._key[b] = key
-            self._cached.setdefault(h, {})[b] = None  # duplicates allowed
-            req.hashes.append(h)
-            parent = h
+        toks = req.ids[done * ps : full * ps]
+        hs = self._chain(parent, toks)
+        blocks = np.array(req.blocks[done:full], dtype=np.int64)
+        self._hashed[blocks] = True
+        self._hash[blocks] = hs
+        self._parent[blocks[0]] = parent
+        self._parent[blocks[1:]] = hs[:-1]
+        self._tok[blocks] = toks.reshape(-1, ps)
+        hl = hs.tolist()
+        cached, dups = self._cached, self._dups
+        setdefault = cached.setdefault
+        for b, h in zip(blocks.tolist(), hl, strict=True):
+            if setdefault(h, b) != b:  # duplicates allowed
+                d = dups.get(h)
+                if d is None:
+                    dups[h] = [b]
+                else:
+                    d.append(b)
+        req.hashes.extend(hl)
 
     # -- admission -------------------------------------------------------------------------
     def peek_prefix(self, token_ids: np.ndarray) -> int:
@@ -236,11 +389,12 @@ class VLLMBlockPolicy(KVPolicy):
             return None
         req = _Req(rows[0], ids, final_len)
         blocks, hashes = self._match(ids, (len(ids) - 1) // self.page_size)
-        for b in blocks:  # touch: take hits off the free queue
-            if self._ref[b] == 0:
-                self._q_remove(b)
-                self._num_free_hashed -= 1
-            self._ref[b] += 1
+        if blocks:  # touch: take hits off the free queue
+            bl = np.array(blocks, dtype=np.int64)
+            idle = bl[self._ref[bl] == 0]
+            self._q_remove(idle)
+            self._num_free_hashed -= len(idle)
+            self._ref[bl] += 1
         req.blocks, req.hashes = blocks, hashes
         req.written = cached = len(blocks) * self.page_size
         if cached:
@@ -287,10 +441,14 @@ class VLLMBlockPolicy(KVPolicy):
             need += cdiv(int(t), ps) - len(req.blocks)
         if need > self._num_free:
             return False
+        new = self._pop_free(need).tolist()
+        at = 0
         for rid, req, t in zip(rids, reqs, target_lens, strict=True):
             t = int(t)
-            for _ in range(cdiv(t, ps) - len(req.blocks)):
-                req.blocks.append(self._pop_free())
+            k = cdiv(t, ps) - len(req.blocks)
+            if k > 0:
+                req.blocks.extend(new[at : at + k])
+                at += k
             if t > req.written:
                 self._write(req, req.written, t)
                 req.written = t
@@ -311,11 +469,12 @@ class VLLMBlockPolicy(KVPolicy):
             return False
         if not reqs:
             return True
+        new = iter(self._pop_free(need).tolist())
         rows, pos, slots = [], [], []
         for req in reqs:
             w = req.written
             if w == len(req.blocks) * ps:
-                req.blocks.append(self._pop_free())
+                req.blocks.append(next(new))
             rows.append(req.row)
             pos.append(w)
             slots.append(req.blocks[w // ps] * ps + w % ps)
@@ -340,11 +499,10 @@ class VLLMBlockPolicy(KVPolicy):
         wj = w[None, :] + np.arange(1, n + 1, dtype=np.int64)[:, None]
         aj = np.maximum(a0[None, :], -(-wj // ps) * ps)
         new_blocks = ((aj - a0[None, :]) // ps).sum(axis=1)
-        hashed, blk = [0], self._next[self._head]
-        for _ in range(int(new_blocks[-1]) if n else 0):
-            hashed.append(hashed[-1] + (self._hash[blk] is not None))
-            blk = self._next[blk]
-        evicted = np.array(hashed, dtype=np.int64)[new_blocks]
+        ahead = self._q_peek(int(new_blocks[-1]) if n else 0)
+        hashed = np.zeros(len(ahead) + 1, dtype=np.int64)
+        np.cumsum(self._hashed[ahead], out=hashed[1:])
+        evicted = hashed[new_blocks]
         res0 = np.clip(np.minimum(a0, final) - w, 0, None).sum()
         rnd0 = np.clip(a0 - np.maximum(final, w), 0, None).sum()
         out = np.repeat(base[None, :], n, axis=0)
@@ -386,12 +544,12 @@ class VLLMBlockPolicy(KVPolicy):
 
     def release(self, rid: int) -> None:
         req = self._req(rid)
-        for b in reversed(req.blocks):  # chain tail first: evicted first
-            self._ref[b] -= 1
-            if self._ref[b] == 0:
-                self._q_append(b)
-                if self._hash[b] is not None:
-                    self._num_free_hashed += 1
+        bl = np.array(req.blocks[::-1], dtype=np.int64)  # chain tail first: evicted first
+        ref = self._ref
+        ref[bl] -= 1
+        idle = bl[ref[bl] == 0]
+        self._q_append(idle)
+        self._num_free_hashed += int(np.count_nonzero(self._hashed[idle]))
         self.req_to_token_pool.free(req.row)
         del self._reqs[rid]
 
@@ -407,12 +565,8 @@ class VLLMBlockPolicy(KVPolicy):
 
     def cached_block_ids(self) -> list[int]:
         """Free-queue blocks that still carry a hash, head (next evicted) first."""
-        out, b = [], self._next[self._head]
-        while b != self._tail:
-            if self._hash[b] is not None:
-                out.append(b)
-            b = self._next[b]
-        return out
+        q = self._q_peek(self._num_free)
+        return q[self._hashed[q]].tolist()
 
     def block_ids(self, rid: int) -> list[int]:
         return list(self._req(rid).blocks)
@@ -454,20 +608,24 @@ class VLLMBlockPolicy(KVPolicy):
     def check_invariants(self) -> None:
         nb = self.num_pages + 1
         self.req_to_token_pool.check_invariants()
-        # free queue walk
-        seen: set[int] = set()
-        b, prev = self._next[self._head], self._head
-        while b != self._tail:
-            if b in seen or not 1 <= b < nb:
-                raise InvariantError(f"vllm: free queue has a bad or repeated block {b}")
-            if self._prev[b] != prev:
-                raise InvariantError(f"vllm: free queue back link broken at block {b}")
-            seen.add(b)
-            prev, b = b, self._next[b]
-        if self._prev[self._tail] != prev or len(seen) != self._num_free:
-            raise InvariantError("vllm: free queue tail or length out of sync")
+        # free queue
+        q, h, t = self._q, self._qh, self._qt
+        if not 0 <= h <= t <= len(q) or q[:h].any() or q[t:].any():
+            raise InvariantError("vllm: free queue holds blocks outside its head..tail window")
+        live_pos = np.flatnonzero(q[h:t]) + h
+        live = q[live_pos]
+        if ((live < 1) | (live >= nb)).any() or len(np.unique(live)) != len(live):
+            raise InvariantError("vllm: free queue has a bad or repeated block")
+        if len(live) != self._num_free:
+            raise InvariantError("vllm: free queue length out of sync")
+        queued = np.zeros(nb, dtype=bool)
+        queued[live] = True
+        want_pos = np.full(nb, -1, dtype=np.int64)
+        want_pos[live] = live_pos
+        if not np.array_equal(self._qpos, want_pos):
+            raise InvariantError("vllm: free queue positions out of sync")
         # ref counts = live holders
-        holders = [0] * nb
+        holders = np.zeros(nb, dtype=np.int64)
         for rid, r in self._reqs.items():
             if len(set(r.blocks)) != len(r.blocks) or 0 in r.blocks:
                 raise InvariantError(f"vllm: request {rid} holds a block twice or the null block")
@@ -475,30 +633,35 @@ class VLLMBlockPolicy(KVPolicy):
                 raise InvariantError(f"vllm: request {rid} has blocks beyond its written tokens")
             if len(r.hashes) > r.written // self.page_size:
                 raise InvariantError(f"vllm: request {rid} hashed a partial block")
-            for i, b in enumerate(r.blocks):
-                holders[b] += 1
-                if i < len(r.hashes) and self._hash[b] != r.hashes[i]:
-                    raise InvariantError(f"vllm: request {rid} block {b} lost its hash")
-        for b in range(1, nb):
-            if self._ref[b] != holders[b]:
-                raise InvariantError(f"vllm: block {b} ref {self._ref[b]} != holders {holders[b]}")
-            if (self._ref[b] == 0) != (b in seen):
-                raise InvariantError(f"vllm: block {b} free-queue membership wrong")
-            if self._ref[b] > 1 and self._hash[b] is None:
-                raise InvariantError(f"vllm: unhashed block {b} is shared")
-        if self._ref[0] != 0 or 0 in seen:
+            holders[r.blocks] += 1
+            hb = np.array(r.blocks[: len(r.hashes)], dtype=np.int64)
+            if not (self._hashed[hb].all() and self._hash[hb].tolist() == r.hashes):
+                raise InvariantError(f"vllm: request {rid} has a block that lost its hash")
+        for b in np.flatnonzero(self._ref != holders).tolist():
+            raise InvariantError(f"vllm: block {b} ref {self._ref[b]} != holders {holders[b]}")
+        for b in np.flatnonzero((self._ref[1:] == 0) != queued[1:]).tolist():
+            raise InvariantError(f"vllm: block {b + 1} free-queue membership wrong")
+        for b in np.flatnonzero((self._ref > 1) & ~self._hashed).tolist():
+            raise InvariantError(f"vllm: unhashed block {b} is shared")
+        if self._ref[0] != 0 or queued[0] or self._hashed[0]:
             raise InvariantError("vllm: the null block was handed out")
         # hash index
-        hashed = {b for b in range(1, nb) if self._hash[b] is not None}
-        indexed = set()
-        for h, bs in self._cached.items():
-            for b in bs:
-                if self._hash[b] != h or block_hash(*self._key[b]) != h:
+        hashed = np.flatnonzero(self._hashed)
+        indexed: list[int] = []
+        for hv, first in self._cached.items():
+            for b in [first, *self._dups.get(hv, [])]:
+                if not self._hashed[b] or int(self._hash[b]) != hv:
                     raise InvariantError(f"vllm: block {b} indexed under the wrong hash")
-                indexed.add(b)
-        if indexed != hashed:
+                indexed.append(b)
+        if any(not d for d in self._dups.values()) or not set(self._dups) <= set(self._cached):
+            raise InvariantError("vllm: empty or orphaned duplicate list in the hash index")
+        if sorted(indexed) != hashed.tolist():
             raise InvariantError("vllm: hash index out of sync with block hashes")
-        if self._num_free_hashed != len(hashed & seen):
+        if len(hashed) and not np.array_equal(
+            block_hashes(self._parent[hashed], self._tok[hashed]), self._hash[hashed]
+        ):
+            raise InvariantError("vllm: a block's hash does not match its parent and tokens")
+        if self._num_free_hashed != int(np.count_nonzero(self._hashed & queued)):
             raise InvariantError("vllm: cached-block counter out of sync")
         # page table
         ps = self.page_size
