@@ -271,6 +271,20 @@ class PagedAllocator:
         if len(slots) == 0:
             return
         ps = self.page_size
+        if self._stack_np is not None and self._group is None and self._undo is None:
+            # CPU fast path: numpy views all the way (same checks as free_pages)
+            starts_np = slots.numpy()[::ps] if ps > 1 else slots.numpy()
+            if ps > 1 and (starts_np % ps).any():
+                raise ValueError("free_segments needs page-aligned runs of whole pages")
+            p_np = starts_np // ps if ps > 1 else starts_np
+            if p_np.min() < 1 or p_np.max() > self.num_pages or self._is_free_np[p_np].any():
+                self.free_pages(torch.from_numpy(np.ascontiguousarray(p_np)), distinct=True)
+                return  # free_pages raises the precise error
+            top, k = self._top, len(p_np)
+            self._stack_np[top : top + k] = p_np
+            self._is_free_np[p_np] = True
+            self._top = top + k
+            return
         starts = slots[::ps] if ps > 1 else slots
         if bool((starts % ps != 0).any()):
             raise ValueError("free_segments needs page-aligned runs of whole pages")
