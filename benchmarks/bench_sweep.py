@@ -1,7 +1,7 @@
 """Sweep scaling: the same 8-point page-size sweep with --jobs 1 and --jobs 2, timed as whole
 processes, alternating A B A B so that machine drift hits both; prints the speed-up.
 
-    python benchmarks/bench_sweep.py [--repeat 2] [--num-requests 400]
+    python benchmarks/bench_sweep.py [--repeat 2] [--num-requests 4000]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 
 def _sweep(jobs: int, n: int) -> float:
     out = tempfile.mkdtemp(prefix="kvsim-bench-sweep-")
-    cmd = [sys.executable, "-m", "cli", "sweep", "--workload", "sharegpt", "--num-requests",
+    cmd = [sys.executable, "-m", "cli", "sweep", "--workload", "azure-conv", "--num-requests",
            str(n), "--page-sizes", "1,2,4,8,16,32,64,128", "--jobs", str(jobs), "--out", out]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -29,7 +29,7 @@ def _sweep(jobs: int, n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--num-requests", type=int, default=400)
+    ap.add_argument("--num-requests", type=int, default=4000)
     args = ap.parse_args()
     one, two = [], []
     for _ in range(args.repeat):
