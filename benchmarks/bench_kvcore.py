@@ -77,22 +77,30 @@ def _lengths(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.integers(100, 2001, size=n)
 
 
-def bench_decode(page_size: int, batch: int = 256, steps: int = 2000) -> tuple[float, float]:
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def bench_decode(page_size: int, batch: int = 256, steps: int = 2000,
+                 device: str = "cpu") -> tuple[float, float]:
     """Returns (us per alloc_decode call, us per step including frees)."""
     rng = np.random.default_rng(0)
     pages = batch * (2000 // page_size + 2) + 16
-    alloc = PagedAllocator(pages, page_size)
+    alloc = PagedAllocator(pages, page_size, device)
     target = _lengths(rng, batch)
     lens = np.zeros(batch, dtype=np.int64)
     slots: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-    last = torch.full((batch,), -1, dtype=torch.int64)
+    last = torch.full((batch,), -1, dtype=torch.int64, device=device)
     t_alloc = t_free = 0.0
     warm = steps // 4
     for step in range(steps + warm):
         lens += 1
-        seq = torch.from_numpy(lens)
+        seq = torch.from_numpy(lens).to(device)
+        _sync(device)
         t0 = time.perf_counter()
         out = alloc.alloc_decode(seq, last)
+        _sync(device)
         t1 = time.perf_counter()
         assert out is not None
         last = out
@@ -103,6 +111,7 @@ def bench_decode(page_size: int, batch: int = 256, steps: int = 2000) -> tuple[f
         t2 = time.perf_counter()
         if len(done):
             alloc.free(torch.cat([torch.cat(slots[i]) for i in done]))
+        _sync(device)
         t3 = time.perf_counter()
         for i in done:
             slots[i] = []
@@ -115,11 +124,11 @@ def bench_decode(page_size: int, batch: int = 256, steps: int = 2000) -> tuple[f
     return t_alloc / steps * 1e6, (t_alloc + t_free) / steps * 1e6
 
 
-def bench_extend(page_size: int, reps: int = 200) -> tuple[float, float]:
+def bench_extend(page_size: int, reps: int = 200, device: str = "cpu") -> tuple[float, float]:
     """Returns (us per alloc_extend of 16 prompts, us per free of those 16 sequences)."""
     rng = np.random.default_rng(1)
     pages = 16 * (2000 // page_size + 2) + 16
-    alloc = PagedAllocator(pages, page_size)
+    alloc = PagedAllocator(pages, page_size, device)
     t_ext = t_free = 0.0
     for r in range(reps + 10):
         seq = torch.from_numpy(_lengths(rng, 16))
@@ -127,9 +136,11 @@ def bench_extend(page_size: int, reps: int = 200) -> tuple[float, float]:
         last = torch.full((16,), -1, dtype=torch.int64)
         t0 = time.perf_counter()
         out = alloc.alloc_extend(pre, seq, last)
+        _sync(device)
         t1 = time.perf_counter()
         assert out is not None
         alloc.free(out)
+        _sync(device)
         t2 = time.perf_counter()
         if r >= 10:
             t_ext += t1 - t0
@@ -141,16 +152,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--repeat", type=int, default=3, help="best of N for the radix rows")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (allocator rows)")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
     rows: list[tuple[str, int, str, str]] = []
     for ps in (1, 16, 64):
-        us, us_step = bench_decode(ps)
+        us, us_step = bench_decode(ps, device=args.device)
         rows.append(("alloc_decode (256 reqs)", ps, f"{us:8.1f} us/call",
                      f"{us_step:8.1f} us/step incl. frees"))
     for ps in (1, 16, 64):
-        us_ext, us_free = bench_extend(ps)
+        us_ext, us_free = bench_extend(ps, device=args.device)
         rows.append(("alloc_extend (16 prompts)", ps, f"{us_ext:8.1f} us/call", ""))
         rows.append(("free (16 seqs)", ps, f"{us_free:8.1f} us/call", ""))
     prompts = load_prompts(args.requests)
