@@ -29,3 +29,18 @@ def cdiv(a: int, b: int) -> int:
 
 def align_down(a: int, b: int) -> int:
     return a // b * b
+
+
+def check_request_lengths(
+    prompt_len: int, final_len: int, max_context_len: int, min_prompt: int = 0
+) -> None:
+    """prompt_len >= min_prompt, 1 <= final_len, prompt_len <= final_len <= max_context_len."""
+    if min_prompt:
+        positive_int("prompt_len", prompt_len)
+    else:
+        non_negative_int("prompt_len", prompt_len)
+    positive_int("final_len", final_len)
+    if final_len < prompt_len:
+        raise ValueError(f"final_len must be >= prompt_len {prompt_len}, got {final_len}")
+    if final_len > max_context_len:
+        raise ValueError(f"final_len must be <= max_context_len {max_context_len}, got {final_len}")

@@ -20,6 +20,7 @@ There is no prefix cache: `peek_prefix` is 0 and every admission starts at writt
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,7 +35,13 @@ from kvcore.policies.base import (
 )
 from kvcore.policies.placement import make_placement
 from kvcore.req_to_token_pool import ReqToTokenPool
-from kvcore.validation import InvariantError, cdiv, non_negative_int, positive_int
+from kvcore.validation import (
+    InvariantError,
+    cdiv,
+    check_request_lengths,
+    non_negative_int,
+    positive_int,
+)
 
 
 def next_pow2(n: int) -> int:
@@ -73,9 +80,9 @@ class ContiguousPolicy(KVPolicy):
         self.failed_allocs = 0
 
     # -- sizing ----------------------------------------------------------------------------
+    @abstractmethod
     def target_reservation(self, prompt_len: int, final_len: int) -> int:
         """Slots the policy asks for before any rounding (>= final_len)."""
-        raise NotImplementedError
 
     def _alloc_size(self, reservation: int) -> int:
         """Reservation rounded to whole pages, but never past the maximum context length."""
@@ -86,14 +93,7 @@ class ContiguousPolicy(KVPolicy):
         return self.placement.block_size(self._alloc_size(reservation))
 
     def _check_lengths(self, prompt_len: int, final_len: int) -> None:
-        non_negative_int("prompt_len", prompt_len)
-        positive_int("final_len", final_len)
-        if final_len < prompt_len:
-            raise ValueError(f"final_len must be >= prompt_len {prompt_len}, got {final_len}")
-        if final_len > self.max_context_len:
-            raise ValueError(
-                f"final_len must be <= max_context_len {self.max_context_len}, got {final_len}"
-            )
+        check_request_lengths(prompt_len, final_len, self.max_context_len, min_prompt=0)
 
     def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
         """Slots the request takes from the pool: the policy's reservation after page and

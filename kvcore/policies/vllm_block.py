@@ -44,7 +44,13 @@ from kvcore.policies.base import (
     register_policy,
 )
 from kvcore.req_to_token_pool import ReqToTokenPool
-from kvcore.validation import InvariantError, cdiv, non_negative_int, positive_int
+from kvcore.validation import (
+    InvariantError,
+    cdiv,
+    check_request_lengths,
+    non_negative_int,
+    positive_int,
+)
 
 #: parent hash of a request's first block
 NONE_HASH = 0
@@ -367,14 +373,7 @@ class VLLMBlockPolicy(KVPolicy):
         return 0
 
     def _check_lengths(self, prompt_len: int, final_len: int) -> None:
-        positive_int("prompt_len", prompt_len)
-        positive_int("final_len", final_len)
-        if final_len < prompt_len:
-            raise ValueError(f"final_len must be >= prompt_len {prompt_len}, got {final_len}")
-        if final_len > self.max_context_len:
-            raise ValueError(
-                f"final_len must be <= max_context_len {self.max_context_len}, got {final_len}"
-            )
+        check_request_lengths(prompt_len, final_len, self.max_context_len, min_prompt=1)
 
     def admit(
         self, rid: int, token_ids: np.ndarray, final_len: int, max_new_tokens: int
