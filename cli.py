@@ -508,6 +508,9 @@ def trace_stats_cmd(
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows/--no-skip-bad-rows"),
     num_requests: Optional[int] = typer.Option(None, "--num-requests",  # noqa: UP045
                                                help="read only this many requests"),
+    rate: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--rate", help="Poisson arrivals (req/s) for a trace without timestamps "
+        "(ShareGPT lengths)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Lengths, rate, sessions and ideal prefix reuse of a trace."""
@@ -517,6 +520,8 @@ def trace_stats_cmd(
         raise ValueError(f"--page-size must be in [1, 16,777,216], got {page_size}")
     if num_requests is not None and num_requests < 1:
         raise ValueError(f"--num-requests must be a positive integer, got {num_requests}")
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"--rate must be a positive number, got {rate}")
     from workloads import TRACE_FORMATS
 
     if format not in TRACE_FORMATS:
@@ -528,7 +533,7 @@ def trace_stats_cmd(
             raise ValueError(f"FILE {file!r}: no such file (or built-in workload: "
                              f"{', '.join(list_workloads())})")
         spec = WorkloadSpec(trace=file, format=format, skip_bad_rows=skip_bad_rows,
-                            num_requests=num_requests)
+                            num_requests=num_requests, rate=rate)
     s = trace_stats(build_workload(spec), page_size)
     if as_json:
         typer.echo(json.dumps(s, indent=2))

@@ -175,3 +175,17 @@ def test_debug_shows_the_exception(invoke):
 def test_empty_results_dir_is_a_user_error(invoke, tmp_path):
     r = invoke("report", tmp_path)
     assert r.exit_code == 2 and "summary.csv" in r.stderr
+
+
+def test_trace_stats_length_only_trace_takes_a_rate(invoke):
+    """A ShareGPT length file has no timestamps: --rate gives it Poisson arrivals."""
+    import workloads
+
+    path = str(Path(workloads.__file__).parent / "data"
+               / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
+    res = invoke("trace", "stats", path, "--rate", "2", "--num-requests", "200", "--json")
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.output)
+    assert stats["rows"] == 200 and 1.0 < stats["rate"] < 4.0
+    bad = invoke("trace", "stats", path, "--rate", "0")
+    assert bad.exit_code == 2 and "--rate" in bad.output
