@@ -276,10 +276,13 @@ def run(
     events: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--events", help="write the schedule as a Chrome / Perfetto trace JSON",
         rich_help_panel="Output"),
-    progress: bool = typer.Option(False, "--progress/--no-progress",
-                                  help="progress bar over requests", rich_help_panel="Output"),
+    progress: Optional[bool] = typer.Option(  # noqa: UP045
+        None, "--progress/--no-progress", show_default="on a terminal",
+        help="progress bar over requests", rich_help_panel="Output"),
 ) -> None:
     """One simulation: prints the memory breakdown and the latency summary."""
+    if progress is None:  # long runs show a bar when someone is watching
+        progress = sys.stderr.isatty()
     from reports.events import EventCollector
     from reports.results import simulate_options, write_run
     from reports.tables import breakdown_table, latency_table, run_header
@@ -296,9 +299,12 @@ def run(
         sink.write(events, result.timeline, result.requests)
         con.print(f"events: {events} (open in ui.perfetto.dev)")
     if opts.out:
+        from reports.plots import plot_dir
+
         write_run(opts.out, [row], [result], "run", opts)
+        figures = plot_dir(Path(opts.out))
         con.print(f"results: {opts.out}/ (summary.csv, requests.parquet, timeline.parquet, "
-                  "config.json)")
+                  f"config.json, {len(figures)} figures)")
 
 
 # -- sweep ----------------------------------------------------------------------------------------
