@@ -293,7 +293,9 @@ class RadixCache:
         while pos < n:
             child = node.children.get(self._child_key(key, pos))
             if child is None:
-                leaf = self._new_node(key[pos:n].copy(), value[pos:n].clone(), node)
+                leaf = self._new_node(
+                    key[pos:n].copy(), value[pos:n].to(torch.int64, copy=True), node
+                )
                 if self._is_evictable_leaf(node):
                     self._evictable_leaves.discard(node)
                 self._add_child(node, leaf)

@@ -51,7 +51,7 @@ class Recorder:
     def add_interval(self, t0: float, t1: float, parts: np.ndarray, frag_index: float,
                      page_entries: int, over_reservation: int) -> None:
         """The pool held `parts` from t0 to t1."""
-        w = float(self._clip(np.asarray(t0), np.asarray(t1)))
+        w = max(min(t1, self.window_end) - max(t0, self.window_start), 0.0)
         if w > 0:
             self.part_seconds += parts * w
             self.over_seconds += over_reservation * w

@@ -269,8 +269,8 @@ class PagedPolicy(KVPolicy):
             raise ValueError(f"need {w} token ids for row {row}, got {len(token_ids)}")
         if n <= cached:
             return cached
-        values = self._table[row, :n].to(_I64)
-        already = self.tree.insert(as_key(token_ids)[:n], values)
+        # the int32 row itself: the tree copies (as int64) only the part it did not have
+        already = self.tree.insert(as_key(token_ids)[:n], self._table[row, :n])
         self._free_positions(row, cached, already)
         return n
 
