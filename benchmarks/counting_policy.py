@@ -8,7 +8,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvcore.policies.base import AdmitResult, KVPolicy, MemoryBreakdown, PolicyConfig
+from kvcore.policies.base import (
+    AdmitResult,
+    KVPolicy,
+    MemoryBreakdown,
+    PolicyConfig,
+    tail_split,
+)
 
 
 class CountingPolicy(KVPolicy):
@@ -78,12 +84,9 @@ class CountingPolicy(KVPolicy):
     def breakdown(self, head_reservation: int) -> MemoryBreakdown:
         w = np.fromiter(self.written_of.values(), dtype=np.int64, count=len(self.written_of))
         f = np.fromiter(self.final_of.values(), dtype=np.int64, count=len(self.final_of))
-        end = -(-w // self.page_size) * self.page_size
-        free = self.free_pages * self.page_size
-        return MemoryBreakdown(self.capacity, int(w.sum()), 0,
-                               int(np.maximum(np.minimum(end, f) - w, 0).sum()), 0,
-                               int(np.maximum(end - np.maximum(f, w), 0).sum()), 0, free, free,
-                               0)
+        reserved, rounding = tail_split(-(-w // self.page_size) * self.page_size, f, w)
+        return MemoryBreakdown.for_pages(self.capacity, int(w.sum()), 0, int(reserved.sum()),
+                                         int(rounding.sum()), self.free_pages * self.page_size)
 
     def page_table_entries(self) -> int:
         return sum(self._pages(w) for w in self.written_of.values())

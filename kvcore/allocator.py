@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvcore.validation import InvariantError, non_negative_int, positive_int
+from kvcore.validation import InvariantError, int_array, non_negative_int, positive_int
 
 IntsLike = torch.Tensor | Sequence[int]
 
@@ -84,15 +84,6 @@ class PagedAllocator:
                 f"{name} must be a 1-D sequence of integers, got shape {tuple(t.shape)}"
             )
         return t
-
-    @staticmethod
-    def _host_ints(name: str, x: IntsLike) -> np.ndarray:
-        if isinstance(x, torch.Tensor):
-            x = x.cpu().numpy()
-        a = np.asarray(x, dtype=np.int64)
-        if a.ndim != 1:
-            raise ValueError(f"{name} must be a 1-D sequence of integers, got shape {a.shape}")
-        return a
 
     def _pop(self, n: int) -> torch.Tensor | None:
         if n > self._top:
@@ -161,9 +152,9 @@ class PagedAllocator:
         """
         # Index arithmetic runs on the host (lengths are host data, as SGLang's *_cpu
         # arguments); only the page ids come from the device free list.
-        pre = self._host_ints("prefix_lens", prefix_lens)
-        seq = self._host_ints("seq_lens", seq_lens)
-        last = self._host_ints("last_loc", last_loc)
+        pre = int_array("prefix_lens", prefix_lens)
+        seq = int_array("seq_lens", seq_lens)
+        last = int_array("last_loc", last_loc)
         if not len(pre) == len(seq) == len(last):
             raise ValueError("prefix_lens, seq_lens and last_loc must have the same length")
         if len(seq) == 0:
@@ -218,7 +209,7 @@ class PagedAllocator:
         The token goes to slot last_loc+1 while the request's last page has room, else to the
         first slot of a fresh page. None when short (no change)."""
         if self._stack_np is not None:  # CPU: host arithmetic, as alloc_extend
-            seq, last = self._host_ints("seq_lens", seq_lens), self._host_ints("last_loc", last_loc)
+            seq, last = int_array("seq_lens", seq_lens), int_array("last_loc", last_loc)
         else:
             seq, last = self._ints("seq_lens", seq_lens), self._ints("last_loc", last_loc)
         if len(seq) != len(last):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
-from kvcore.validation import InvariantError, positive_int
+from kvcore.validation import InvariantError, int_array, positive_int
 
 _EMPTY_KEY = np.zeros(0, dtype=np.int64)
 
@@ -80,12 +80,7 @@ EVICTION_PRIORITIES: dict[str, Callable[[TreeNode], tuple]] = {
 
 def as_key(key: object) -> np.ndarray:
     """Token ids as a 1-D int64 numpy array (no copy when already one)."""
-    if isinstance(key, torch.Tensor):
-        key = key.cpu().numpy()
-    arr = np.asarray(key, dtype=np.int64)
-    if arr.ndim != 1:
-        raise ValueError(f"a key must be a 1-D sequence of token ids, got shape {arr.shape}")
-    return arr
+    return int_array("a key", key)
 
 
 def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 
 class InvariantError(AssertionError):
     """A kvcore data structure is in a state its design forbids (a bug, never a user error)."""
@@ -44,3 +46,15 @@ def check_request_lengths(
         raise ValueError(f"final_len must be >= prompt_len {prompt_len}, got {final_len}")
     if final_len > max_context_len:
         raise ValueError(f"final_len must be <= max_context_len {max_context_len}, got {final_len}")
+
+
+def int_array(name: str, x: object) -> np.ndarray:
+    """`x` (a list, numpy array or tensor on any device) as a 1-D int64 host array; no copy
+    when it already is one. Lengths and token ids are host data: arithmetic on them is cheap
+    in numpy."""
+    if hasattr(x, "cpu") and hasattr(x, "numpy"):  # a torch tensor
+        x = x.cpu().numpy()
+    a = np.asarray(x, dtype=np.int64)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of integers, got shape {a.shape}")
+    return a

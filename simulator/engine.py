@@ -132,7 +132,6 @@ class Engine:
         self.token_hit_tokens = 0
         self.completed = 0
         self.rejected = 0
-        self.queue_backlog = 0
         self.failed_decode_allocs = 0
         self.last_finish_s = 0.0
         self.invariant_checks = 0  # checks run (cfg.check_invariants, every cfg.check_every)
@@ -169,20 +168,22 @@ class Engine:
             self._next_open += 1
             self._enqueue(req)
 
+    def _release_at(self, due: float, session_id: int):
+        """Wait until `due`, announcing the release so that decode stretches stop there."""
+        if due <= self.env.now:
+            return
+        entry = (due, session_id)
+        heapq.heappush(self._session_releases, entry)
+        yield self.env.timeout(due - self.env.now)
+        self._session_releases.remove(entry)
+        heapq.heapify(self._session_releases)
+
     def _session(self, s: Session):
-        if s.start_s > self.env.now:
-            heapq.heappush(self._session_releases, (s.start_s, s.session_id))
-            yield self.env.timeout(s.start_s - self.env.now)
-            self._session_releases.remove((s.start_s, s.session_id))
-            heapq.heapify(self._session_releases)
+        yield from self._release_at(s.start_s, s.session_id)
         previous = None
         for k, turn in enumerate(s.turns):
-            if k > 0 and turn.think_time_s > 0:
-                due = self.env.now + turn.think_time_s
-                heapq.heappush(self._session_releases, (due, s.session_id))
-                yield self.env.timeout(turn.think_time_s)
-                self._session_releases.remove((due, s.session_id))
-                heapq.heapify(self._session_releases)
+            if k > 0:
+                yield from self._release_at(self.env.now + turn.think_time_s, s.session_id)
             req = s.request_for_turn(k, self.env.now, previous)
             sreq = self._enqueue(req)
             yield sreq.done
@@ -327,9 +328,7 @@ class Engine:
                 room = max(room, 1)
             target = min(sreq.prefill_target, sreq.written + room)
             if chunk is None and target < sreq.prefill_target and plan:
-                self.prefilling.remove(sreq)
-                self.policy.release(sreq.rid)
-                self.waiting.insert(0, sreq)
+                self._unadmit(*self._admitted.pop())  # no chunking: it waits for a round
                 break
             if chunk is None:
                 target = sreq.prefill_target
@@ -427,11 +426,11 @@ class Engine:
             if sreq.swap_len:
                 extra += self.latency.swap_tokens_time(target - sreq.written,
                                                        self.policy.page_size)
-            else:
-                self.recomputed_tokens += (target - sreq.written) if sreq.decoded else 0
-                sreq.recomputed_tokens += (target - sreq.written) if sreq.decoded else 0
+            elif sreq.decoded:  # re-prefill of a preempted request
+                self.recomputed_tokens += target - sreq.written
+                sreq.recomputed_tokens += target - sreq.written
             sreq.written = target
-        decoding = [s for s in self.running]
+        decoding = list(self.running)
         while decoding and not self.policy.decode([s.rid for s in decoding]):
             self.failed_decode_allocs += 1
             victim = self._victim(decoding)
@@ -445,15 +444,10 @@ class Engine:
             s.written += 1
         self._maybe_check_invariants()
         if not plan and not decoding:
-            # nothing could run: the head cannot be admitted even now
+            # nothing ran: with an empty engine the head can never be admitted; otherwise
+            # everyone running was preempted, and the next iteration retries
             if self.waiting and not (self.running or self.prefilling):
-                head = self.waiting.pop(0)
-                self._reject(head, "does not fit even in an empty engine")
-            elif not self.running and not self.prefilling:
-                pass
-            else:
-                # all running requests were preempted; retry next iteration
-                pass
+                self._reject(self.waiting.pop(0), "does not fit even in an empty engine")
             return
         contexts = np.fromiter((s.written for s in decoding), dtype=np.int64,
                                count=len(decoding))
@@ -461,11 +455,12 @@ class Engine:
         if self.event_sink is not None:
             self.event_sink(t0, t0 + dt, chunks, [s.rid for s in decoding], 1)
         b = self._breakdown()
-        self.rec.add_interval(t0, t0 + dt, self._parts(b), b.frag_index,
+        parts = self._parts(b)
+        self.rec.add_interval(t0, t0 + dt, parts, b.frag_index,
                               self.policy.page_table_entries(), b.over_reservation)
         batch = len(decoding) + len(plan)
         self.rec.add_iterations(t0, 1, batch)
-        self.rec.sample(t0, self._parts(b), batch, len(self.waiting), len(self.running))
+        self.rec.sample(t0, parts, batch, len(self.waiting), len(self.running))
         if decoding and self.cfg.admission == "sglang":
             self.ratio.step()
         yield env.timeout(dt)

@@ -44,6 +44,13 @@ class MemoryBreakdown:
     largest_free_hole: int  # contiguous free slots in the largest hole (all free for paged)
     failed_allocs: int  # allocations refused while the total free memory would have sufficed
 
+    @classmethod
+    def for_pages(cls, capacity: int, token_states: int, cached: int, reserved: int,
+                  rounding: int, free: int) -> MemoryBreakdown:
+        """A paged pool's breakdown: no over-reservation, no external fragmentation (any
+        free page serves), so the largest free hole is all free memory."""
+        return cls(capacity, token_states, cached, reserved, 0, rounding, 0, free, free, 0)
+
     @property
     def internal(self) -> int:
         return self.over_reservation + self.rounding
@@ -100,6 +107,35 @@ class AdmitResult:
 
 #: order of the breakdown parts in profiles and reports
 PARTS = ("token_states", "cached", "reserved", "internal", "external", "free")
+
+
+def tail_split(end: np.ndarray, final: np.ndarray, written: np.ndarray):
+    """Split each request's allocated-but-unwritten tail [written, end) into reserved (it will
+    be written: up to the final length) and rounding (it never will). Elementwise."""
+    reserved = np.maximum(np.minimum(end, final) - written, 0)
+    rounding = np.maximum(end - np.maximum(final, written), 0)
+    return reserved, rounding
+
+
+def page_growth_profile(
+    base: MemoryBreakdown, written: np.ndarray, final: np.ndarray, alloc_end: np.ndarray,
+    page_size: int, n: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The breakdown (PARTS columns) after each of n decode steps of requests that grow page
+    by page, taking new pages from free memory; also the new slots taken through each step.
+    Policies that take pages from elsewhere (cache eviction) adjust the two columns after."""
+    steps = np.arange(1, n + 1, dtype=np.int64)
+    wj = written[None, :] + steps[:, None]
+    aj = np.maximum(alloc_end[None, :], -(-wj // page_size) * page_size)
+    res0, rnd0 = (x.sum() for x in tail_split(alloc_end, final, written))
+    res, rnd = (x.sum(axis=1) for x in tail_split(aj, final, wj))
+    new_slots = (aj - alloc_end[None, :]).sum(axis=1)
+    out = np.repeat(np.array([base.parts()[p] for p in PARTS], dtype=np.int64)[None, :], n, 0)
+    out[:, 0] += steps * len(written)
+    out[:, 2] += res - res0
+    out[:, 3] += rnd - rnd0
+    out[:, 5] -= new_slots
+    return out, new_slots
 
 
 class KVPolicy(ABC):

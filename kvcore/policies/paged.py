@@ -25,7 +25,9 @@ from kvcore.policies.base import (
     KVPolicy,
     MemoryBreakdown,
     PolicyConfig,
+    page_growth_profile,
     register_policy,
+    tail_split,
 )
 from kvcore.radix_cache import RadixCache, TreeNode, as_key
 from kvcore.req_to_token_pool import ReqToTokenPool
@@ -240,23 +242,11 @@ class PagedPolicy(KVPolicy):
         return profile
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
-        b = self.breakdown(head_reservation)
-        base = np.array([b.parts()[p] for p in PARTS], dtype=np.int64)
         rows = self._rows(rids)
-        w, final, ps = self._written[rows], self._final[rows], self.page_size
-        wj = w[None, :] + np.arange(1, n + 1, dtype=np.int64)[:, None]
-        aj = _ceil_to(wj, ps)
-        a0 = _ceil_to(w, ps)
-        res0 = np.maximum(np.minimum(a0, final) - w, 0).sum()
-        rnd0 = np.maximum(a0 - np.maximum(final, w), 0).sum()
-        res = np.maximum(np.minimum(aj, final) - wj, 0).sum(axis=1)
-        rnd = np.maximum(aj - np.maximum(final, wj), 0).sum(axis=1)
-        out = np.repeat(base[None, :], n, axis=0)
-        out[:, 0] += np.arange(1, n + 1) * len(rows)
-        out[:, 2] += res - res0
-        out[:, 3] += rnd - rnd0
-        out[:, 5] -= (aj - a0[None, :]).sum(axis=1)
-        return out
+        w = self._written[rows]
+        profile, _ = page_growth_profile(self.breakdown(head_reservation), w, self._final[rows],
+                                         _ceil_to(w, self.page_size), self.page_size, n)
+        return profile
 
     # -- ending ----------------------------------------------------------------------------
     def _insert_written(self, row: int, token_ids: np.ndarray) -> int:
@@ -345,19 +335,14 @@ class PagedPolicy(KVPolicy):
     def _compute_breakdown(self) -> MemoryBreakdown:
         rows = self._live_rows()
         w, c, final = self._written[rows], self._cached[rows], self._final[rows]
-        alloc_end = _ceil_to(w, self.page_size)
-        free = self.allocator.available_size()
-        return MemoryBreakdown(
-            capacity=self.capacity,
+        reserved, rounding = tail_split(_ceil_to(w, self.page_size), final, w)
+        return MemoryBreakdown.for_pages(
+            self.capacity,
             token_states=self.tree.protected_size() + int((w - c).sum()),
             cached=self.tree.evictable_size(),
-            reserved=int(np.maximum(np.minimum(alloc_end, final) - w, 0).sum()),
-            over_reservation=0,
-            rounding=int(np.maximum(alloc_end - np.maximum(final, w), 0).sum()),
-            external=0,
-            free=free,
-            largest_free_hole=free,
-            failed_allocs=0,
+            reserved=int(reserved.sum()),
+            rounding=int(rounding.sum()),
+            free=self.allocator.available_size(),
         )
 
     def page_table_entries(self) -> int:

@@ -41,6 +41,7 @@ from kvcore.policies.base import (
     KVPolicy,
     MemoryBreakdown,
     PolicyConfig,
+    page_growth_profile,
     register_policy,
 )
 from kvcore.req_to_token_pool import ReqToTokenPool
@@ -488,28 +489,19 @@ class VLLMBlockPolicy(KVPolicy):
         """Breakdown after each of the next n decode steps, without changing anything. New
         blocks come off the free-queue head in order; a hashed one popped there is a lazy
         eviction, so `cached` (not `free`) shrinks by that block."""
-        b = self.breakdown(head_reservation)
-        base = np.array([b.parts()[p] for p in PARTS], dtype=np.int64)
         reqs = [self._req(r) for r in rids]
         ps = self.page_size
         w = np.array([r.written for r in reqs], dtype=np.int64)
         final = np.array([r.final_len for r in reqs], dtype=np.int64)
         a0 = np.array([len(r.blocks) * ps for r in reqs], dtype=np.int64)
-        wj = w[None, :] + np.arange(1, n + 1, dtype=np.int64)[:, None]
-        aj = np.maximum(a0[None, :], -(-wj // ps) * ps)
-        new_blocks = ((aj - a0[None, :]) // ps).sum(axis=1)
+        out, new_slots = page_growth_profile(self.breakdown(head_reservation), w, final, a0, ps, n)
+        new_blocks = new_slots // ps
         ahead = self._q_peek(int(new_blocks[-1]) if n else 0)
         hashed = np.zeros(len(ahead) + 1, dtype=np.int64)
         np.cumsum(self._hashed[ahead], out=hashed[1:])
-        evicted = hashed[new_blocks]
-        res0 = np.clip(np.minimum(a0, final) - w, 0, None).sum()
-        rnd0 = np.clip(a0 - np.maximum(final, w), 0, None).sum()
-        out = np.repeat(base[None, :], n, axis=0)
-        out[:, 0] += np.arange(1, n + 1) * len(reqs)
-        out[:, 1] -= evicted * ps
-        out[:, 2] += np.clip(np.minimum(aj, final) - wj, 0, None).sum(axis=1) - res0
-        out[:, 3] += np.clip(aj - np.maximum(final, wj), 0, None).sum(axis=1) - rnd0
-        out[:, 5] -= (new_blocks - evicted) * ps
+        evicted = hashed[new_blocks] * ps  # hashed blocks popped: cache, not free, pays
+        out[:, PARTS.index("cached")] -= evicted
+        out[:, PARTS.index("free")] += evicted
         return out
 
     def decode_cost(self, rids: Sequence[int], n: int) -> int:
@@ -587,18 +579,13 @@ class VLLMBlockPolicy(KVPolicy):
                 fin = r.final_len
                 reserved += max(min(end, fin) - w, 0)
                 rounding += max(end - max(fin, w), 0)
-        free = (self._num_free - self._num_free_hashed) * ps
-        return MemoryBreakdown(
-            capacity=self.capacity,
+        return MemoryBreakdown.for_pages(
+            self.capacity,
             token_states=tokens,
             cached=self._num_free_hashed * ps,
             reserved=reserved,
-            over_reservation=0,
             rounding=rounding,
-            external=0,
-            free=free,
-            largest_free_hole=free,
-            failed_allocs=0,
+            free=(self._num_free - self._num_free_hashed) * ps,
         )
 
     def page_table_entries(self) -> int:
