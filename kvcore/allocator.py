@@ -54,6 +54,7 @@ class PagedAllocator:
         on_cpu = self.device.type == "cpu"
         self._stack_np = self._stack.numpy() if on_cpu else None
         self._is_free_np = self._is_free.numpy() if on_cpu else None
+        self._offsets = np.arange(self.page_size, dtype=np.int64)
         self._group: list[torch.Tensor] | None = None
         self._undo: list[tuple[int, torch.Tensor]] | None = None
 
@@ -150,93 +151,149 @@ class PagedAllocator:
         page. `last_loc[i]` is the slot of the request's token prefix_lens[i]-1 (-1 if none).
         New pages per request = ceil(seq/ps) - ceil(prefix/ps). None when short (no change).
         """
-        # Index arithmetic runs on the host (lengths are host data, as SGLang's *_cpu
-        # arguments); only the page ids come from the device free list.
         pre = int_array("prefix_lens", prefix_lens)
         seq = int_array("seq_lens", seq_lens)
         last = int_array("last_loc", last_loc)
         if not len(pre) == len(seq) == len(last):
             raise ValueError("prefix_lens, seq_lens and last_loc must have the same length")
+        out = self.alloc_extend_host(pre, seq, last)
+        return None if out is None else self._to_device(out)
+
+    def alloc_extend_host(
+        self, pre: np.ndarray, seq: np.ndarray, last: np.ndarray
+    ) -> np.ndarray | None:
+        """`alloc_extend` on host int64 arrays, returning host slots. Index arithmetic runs on
+        the host (lengths are host data, as SGLang's *_cpu arguments); only the page ids come
+        from the device free list. The policies call this form: no tensor round trips."""
+        ps = self.page_size
+        if len(seq) == 1:  # one request (the common prefill): scalar arithmetic, two ranges
+            return self.alloc_extend_one(int(pre[0]), int(seq[0]), int(last[0]))
         if len(seq) == 0:
-            return torch.empty(0, dtype=torch.int64, device=self.device)
+            return np.zeros(0, dtype=np.int64)
         if (pre < 0).any() or (seq < pre).any():
             raise ValueError(
                 f"need 0 <= prefix_lens <= seq_lens, got {pre.tolist()} / {seq.tolist()}"
             )
-        ps = self.page_size
         ext = seq - pre
         if ps == 1:
-            return self._pop(int(ext.sum()))
+            return self.pop_host(int(ext.sum()))
         partial = pre % ps != 0
         if ((last + 1) % ps != pre % ps)[partial].any():
             raise ValueError("last_loc is not on the prefix's last page (page-offset mismatch)")
         pre_pages = (pre + ps - 1) // ps
         new_pages = (seq + ps - 1) // ps - pre_pages
-        pages = self._pop(int(new_pages.sum()))
+        pages = self.pop_host(int(new_pages.sum()))
         if pages is None:
             return None
-        if len(seq) == 1:  # one request (the common prefill): two ranges, no per-token index
-            p0, s0 = int(pre[0]), int(seq[0])
-            head = min(s0, int(pre_pages[0]) * ps) - p0
-            tail = self.pages_to_slots(pages)[: s0 - p0 - head]
-            if head <= 0:
-                return tail
-            first = torch.arange(int(last[0]) + 1, int(last[0]) + 1 + head, device=self.device)
-            return torch.cat([first, tail])
         req = np.repeat(np.arange(len(seq)), ext)
         tok = np.arange(int(ext.sum())) - np.repeat(np.cumsum(ext) - ext, ext)
         pos = pre[req] + tok
         old_page_end = (pre_pages * ps)[req]
         slot_old = last[req] + 1 + tok
         if len(pages) == 0:
-            return torch.from_numpy(slot_old).to(self.device)
+            return slot_old
         page_base = (np.cumsum(new_pages) - new_pages)[req]
-        page_idx = page_base + np.maximum(pos - old_page_end, 0) // ps
-        in_old = pos < old_page_end
-        page_idx = np.minimum(page_idx, len(pages) - 1)
-        slot_new = pages[torch.from_numpy(page_idx).to(self.device)] * ps + torch.from_numpy(
-            pos % ps
-        ).to(self.device)
-        return torch.where(
-            torch.from_numpy(in_old).to(self.device),
-            torch.from_numpy(slot_old).to(self.device),
-            slot_new,
-        )
+        page_idx = np.minimum(page_base + np.maximum(pos - old_page_end, 0) // ps, len(pages) - 1)
+        return np.where(pos < old_page_end, slot_old, pages[page_idx] * ps + pos % ps)
+
+    def alloc_extend_one(self, p0: int, s0: int, l0: int) -> np.ndarray | None:
+        """`alloc_extend_host` for one request, from plain ints (prefix_len, seq_len,
+        last_loc): a prefill chunk is the most frequent call and needs no arrays."""
+        if not 0 <= p0 <= s0:
+            raise ValueError(f"need 0 <= prefix_lens <= seq_lens, got [{p0}] / [{s0}]")
+        ps = self.page_size
+        if ps == 1:
+            return self.pop_host(s0 - p0)
+        if p0 % ps and (l0 + 1) % ps != p0 % ps:
+            raise ValueError("last_loc is not on the prefix's last page (page-offset mismatch)")
+        have = -(-p0 // ps) * ps  # end of the request's last (partial) page
+        pages = self.pop_host(-(-s0 // ps) - have // ps)
+        if pages is None:
+            return None
+        head = min(s0, have) - p0
+        if head <= 0:
+            return self.slots_of_pages(pages)[: s0 - p0]
+        out = np.empty(s0 - p0, dtype=np.int64)
+        out[:head] = np.arange(l0 + 1, l0 + 1 + head)
+        if s0 > have:
+            out[head:] = self.slots_of_pages(pages)[: s0 - have]
+        return out
+
+    def slots_of_pages(self, pages: np.ndarray) -> np.ndarray:
+        """Host form of pages_to_slots."""
+        ps = self.page_size
+        return pages if ps == 1 else (pages[:, None] * ps + self._offsets).reshape(-1)
 
     def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
         """One slot per request for its next token; `seq_lens` count that token.
 
         The token goes to slot last_loc+1 while the request's last page has room, else to the
         first slot of a fresh page. None when short (no change)."""
-        if self._stack_np is not None:  # CPU: host arithmetic, as alloc_extend
-            seq, last = int_array("seq_lens", seq_lens), int_array("last_loc", last_loc)
-        else:
-            seq, last = self._ints("seq_lens", seq_lens), self._ints("last_loc", last_loc)
+        seq, last = int_array("seq_lens", seq_lens), int_array("last_loc", last_loc)
         if len(seq) != len(last):
             raise ValueError("seq_lens and last_loc must have the same length")
         if len(seq) and bool((seq < 1).any()):
             raise ValueError(f"seq_lens must be >= 1, got {seq.tolist()}")
+        out = self.alloc_decode_host(seq, last)
+        return None if out is None else self._to_device(out)
+
+    def alloc_decode_host(self, seq: np.ndarray, last: np.ndarray) -> np.ndarray | None:
+        """`alloc_decode` on host int64 arrays (seq >= 1), returning host slots."""
         ps = self.page_size
         if ps == 1:
-            return self._pop(len(seq))
+            return self.pop_host(len(seq))
         need = (seq - 1) % ps == 0
-        if self._stack_np is not None:
-            out_np = last + 1
-            n = int(np.count_nonzero(need))
-            if n:
-                pages = self._pop(n)
-                if pages is None:
-                    return None
-                out_np[need] = pages.numpy() * ps
-            return torch.from_numpy(out_np)
-        n = int(need.sum())
         out = last + 1
+        n = int(np.count_nonzero(need))
         if n:
-            pages = self._pop(n)
+            pages = self.pop_host(n)
             if pages is None:
                 return None
             out[need] = pages * ps
         return out
+
+    def pop_host(self, n: int) -> np.ndarray | None:
+        """`n` page ids in pop order as a host array, or None with nothing changed."""
+        if n > self._top:
+            return None
+        if self._stack_np is None:
+            return self._pop(n).cpu().numpy()
+        top = self._top
+        self._top -= n
+        pages = self._stack_np[top - n : top][::-1].copy()
+        self._is_free_np[pages] = False
+        return pages
+
+    def push_host(self, pages: np.ndarray) -> None:
+        """Free distinct page ids given as a host array (validated like `free_pages`)."""
+        if len(pages) == 0:
+            return
+        if self._stack_np is None or self._group is not None or self._undo is not None:
+            self.free_pages(self._to_device(pages), distinct=True)
+            return
+        if pages.min() < 1 or pages.max() > self.num_pages or self._is_free_np[pages].any():
+            self.free_pages(torch.from_numpy(pages), distinct=True)  # raises the precise error
+            return
+        top, k = self._top, len(pages)
+        self._stack_np[top : top + k] = pages
+        self._is_free_np[pages] = True
+        self._top = top + k
+
+    def free_page(self, page: int) -> None:
+        """Free one page by id (a finished request's partial last page: the most frequent
+        free), validated like `free_pages`, with no array in between."""
+        if self._stack_np is None or self._group is not None or self._undo is not None or not (
+            1 <= page <= self.num_pages and not self._is_free_np[page]
+        ):
+            self.free_pages([page], distinct=True)  # the general path (and its errors)
+            return
+        self._stack_np[self._top] = page
+        self._is_free_np[page] = True
+        self._top += 1
+
+    def _to_device(self, a: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+        return t if self._stack_np is not None else t.to(self.device)
 
     # -- freeing ---------------------------------------------------------------------------
     def free(self, slots: IntsLike) -> None:
@@ -262,24 +319,24 @@ class PagedAllocator:
         if len(slots) == 0:
             return
         ps = self.page_size
-        if self._stack_np is not None and self._group is None and self._undo is None:
-            # CPU fast path: numpy views all the way (same checks as free_pages)
-            starts_np = slots.numpy()[::ps] if ps > 1 else slots.numpy()
-            if ps > 1 and (starts_np % ps).any():
-                raise ValueError("free_segments needs page-aligned runs of whole pages")
-            p_np = starts_np // ps if ps > 1 else starts_np
-            if p_np.min() < 1 or p_np.max() > self.num_pages or self._is_free_np[p_np].any():
-                self.free_pages(torch.from_numpy(np.ascontiguousarray(p_np)), distinct=True)
-                return  # free_pages raises the precise error
-            top, k = self._top, len(p_np)
-            self._stack_np[top : top + k] = p_np
-            self._is_free_np[p_np] = True
-            self._top = top + k
+        if self._stack_np is not None:  # CPU: numpy views all the way
+            self.free_segments_host(slots.numpy())
             return
         starts = slots[::ps] if ps > 1 else slots
         if bool((starts % ps != 0).any()):
             raise ValueError("free_segments needs page-aligned runs of whole pages")
         self.free_pages(starts // ps if ps > 1 else starts, distinct=True)
+
+    def free_segments_host(self, slots: np.ndarray) -> None:
+        """`free_segments` for slots given as a host array."""
+        ps = self.page_size
+        if ps == 1:
+            self.push_host(slots)
+            return
+        starts = slots[::ps]
+        if (starts % ps).any():
+            raise ValueError("free_segments needs page-aligned runs of whole pages")
+        self.push_host(starts // ps)
 
     def free_pages(self, pages: IntsLike, distinct: bool = False) -> None:
         """Free whole pages by id (validated like `free`). `distinct=True` promises no id

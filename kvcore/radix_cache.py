@@ -126,7 +126,9 @@ class RadixCache:
     def reset(self) -> None:
         self._next_id = 0
         self._clock = 0
-        self.root = self._new_node(_EMPTY_KEY, torch.empty(0, dtype=torch.int64), None)
+        self._empty_value = torch.empty(0, dtype=torch.int64, device=self.device)
+        self._on_cpu = self.device.type == "cpu"
+        self.root = self._new_node(_EMPTY_KEY, self._empty_value, None)
         self.root.lock_ref = 1
         self._evictable = 0
         self._protected = 0
@@ -213,7 +215,7 @@ class RadixCache:
         Touches the matched path (LRU/LFU) and splits a node when the match ends inside it,
         so that `last_node` ends exactly at the match and can be locked."""
         key = as_key(key)
-        empty = MatchResult(torch.empty(0, dtype=torch.int64, device=self.device), self.root)
+        empty = MatchResult(self._empty_value, self.root)
         if self.disable:
             return empty
         n = len(key) - len(key) % self.page_size
@@ -271,32 +273,37 @@ class RadixCache:
         return pos, pos
 
     # -- insertion -------------------------------------------------------------------------
-    def insert(self, key: object, value: torch.Tensor) -> int:
+    def insert(self, key: object, value: torch.Tensor | np.ndarray) -> int:
         """Cache `value[i]` as the slot of token key[i] (both floored to whole pages).
 
         Returns how many leading tokens were already cached: the caller still owns its slots
         for that range and must free them (they duplicate the tree's). The rest of `value`
         now belongs to the tree."""
+        return self.insert_path(key, value)[0]
+
+    def insert_path(
+        self, key: object, value: torch.Tensor | np.ndarray
+    ) -> tuple[int, TreeNode]:
+        """`insert`, also returning the node whose path ends exactly at the inserted length
+        (what a request that keeps running locks instead of matching again)."""
         key = as_key(key)
         if len(value) < len(key):
             raise ValueError(f"value has {len(value)} slots for {len(key)} tokens")
         if self.disable:
-            return 0
+            return 0, self.root
         n = len(key) - len(key) % self.page_size
         self._clock += 1
         node, pos = self.root, 0
         while pos < n:
             child = node.children.get(self._child_key(key, pos))
             if child is None:
-                leaf = self._new_node(
-                    key[pos:n].copy(), value[pos:n].to(torch.int64, copy=True), node
-                )
+                leaf = self._new_node(key[pos:n].copy(), self._own_copy(value[pos:n]), node)
                 if self._is_evictable_leaf(node):
                     self._evictable_leaves.discard(node)
                 self._add_child(node, leaf)
                 self._evictable += n - pos
                 self._mark_leaf(leaf)
-                return pos
+                return pos, leaf
             m = self._match_len(child.key, key[pos:n])
             child.last_access = self._clock
             if m < len(child.key):
@@ -307,7 +314,32 @@ class RadixCache:
             node, pos = child, pos + m
         if self._is_evictable_leaf(node):
             self._mark_leaf(node)
-        return pos
+        return pos, node
+
+    def _own_copy(self, value: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """An int64 tensor copy of slots the tree will own (from an int32 page-table row, say;
+        on CPU callers may pass the row's numpy view: numpy slices cost a fraction of
+        torch's)."""
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(value.astype(np.int64)).to(self.device)
+        return value.to(self.device, torch.int64, copy=True)
+
+    def touch_path(self, node: TreeNode) -> None:
+        """What `match_prefix` does to the path root..node when the match ends exactly at
+        `node`: a new LRU clock on every node, one more hit each, a fresh heap entry if `node`
+        is an evictable leaf. Callers that already hold that node use it to skip the walk."""
+        if self.disable or node is self.root:
+            return
+        self._clock += 1
+        if self._is_evictable_leaf(node):
+            node.last_access = self._clock  # before _mark_leaf reads the priority
+            node.hit_count += 1
+            self._mark_leaf(node)
+            node = node.parent
+        while node is not self.root:
+            node.last_access = self._clock
+            node.hit_count += 1
+            node = node.parent
 
     # -- locks -----------------------------------------------------------------------------
     def inc_lock_ref(self, node: TreeNode) -> None:
@@ -351,13 +383,15 @@ class RadixCache:
             return 0
         prio = self._priority
         heap = self._heap
-        freed: list[torch.Tensor] = []
+        on_cpu, ps = self._on_cpu, self.page_size
+        freed: list = []
         evicted = 0
         while evicted < num_tokens and heap:
             key, leaf = heapq.heappop(heap)
             if leaf not in self._evictable_leaves or key != prio(leaf):
                 continue  # stale entry
-            freed.append(leaf.value)
+            # each page_size-th slot starts one of the node's whole pages
+            freed.append(leaf.value.numpy()[::ps] if on_cpu else leaf.value)
             evicted += len(leaf.key)
             if sizes is not None:
                 sizes.append(len(leaf.key))
@@ -369,7 +403,11 @@ class RadixCache:
                 self._mark_leaf(parent)
         if self.allocator is not None and freed:
             # node values are runs of whole pages owned by the tree alone
-            self.allocator.free_segments(torch.cat(freed))
+            if on_cpu:
+                starts = freed[0] if len(freed) == 1 else np.concatenate(freed)
+                self.allocator.push_host(starts // ps if ps > 1 else starts)
+            else:
+                self.allocator.free_segments(torch.cat(freed))
         return evicted
 
     # -- introspection -----------------------------------------------------------------------

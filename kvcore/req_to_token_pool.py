@@ -55,9 +55,20 @@ class ReqToTokenPool:
             self._in_use[r] = 1
         return rows
 
+    def alloc_row(self) -> int | None:
+        """One free row, or None: `alloc(1)` without the list (one per admitted request)."""
+        if not self._free_rows:
+            return None
+        row = self._free_rows.pop()
+        self._in_use[row] = 1
+        return row
+
     def free(self, rows: int | Iterable[int]) -> None:
         """Return rows to the pool; a row that is not in use is a ValueError (nothing freed)."""
-        rows = [int(rows)] if isinstance(rows, numbers.Integral) else [int(r) for r in rows]
+        if isinstance(rows, numbers.Integral):
+            self.free_row(int(rows))
+            return
+        rows = [int(r) for r in rows]
         seen: set[int] = set()
         for r in rows:
             if not 1 <= r <= self.size or not self._in_use[r] or r in seen:
@@ -66,6 +77,13 @@ class ReqToTokenPool:
         for r in rows:
             self._in_use[r] = 0
             self._free_rows.append(r)
+
+    def free_row(self, row: int) -> None:
+        """Return one row (the common case: a request ended), validated like `free`."""
+        if not 1 <= row <= self.size or not self._in_use[row]:
+            raise ValueError(f"row {row} is not in use (double free or never allocated)")
+        self._in_use[row] = 0
+        self._free_rows.append(row)
 
     def in_use(self, row: int) -> bool:
         return 1 <= row <= self.size and bool(self._in_use[row])

@@ -76,6 +76,11 @@ class MemoryBreakdown:
             "free": self.free,
         }
 
+    def as_array(self) -> np.ndarray:
+        """The six parts as an int64 array in PARTS order (a profile row)."""
+        return np.array((self.token_states, self.cached, self.reserved, self.internal,
+                         self.external, self.free), dtype=np.int64)
+
     def check(self) -> None:
         names = [f.name for f in fields(self)]
         for name in names:
@@ -123,17 +128,21 @@ def page_growth_profile(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The breakdown (PARTS columns) after each of n decode steps of requests that grow page
     by page, taking new pages from free memory; also the new slots taken through each step.
-    Policies that take pages from elsewhere (cache eviction) adjust the two columns after."""
+    Policies that take pages from elsewhere (cache eviction) adjust the two columns after.
+
+    A request never writes past its final length, so its unwritten tail (end - written) is
+    reserved up to the final length and rounding beyond it: only rounding needs a max."""
     steps = np.arange(1, n + 1, dtype=np.int64)
     wj = written[None, :] + steps[:, None]
-    aj = np.maximum(alloc_end[None, :], -(-wj // page_size) * page_size)
-    res0, rnd0 = (x.sum() for x in tail_split(alloc_end, final, written))
-    res, rnd = (x.sum(axis=1) for x in tail_split(aj, final, wj))
-    new_slots = (aj - alloc_end[None, :]).sum(axis=1)
-    out = np.repeat(np.array([base.parts()[p] for p in PARTS], dtype=np.int64)[None, :], n, 0)
-    out[:, 0] += steps * len(written)
-    out[:, 2] += res - res0
-    out[:, 3] += rnd - rnd0
+    aj = np.maximum(alloc_end[None, :], (wj + (page_size - 1)) // page_size * page_size)
+    rounding = np.maximum(aj - final, 0).sum(axis=1) - np.maximum(alloc_end - final, 0).sum()
+    new_slots = aj.sum(axis=1) - alloc_end.sum()
+    out = np.empty((n, len(PARTS)), dtype=np.int64)
+    out[:] = base.as_array()
+    token_growth = steps * len(written)
+    out[:, 0] += token_growth
+    out[:, 2] += new_slots - token_growth - rounding
+    out[:, 3] += rounding
     out[:, 5] -= new_slots
     return out, new_slots
 

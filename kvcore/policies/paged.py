@@ -27,17 +27,24 @@ from kvcore.policies.base import (
     PolicyConfig,
     page_growth_profile,
     register_policy,
-    tail_split,
 )
 from kvcore.radix_cache import RadixCache, TreeNode, as_key
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import InvariantError, positive_int
 
 _I64 = torch.int64
+_CACHED, _FREE = PARTS.index("cached"), PARTS.index("free")
 
 
 def _ceil_to(x: np.ndarray, ps: int) -> np.ndarray:
-    return -(-x // ps) * ps
+    return (x + (ps - 1)) // ps * ps
+
+
+def _bad_targets(target: np.ndarray, written: np.ndarray, max_len: int) -> None:
+    if np.any(target < written):
+        raise ValueError(f"extend target_lens {target.tolist()} below written "
+                         f"{written.tolist()}")
+    raise ValueError(f"extend target_lens {target.tolist()} past max_context_len {max_len}")
 
 
 class PagedPolicy(KVPolicy):
@@ -71,17 +78,30 @@ class PagedPolicy(KVPolicy):
         self._final = np.zeros(rows, dtype=np.int64)
         self._node: list[TreeNode | None] = [None] * rows
         self._row_of: dict[int, int] = {}
+        self._members = 0  # bumped when the set of admitted requests changes (keys _rows_memo)
+        self._rows_memo: tuple[int, list[int], np.ndarray] | None = None
         self._table = self.req_to_token_pool.req_to_token
         self._epoch = 0  # bumped by every mutating call; keys the breakdown memo
         self._breakdown_cache: tuple[int, MemoryBreakdown] | None = None
+        self._entries_cache = (-1, 0)
         self._table_np = self._table.numpy() if self._table.device.type == "cpu" else None
 
     # -- helpers ---------------------------------------------------------------------------
     def _rows(self, rids: Sequence[int]) -> np.ndarray:
+        """Page-table rows of `rids`. The engine asks about the same running list several
+        times per pass (cost, profile, steps), so the last answer is kept until the list or
+        the set of admitted requests changes."""
+        memo = self._rows_memo
+        if memo is not None and memo[0] == self._members and type(rids) is list \
+                and memo[1] == rids:
+            return memo[2]
         try:
-            return np.fromiter((self._row_of[r] for r in rids), dtype=np.int64, count=len(rids))
+            rows = np.fromiter(map(self._row_of.__getitem__, rids), dtype=np.int64,
+                               count=len(rids))
         except KeyError as e:
             raise ValueError(f"request {e.args[0]} is not admitted") from None
+        self._rows_memo = (self._members, list(rids), rows)
+        return rows
 
     def _row_of_checked(self, rid: int) -> int:
         row = self._row_of.get(rid)
@@ -95,34 +115,39 @@ class PagedPolicy(KVPolicy):
         if short > 0:
             self.tree.evict(short)
 
-    def _last_loc(self, rows: np.ndarray, written: np.ndarray) -> torch.Tensor:
-        if self._table_np is not None:  # CPU: read the page table through a numpy view
-            loc = self._table_np[rows, np.maximum(written - 1, 0)].astype(np.int64)
-            return torch.from_numpy(np.where(written > 0, loc, -1))
-        rows_t = torch.from_numpy(rows)
-        w = torch.from_numpy(written)
-        loc = self._table[rows_t, (w - 1).clamp(min=0)].to(_I64)
-        return torch.where(w > 0, loc, torch.full_like(loc, -1))
-
-    def _write_slots(self, rows: np.ndarray, pos: np.ndarray, slots) -> None:
-        """req_to_token[rows, pos] = slots (elementwise), through a numpy view on CPU."""
+    def _read(self, rows, cols) -> np.ndarray:
+        """req_to_token[rows, cols] on the host (int32; a numpy view on CPU; numpy indexing
+        rules). Arithmetic with the int64 lengths promotes it."""
         if self._table_np is not None:
-            if isinstance(slots, torch.Tensor):
-                slots = slots.numpy()
-            self._table_np[rows, pos] = slots
+            return self._table_np[rows, cols]
+        return self._table[self._device_index(rows, cols)].cpu().numpy()
+
+    def _device_index(self, rows, cols) -> tuple:
+        return tuple(torch.from_numpy(i).to(self._table.device) if isinstance(i, np.ndarray)
+                     else i for i in (rows, cols))
+
+    def _last_loc(self, rows: np.ndarray, written: np.ndarray) -> np.ndarray:
+        """Slot of each row's last written token. Where a row wrote none the value is
+        meaningless, and no caller reads it: such a row's next token starts a new page."""
+        return self._read(rows, written - 1)
+
+    def _write(self, rows, cols, slots: np.ndarray) -> None:
+        """req_to_token[rows, cols] = slots (numpy indexing rules; through a view on CPU)."""
+        if self._table_np is not None:
+            self._table_np[rows, cols] = slots
             return
-        slots_t = slots if isinstance(slots, torch.Tensor) else torch.from_numpy(slots)
-        self._table[torch.from_numpy(np.ascontiguousarray(rows)),
-                    torch.from_numpy(np.ascontiguousarray(pos))] = slots_t.to(
-            self._table.device, torch.int32)
+        self._table[self._device_index(rows, cols)] = torch.from_numpy(
+            np.ascontiguousarray(slots)).to(self._table.device, torch.int32)
 
     def _free_positions(self, row: int, start: int, end: int) -> None:
         """Free the pages behind positions [start, end) of a row. `start` is page-aligned and
         the pages are the row's own, so each page is freed once, with no sort."""
-        if end > start:
-            ps = self.page_size
-            firsts = self._table[row, start:end:ps].to(_I64)  # first slot of each page
-            self.allocator.free_pages(firsts // ps if ps > 1 else firsts, distinct=True)
+        ps = self.page_size
+        if end - start > ps:
+            firsts = self._read(row, slice(start, end, ps))  # first slot of each page
+            self.allocator.push_host(firsts // ps if ps > 1 else firsts)
+        elif end > start:  # one page (a finished request's partial last page)
+            self.allocator.free_page(int(self._read(row, start)) // ps)
 
     # -- admission -------------------------------------------------------------------------
     def peek_prefix(self, token_ids: np.ndarray) -> int:
@@ -142,10 +167,9 @@ class PagedPolicy(KVPolicy):
                 f"final length {final_len} exceeds max_context_len "
                 f"{self.req_to_token_pool.max_context_len}"
             )
-        rows = self.req_to_token_pool.alloc(1)
-        if rows is None:
+        row = self.req_to_token_pool.alloc_row()
+        if row is None:
             return None
-        row = rows[0]
         key = as_key(token_ids)[: max(len(token_ids) - 1, 0)]
         token_hit = self.tree.peek(key)[1]
         match = self.tree.match_prefix(key)
@@ -153,6 +177,7 @@ class PagedPolicy(KVPolicy):
         self.tree.inc_lock_ref(match.last_node)
         if cached:
             self._table[row, :cached] = match.indices.to(torch.int32)
+        self._members += 1
         self._row_of[rid] = row
         self._written[row] = cached
         self._cached[row] = cached
@@ -163,23 +188,33 @@ class PagedPolicy(KVPolicy):
     # -- growth ----------------------------------------------------------------------------
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
         self._epoch += 1
+        ps = self.page_size
+        max_len = self.req_to_token_pool.max_context_len
+        if len(rids) == 1:  # one prefill chunk (the common case): scalar arithmetic
+            row, t = self._row_of_checked(rids[0]), int(target_lens[0])
+            w = int(self._written[row])
+            if not w <= t <= max_len:
+                _bad_targets(np.array([t]), np.array([w]), max_len)
+            self._make_room((-(-t // ps) - -(-w // ps)) * ps)
+            last = int(self._read(row, w - 1)) if w else -1
+            out = self.allocator.alloc_extend_one(w, t, last)
+            if out is None:
+                return False
+            self._write(row, slice(w, t), out)
+            self._written[row] = t
+            return True
         rows = self._rows(rids)
         target = np.asarray(target_lens, dtype=np.int64)
         w = self._written[rows]
-        if np.any(target < w):
-            raise ValueError(f"extend target_lens {target.tolist()} below written {w.tolist()}")
-        if np.any(target > self.req_to_token_pool.max_context_len):
-            raise ValueError("extend past max_context_len")
-        ps = self.page_size
-        need = int((_ceil_to(target, ps) - _ceil_to(w, ps)).sum())
-        self._make_room(need)
-        last = self._last_loc(rows, w) if ps > 1 else torch.zeros(len(rows), dtype=_I64)
-        out = self.allocator.alloc_extend(torch.from_numpy(w), torch.from_numpy(target), last)
+        if np.any(target < w) or np.any(target > max_len):
+            _bad_targets(target, w, max_len)
+        self._make_room(int((_ceil_to(target, ps) - _ceil_to(w, ps)).sum()))
+        out = self.allocator.alloc_extend_host(w, target, self._last_loc(rows, w))
         if out is None:
             return False
-        self.req_to_token_pool.write_batch(
-            torch.from_numpy(rows), torch.from_numpy(w), torch.from_numpy(target - w), out
-        )
+        ext = target - w
+        pos = np.arange(len(out)) + np.repeat(w - (np.cumsum(ext) - ext), ext)
+        self._write(np.repeat(rows, ext), pos, out)
         self._written[rows] = target
         return True
 
@@ -188,58 +223,78 @@ class PagedPolicy(KVPolicy):
         rows = self._rows(rids)
         w = self._written[rows]
         ps = self.page_size
-        self._make_room(int(np.count_nonzero(w % ps == 0)) * ps)
-        last = self._last_loc(rows, w) if ps > 1 else torch.zeros(len(rows), dtype=_I64)
-        out = self.allocator.alloc_decode(torch.from_numpy(w + 1), last)
+        if len(rows) * ps > self.allocator.available_size():  # else room for any step
+            self._make_room(int(np.count_nonzero(w % ps == 0)) * ps)
+        if ps == 1:
+            out = self.allocator.pop_host(len(rows))
+        else:
+            out = self.allocator.alloc_decode_host(w + 1, self._last_loc(rows, w))
         if out is None:
             return False
-        self._write_slots(rows, w, out)
+        self._write(rows, w, out)
         self._written[rows] = w + 1
         return True
 
     def decode_cost(self, rids: Sequence[int], n: int) -> int:
-        w = self._written[self._rows(rids)]
-        return int((_ceil_to(w + n, self.page_size) - _ceil_to(w, self.page_size)).sum())
+        w, ps = self._written[self._rows(rids)], self.page_size
+        return int(((w + (n + ps - 1)) // ps - (w + (ps - 1)) // ps).sum()) * ps
 
     def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         """n steps in one batch, popping pages in the order n single steps would (step-major,
         then batch order) so the page table ends up identical to stepping. Cache that stepping
         would evict is evicted up front in the same LRU order; the profile shows it leaving
         at the step where stepping would have evicted it."""
-        profile = self.decode_profile(rids, n, head_reservation)
-        self._epoch += 1
         rows = self._rows(rids)
         w = self._written[rows]
         ps = self.page_size
-        pos = w[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (n, batch) positions written
-        starts = pos % ps == 0
-        n_new = int(np.count_nonzero(starts))
+        have = _ceil_to(w, ps)  # end of each request's last page
+        profile, taken = page_growth_profile(self.breakdown(head_reservation), w,
+                                             self._final[rows], have, ps, n)
+        self._epoch += 1
+        n_new = int(taken[-1]) // ps if n else 0  # taken: new slots through each step
         free0 = self.allocator.available_size()
-        short = n_new * ps - free0
-        if short > 0:
+        if n_new * ps > free0:
             sizes: list[int] = []
-            self.tree.evict(short, sizes)
+            self.tree.evict(n_new * ps - free0, sizes)
             if self.allocator.available_size() < n_new * ps:
                 raise ValueError("decode_steps needs decode_cost <= available_tokens")
-            need = np.cumsum(starts.sum(axis=1)) * ps  # slots taken through each step
+            shortfall = taken - free0  # slots stepping would be short of through each step
             cum = np.cumsum(sizes)
-            shortfall = need - free0
-            idx = np.searchsorted(cum, np.maximum(shortfall, 1), side="left")
-            evicted = np.where(shortfall > 0, cum[np.minimum(idx, len(cum) - 1)], 0)
-            profile[:, PARTS.index("cached")] -= evicted
-            profile[:, PARTS.index("free")] += evicted
-        pages = self.allocator.alloc_pages(n_new)
+            idx = np.minimum(np.searchsorted(cum, np.maximum(shortfall, 1)), len(cum) - 1)
+            evicted = np.where(shortfall > 0, cum[idx], 0)
+            profile[:, _CACHED] -= evicted
+            profile[:, _FREE] += evicted
+        pages = self.allocator.pop_host(n_new)
         assert pages is not None
-        page_at = np.zeros(pos.shape, dtype=np.int64)
-        page_at[starts] = pages.cpu().numpy()  # row-major = step-major: stepping's pop order
-        step_idx = np.where(starts, np.arange(n)[:, None], -1)
-        ffill = np.maximum.accumulate(step_idx, axis=0)
-        last_page = (self._last_loc(rows, w).numpy() // ps)[None, :]
-        cols = np.broadcast_to(np.arange(len(rows)), pos.shape)
-        page = np.where(ffill >= 0, page_at[np.maximum(ffill, 0), cols], last_page)
-        self._write_slots(np.broadcast_to(rows, pos.shape), pos, page * ps + pos % ps)
+        pos = w[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (n, batch) positions
+        if ps == 1:  # a new page every step, step-major: exactly the pop order
+            slots = pages.reshape(n, len(rows))
+        else:
+            slots = self._step_pages(rows, w, have, pages, pos) * ps + pos % ps
+        self._write(rows[None, :], pos, slots)
         self._written[rows] = w + n
         return profile
+
+    def _step_pages(self, rows, w, have, pages, pos) -> np.ndarray:
+        """The page of every (step, request) position of a stretch: the request's current
+        last page until `have`, then its new pages in the order stepping would pop them."""
+        ps = self.page_size
+        last_page = self._last_loc(rows, w) // ps
+        if not len(pages):
+            return np.broadcast_to(last_page, pos.shape)
+        if len(pos) <= ps:  # a stretch of at most a page: one new page at most each
+            first = have - w  # the step at which each request starts a new page
+            takers = np.flatnonzero(first < len(pos))
+            new_page = np.empty(len(rows), dtype=np.int64)
+            new_page[takers[np.argsort(first[takers], kind="stable")]] = pages  # pop order
+            return np.where(pos < have, last_page, new_page)
+        starts = pos % ps == 0
+        page_at = np.zeros(pos.shape, dtype=np.int64)
+        page_at[starts] = pages  # row-major = step-major: stepping's pop order
+        step_idx = np.where(starts, np.arange(len(pos))[:, None], -1)
+        ffill = np.maximum.accumulate(step_idx, axis=0)
+        cols = np.arange(len(rows))[None, :]
+        return np.where(ffill >= 0, page_at[np.maximum(ffill, 0), cols], last_page)
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         rows = self._rows(rids)
@@ -249,34 +304,42 @@ class PagedPolicy(KVPolicy):
         return profile
 
     # -- ending ----------------------------------------------------------------------------
-    def _insert_written(self, row: int, token_ids: np.ndarray) -> int:
+    def _insert_written(self, row: int, token_ids: np.ndarray):
         """Insert the row's whole written pages into the tree; free the request's own copies
-        of pages someone else cached meanwhile. Returns the page-aligned inserted length."""
+        of pages someone else cached meanwhile. Returns (page-aligned inserted length, tree
+        node ending there or None when nothing new was inserted, were all its pages ours)."""
         w = int(self._written[row])
         n = w - w % self.page_size
         cached = int(self._cached[row])
         if len(token_ids) < w:
             raise ValueError(f"need {w} token ids for row {row}, got {len(token_ids)}")
         if n <= cached:
-            return cached
+            return cached, None, True
         # the int32 row itself: the tree copies (as int64) only the part it did not have
-        already = self.tree.insert(as_key(token_ids)[:n], self._table[row, :n])
+        row_slots = self._table_np[row, :n] if self._table_np is not None else self._table[row, :n]
+        already, node = self.tree.insert_path(as_key(token_ids)[:n], row_slots)
         self._free_positions(row, cached, already)
-        return n
+        return n, node, already == cached
 
     def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
         self._epoch += 1
         if self.tree.disable:
             return
         row = int(self._row_of_checked(rid))
-        n = self._insert_written(row, token_ids)
-        if n <= int(self._cached[row]):
+        n, node, all_ours = self._insert_written(row, token_ids)
+        if node is None:
             return
-        match = self.tree.match_prefix(as_key(token_ids)[:n])
-        self._table[row, :n] = match.indices.to(torch.int32)
-        self.tree.inc_lock_ref(match.last_node)
+        if all_ours:
+            # the tree now holds exactly this row's slots for [0, n): no re-match, no rewrite
+            # of the row; touch the path as the match would (LRU clock, hit counts)
+            self.tree.touch_path(node)
+        else:
+            match = self.tree.match_prefix(as_key(token_ids)[:n])
+            self._table[row, :n] = match.indices.to(torch.int32)
+            node = match.last_node
+        self.tree.inc_lock_ref(node)
         self.tree.dec_lock_ref(self._node[row])
-        self._node[row] = match.last_node
+        self._node[row] = node
         self._cached[row] = n
 
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
@@ -286,7 +349,7 @@ class PagedPolicy(KVPolicy):
         if self.tree.disable:
             self._free_positions(row, 0, w)
         else:
-            n = self._insert_written(row, token_ids)
+            n = self._insert_written(row, token_ids)[0]
             self._free_positions(row, n, w)
         self._drop(rid, row)
 
@@ -303,7 +366,8 @@ class PagedPolicy(KVPolicy):
         self._node[row] = None
         self._written[row] = self._cached[row] = self._final[row] = 0
         del self._row_of[rid]
-        self.req_to_token_pool.free(row)
+        self._members += 1
+        self.req_to_token_pool.free_row(row)
 
     # -- observation -----------------------------------------------------------------------
     def written(self, rid: int) -> int:
@@ -321,9 +385,6 @@ class PagedPolicy(KVPolicy):
     def live_requests(self) -> int:
         return len(self._row_of)
 
-    def _live_rows(self) -> np.ndarray:
-        return np.fromiter(self._row_of.values(), dtype=np.int64, count=len(self._row_of))
-
     def breakdown(self, head_reservation: int) -> MemoryBreakdown:
         # paged breakdowns do not depend on head_reservation; memoise until the next mutation
         if self._breakdown_cache is not None and self._breakdown_cache[0] == self._epoch:
@@ -333,21 +394,31 @@ class PagedPolicy(KVPolicy):
         return b
 
     def _compute_breakdown(self) -> MemoryBreakdown:
-        rows = self._live_rows()
-        w, c, final = self._written[rows], self._cached[rows], self._final[rows]
-        reserved, rounding = tail_split(_ceil_to(w, self.page_size), final, w)
+        # Over every row: a free row holds zeros and adds nothing. A live row's unwritten
+        # tail [written, end of its last page) is reserved up to its final length (written <=
+        # final always) and rounding beyond it: tail_split, in fewer array passes.
+        w = self._written
+        end = _ceil_to(w, self.page_size)
+        written, end_sum = int(w.sum()), int(end.sum())
+        rounding = int(np.maximum(end - self._final, 0).sum())
+        self._entries_cache = (self._epoch, end_sum // self.page_size)  # same pass, for free
         return MemoryBreakdown.for_pages(
             self.capacity,
-            token_states=self.tree.protected_size() + int((w - c).sum()),
+            token_states=self.tree.protected_size() + written - int(self._cached.sum()),
             cached=self.tree.evictable_size(),
-            reserved=int(reserved.sum()),
-            rounding=int(rounding.sum()),
+            reserved=end_sum - written - rounding,
+            rounding=rounding,
             free=self.allocator.available_size(),
         )
 
     def page_table_entries(self) -> int:
-        w = self._written[self._live_rows()]
-        return int((-(-w // self.page_size)).sum())
+        # memoised per epoch (the breakdown fills it too): the engine asks once per pass
+        if self._entries_cache[0] != self._epoch:
+            self._entries_cache = (self._epoch, self._count_entries())
+        return self._entries_cache[1]
+
+    def _count_entries(self) -> int:
+        return int(((self._written + self.page_size - 1) // self.page_size).sum())
 
     def check_invariants(self) -> None:
         ps = self.page_size
@@ -383,7 +454,11 @@ class PagedPolicy(KVPolicy):
                 f"leak: free + private + cached = {len(pages)} pages, capacity "
                 f"{self.allocator.num_pages}"
             )
-        self.breakdown(self.page_size).check()
+        b, entries = self.breakdown(self.page_size), self.page_table_entries()
+        b.check()
+        if b != self._compute_breakdown() or entries != self._count_entries():
+            raise InvariantError(f"memoised breakdown {b} or page-table entries {entries} "
+                                 "disagree with a recomputation")
 
 
 @register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "

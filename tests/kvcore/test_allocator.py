@@ -3,6 +3,7 @@ bad input (ValueError, state unchanged) and a stateful test against a set-of-pag
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -305,3 +306,41 @@ def test_allocator_stateful(ps: int) -> None:
     run_state_machine_as_test(m, settings=settings(
         max_examples=20, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow]))
+
+
+def test_host_frees_validate_like_free_pages() -> None:
+    """free_page and push_host (the policies' host-array frees) refuse what free_pages refuses,
+    leave the state unchanged when they do, and defer inside a free group."""
+    a = PagedAllocator(8, 4)
+    pages = a.pop_host(3)
+    assert pages is not None and pages.tolist() == [1, 2, 3]
+    before = _free_list(a)
+    for bad in (0, 9, 5):  # the dummy page, out of range, already free
+        with pytest.raises(ValueError):
+            a.free_page(bad)
+        with pytest.raises(ValueError):
+            a.push_host(np.array([bad], dtype=np.int64))
+    assert _free_list(a) == before
+    a.free_page(2)
+    with pytest.raises(ValueError, match="double free"):
+        a.free_page(2)
+    a.free_group_begin()
+    a.push_host(np.array([1], dtype=np.int64))
+    assert not a.is_page_free(torch.tensor([1])).item()  # collected, not yet free
+    a.free_group_end()
+    assert _free_list(a)[-2:] == [2, 1]
+    a.check_invariants()
+
+
+def test_host_alloc_forms_equal_tensor_forms() -> None:
+    a, b = PagedAllocator(32, 4), PagedAllocator(32, 4)
+    pre, seq = np.array([0, 0, 0]), np.array([5, 9, 2])
+    t = a.alloc_extend(torch.from_numpy(pre), torch.from_numpy(seq), torch.tensor([-1, -1, -1]))
+    h = b.alloc_extend_host(pre, seq, np.array([-1, -1, -1]))
+    assert t.tolist() == h.tolist()
+    one_t = a.alloc_extend([5], [11], [int(t[4])])
+    one_h = b.alloc_extend_one(5, 11, int(h[4]))
+    assert one_t.tolist() == one_h.tolist()
+    assert a.alloc_decode([12], [int(one_t[-1])]).tolist() == \
+        b.alloc_decode_host(np.array([12]), np.array([int(one_h[-1])])).tolist()
+    assert _free_list(a) == _free_list(b)

@@ -321,9 +321,58 @@ class PolicyMachine(RuleBasedStateMachine):
         assert p.page_table_entries() == sum(-(-r["w"] // ps) for r in self.reqs.values())
 
 
+def force_device_paths(p: PagedPolicy) -> None:
+    """Make a CPU policy take the code paths a CUDA policy takes (torch indexing of the page
+    table, the allocator's tensor stack, tensor frees in eviction) instead of the numpy views
+    that CPU runs use, so those paths are tested on machines without a GPU."""
+    p._table_np = None
+    p.allocator._stack_np = p.allocator._is_free_np = None
+    p.tree._on_cpu = False
+
+
 @pytest.mark.parametrize("ps", [1, 2, 16, 64])
 def test_policy_stateful(ps: int) -> None:
     m = type(f"PolicyMachinePs{ps}", (PolicyMachine,), {"PS": ps})
     run_state_machine_as_test(m, settings=settings(
         max_examples=20, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+@pytest.mark.parametrize("ps", [1, 16])
+def test_policy_stateful_device_paths(ps: int) -> None:
+    def init(self) -> None:
+        PolicyMachine.__init__(self)
+        force_device_paths(self.p)
+
+    m = type(f"PolicyMachineDevicePs{ps}", (PolicyMachine,), {"PS": ps, "__init__": init})
+    run_state_machine_as_test(m, settings=settings(
+        max_examples=15, stateful_step_count=40, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+def test_device_paths_give_the_same_page_tables() -> None:
+    """The same operations through the numpy views and through the tensor (device) paths
+    leave identical page tables, free stacks and breakdowns."""
+    policies = [_policy(4, pages=24, rows=4, ctx=64) for _ in range(2)]
+    force_device_paths(policies[1])
+    prompts = {r: np.arange(6 + 3 * r) + 100 * (r % 2) for r in range(6)}
+    for p in policies:
+        for r in (0, 1, 2):
+            p.admit(r, prompts[r], len(prompts[r]) + 8, 9)
+        assert p.extend([0, 1], [len(prompts[0]), len(prompts[1])])
+        assert p.extend([2], [len(prompts[2])])
+        p.cache_prefix(0, prompts[0])
+        assert p.decode([0, 1, 2])
+        p.decode_steps((0, 1, 2), 3, 4)  # a tuple: no memo, same answer
+        p.finish(1, np.concatenate([prompts[1], np.arange(4)]))
+        p.admit(3, prompts[3], len(prompts[3]) + 8, 9)
+        assert p.extend([3], [len(prompts[3])])
+        p.decode_steps(np.array([0, 2, 3]), 2, 4)
+        p.release(2)
+        p.check_invariants()
+    a, b = policies
+    assert a._row_of == b._row_of
+    for r, row in a._row_of.items():  # entries past a row's length are never written
+        assert torch.equal(a._table[row, : a.written(r)], b._table[row, : b.written(r)])
+    assert a.allocator.free_pages_view().tolist() == b.allocator.free_pages_view().tolist()
+    assert a.breakdown(4) == b.breakdown(4)

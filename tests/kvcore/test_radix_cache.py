@@ -457,3 +457,39 @@ def test_evict_all_after_insert_splits_an_evictable_leaf() -> None:
     assert tree.evict(100) == 5 and tree.evictable_size() == 0
     assert alloc.available_size() == 16
     tree.check_invariants()
+
+
+@pytest.mark.parametrize("eviction", ["lru", "lfu"])
+def test_insert_path_then_touch_path_equals_insert_then_match(eviction: str) -> None:
+    """The paged policy locks the node insert_path returns and touches its path instead of
+    matching again; both trees must then agree on every node's clock and hit count, and so
+    on the eviction order."""
+    trees = [RadixCache(4, eviction=eviction) for _ in range(2)]
+    keys = [np.arange(16), np.arange(8), np.r_[np.arange(8), np.arange(50, 58)], np.arange(12),
+            np.arange(200, 210)]
+    for k, key in enumerate(keys):
+        value = torch.arange(len(key)) + 100 * k
+        trees[0].insert(key, value)
+        node = trees[0].match_prefix(key).last_node
+        _, node1 = trees[1].insert_path(key, value)
+        trees[1].touch_path(node1)
+        assert [len(n.key) for n in _path(node1)] == [len(n.key) for n in _path(node)]
+
+    def state(t: RadixCache) -> list[tuple]:
+        return sorted((tuple(n.key.tolist()), n.hit_count, n.last_access) for n in t.nodes())
+
+    assert state(trees[0]) == state(trees[1])
+    orders = []
+    for t in trees:
+        sizes: list[int] = []
+        t.evict(10**6, sizes)
+        orders.append(sizes)
+    assert orders[0] == orders[1] and sum(orders[0]) > 0
+
+
+def _path(node):
+    out = []
+    while node.parent is not None:
+        out.append(node)
+        node = node.parent
+    return out
