@@ -2,6 +2,11 @@
 processes, alternating A B A B so that machine drift hits both; prints the speed-up.
 
     python benchmarks/bench_sweep.py [--repeat 2] [--num-requests 4000]
+    python benchmarks/bench_sweep.py --ceiling   # this machine's limit for two processes
+
+The ceiling is what two CPU-bound pure-Python processes gain from running side by side on
+this machine (shared cores, hyperthreads and thermal limits make it less than 2x); a sweep's
+speed-up cannot exceed it.
 """
 
 from __future__ import annotations
@@ -26,11 +31,37 @@ def _sweep(jobs: int, n: int) -> float:
     return dt
 
 
+def _spin(_: int) -> float:
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(30_000_000):
+        x += i
+    return time.perf_counter() - t0
+
+
+def ceiling() -> None:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        alone = pool.map(_spin, [0])[0]
+    with ctx.Pool(2) as pool:
+        both = pool.map(_spin, [0, 1])
+    ratio = 2 * alone / max(both)
+    print("| one loop alone (s) | two loops side by side (s each) | ceiling |")
+    print("|---|---|---|")
+    print(f"| {alone:.2f} | {both[0]:.2f}, {both[1]:.2f} | {ratio:.2f}x |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--num-requests", type=int, default=4000)
+    ap.add_argument("--ceiling", action="store_true", help="measure the machine's ceiling")
     args = ap.parse_args()
+    if args.ceiling:
+        ceiling()
+        return
     one, two = [], []
     for _ in range(args.repeat):
         one.append(_sweep(1, args.num_requests))

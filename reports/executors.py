@@ -13,8 +13,11 @@ install is a user error (one line saying how to install it).
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
 
 import kvcore
@@ -40,7 +43,10 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """In this process (one job or one cell), else a pool of `jobs` spawned processes."""
+    """`jobs` processes on this machine: this one (already warm: its imports are done) plus
+    `jobs - 1` workers from a fork server. This process starts on the first cell at once
+    while the workers start up, so worker start-up is off the critical path; cells are handed
+    out one at a time, whoever is free next takes the next one."""
 
     def __init__(self, fn: CellFn = _run_cell) -> None:
         self.fn = fn
@@ -51,13 +57,51 @@ class LocalExecutor:
             for c in cells:
                 on_result(self.fn(c))
             return
-        ctx = _process_context()
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            pending = {pool.submit(self.fn, c) for c in cells}
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    on_result(fut.result())
+        todo = deque(cells)
+        lock = threading.Lock()
+        finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
+
+        def take() -> Cell | None:
+            with lock:
+                return todo.popleft() if todo else None
+
+        def feed(pool: ProcessPoolExecutor) -> None:
+            """Keep one cell in flight per worker; hand finished futures to this thread."""
+            running = set()
+            for _ in range(jobs - 1):
+                c = take()
+                if c is not None:
+                    running.add(pool.submit(self.fn, c))
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    finished.put(fut)
+                    c = take() if fut.exception() is None else None
+                    if c is not None:
+                        running.add(pool.submit(self.fn, c))
+
+        def drain() -> None:
+            while not finished.empty():
+                on_result(finished.get().result())  # a worker's error is raised here
+
+        with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=_process_context()) as pool:
+            feeder = threading.Thread(target=feed, args=(pool,), name="kvsim-feeder",
+                                      daemon=True)
+            feeder.start()
+            try:
+                while (c := take()) is not None:
+                    on_result(self.fn(c))
+                    drain()
+                while feeder.is_alive() or not finished.empty():
+                    try:
+                        on_result(finished.get(timeout=0.05).result())
+                    except queue.Empty:
+                        continue
+            except BaseException:
+                with lock:
+                    todo.clear()  # the feeder hands out nothing more; in-flight cells end
+                raise
+            feeder.join()
 
 
 def _process_context():

@@ -141,3 +141,23 @@ def test_executor_flag_errors(invoke, monkeypatch):
     assert r.exit_code == 2 and "--executor 'ray' is not one of: local, dask" in r.stderr
     r = invoke("sweep", "--scheduler-address", "tcp://127.0.0.1:8786")
     assert r.exit_code == 2 and "needs --executor dask" in r.stderr
+
+
+def test_local_executor_runs_every_cell_once_and_raises_a_cell_error():
+    """Local executor with jobs > 1 (this process plus workers): each cell's row arrives
+    once; a failing cell's error reaches the caller."""
+    rows: list = []
+    LocalExecutor(fn=_square).run_cells([{"x": i} for i in range(7)], 3, rows.append)
+    assert sorted(r["y"] for r in rows) == [i * i for i in range(7)]
+    with pytest.raises(ValueError, match="bad cell 3"):
+        LocalExecutor(fn=_square_but_3).run_cells([{"x": i} for i in range(6)], 2, rows.append)
+
+
+def _square(cell):
+    return {"y": cell["x"] ** 2}
+
+
+def _square_but_3(cell):
+    if cell["x"] == 3:
+        raise ValueError("bad cell 3")
+    return _square(cell)
