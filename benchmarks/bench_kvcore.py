@@ -151,7 +151,7 @@ def bench_extend(page_size: int, reps: int = 200, device: str = "cpu") -> tuple[
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000)
-    ap.add_argument("--repeat", type=int, default=3, help="best of N for the radix rows")
+    ap.add_argument("--repeat", type=int, default=5, help="best of N for the radix rows")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (allocator rows)")
     args = ap.parse_args()
     torch.set_num_threads(1)

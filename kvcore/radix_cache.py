@@ -242,7 +242,12 @@ class RadixCache:
             self._mark_leaf(node)
         if not values:
             return empty
-        return MatchResult(values[0] if len(values) == 1 else torch.cat(values), node)
+        if len(values) == 1:
+            return MatchResult(values[0], node)
+        if self._on_cpu:  # numpy's concatenate costs a fraction of torch.cat's here
+            return MatchResult(torch.from_numpy(np.concatenate([v.numpy() for v in values])),
+                               node)
+        return MatchResult(torch.cat(values), node)
 
     def peek(self, key: object) -> tuple[int, int]:
         """(page-aligned hit, token-level hit) for `key` without touching or splitting anything.
@@ -297,7 +302,7 @@ class RadixCache:
         while pos < n:
             child = node.children.get(self._child_key(key, pos))
             if child is None:
-                leaf = self._new_node(key[pos:n].copy(), self._own_copy(value[pos:n]), node)
+                leaf = self._new_node(key[pos:n].copy(), self._own_copy(value, pos, n), node)
                 if self._is_evictable_leaf(node):
                     self._evictable_leaves.discard(node)
                 self._add_child(node, leaf)
@@ -316,13 +321,16 @@ class RadixCache:
             self._mark_leaf(node)
         return pos, node
 
-    def _own_copy(self, value: torch.Tensor | np.ndarray) -> torch.Tensor:
-        """An int64 tensor copy of slots the tree will own (from an int32 page-table row, say;
-        on CPU callers may pass the row's numpy view: numpy slices cost a fraction of
-        torch's)."""
-        if isinstance(value, np.ndarray):
-            return torch.from_numpy(value.astype(np.int64)).to(self.device)
-        return value.to(self.device, torch.int64, copy=True)
+    def _own_copy(self, value: torch.Tensor | np.ndarray, start: int, end: int) -> torch.Tensor:
+        """An int64 tensor copy of value[start:end], slots the tree will own (from an int32
+        page-table row, say). On CPU the slicing and copy go through numpy, whose per-call
+        cost is a fraction of torch's; callers may pass a numpy view."""
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cpu":
+                return value[start:end].to(torch.int64, copy=True)
+            value = value.numpy()
+        copy = torch.from_numpy(value[start:end].astype(np.int64))
+        return copy if self._on_cpu else copy.to(self.device)
 
     def touch_path(self, node: TreeNode) -> None:
         """What `match_prefix` does to the path root..node when the match ends exactly at
