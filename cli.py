@@ -346,13 +346,16 @@ def sweep(
     """A grid of simulations, one summary row per cell; resumable (cells already in
     DIR/summary.csv, by config hash, are skipped)."""
     from reports.executors import make_executor
-    from reports.plots import plot_dir
-    from reports.results import config_document, run_sweep, write_config
-    from simulator.options import cells as make_cells
 
     out = Path(opts.out or "kvsim-sweep")
     _check_jobs(jobs)
     runner = make_executor(executor, scheduler_address)
+    runner.warm_up(jobs)  # local workers start importing now, while this process sets up
+
+    from reports.plots import plot_dir
+    from reports.results import config_document, run_sweep, write_config
+    from simulator.options import cells as make_cells
+
     axes: dict[str, list[Any]] = {}
     given = {"page_size": (DEFAULT_PAGE_SIZES if page_sizes is None else page_sizes, int),
              "policy": (policies, str), "placement": (placements, str),

@@ -52,6 +52,8 @@ def int_array(name: str, x: object) -> np.ndarray:
     """`x` (a list, numpy array or tensor on any device) as a 1-D int64 host array; no copy
     when it already is one. Lengths and token ids are host data: arithmetic on them is cheap
     in numpy."""
+    if type(x) is np.ndarray and x.dtype == np.int64 and x.ndim == 1:
+        return x  # the common case (token ids, lengths), checked without a conversion
     if hasattr(x, "cpu") and hasattr(x, "numpy"):  # a torch tensor
         x = x.cpu().numpy()
     a = np.asarray(x, dtype=np.int64)

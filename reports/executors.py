@@ -41,6 +41,9 @@ class Executor(Protocol):
     def run_cells(self, cells: Sequence[Cell], jobs: int,
                   on_result: Callable[[Row], None]) -> None: ...
 
+    def warm_up(self, jobs: int) -> None:
+        """Start what the workers need now, so it overlaps with the caller's set-up."""
+
 
 class LocalExecutor:
     """`jobs` processes on this machine: this one (already warm: its imports are done) plus
@@ -50,6 +53,15 @@ class LocalExecutor:
 
     def __init__(self, fn: CellFn = _run_cell) -> None:
         self.fn = fn
+
+    def warm_up(self, jobs: int) -> None:
+        """With jobs > 1, start the fork server (it imports torch, SimPy, pandas and kvsim,
+        about 2 s on a small machine) while this process is still setting up."""
+        ctx = _process_context()
+        if jobs > 1 and ctx.get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
 
     def run_cells(self, cells: Sequence[Cell], jobs: int,
                   on_result: Callable[[Row], None]) -> None:
@@ -145,6 +157,9 @@ class DaskExecutor:
         self.retries = retries
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+
+    def warm_up(self, jobs: int) -> None:
+        """Nothing to start early: the cluster is connected or started in run_cells."""
 
     def _connect(self, jobs: int):
         """(client, cluster or None). Connection failures are user errors (exit 2)."""
