@@ -13,6 +13,7 @@ from kvcore.policies.base import (
     KVPolicy,
     MemoryBreakdown,
     PolicyConfig,
+    page_growth_profile,
     tail_split,
 )
 
@@ -60,6 +61,15 @@ class CountingPolicy(KVPolicy):
     def decode_steps(self, rids, n, head_reservation):
         profile = self.decode_profile(rids, n, head_reservation)
         self.extend(rids, [self.written_of[r] + n for r in rids])
+        return profile
+
+    def decode_profile(self, rids, n, head_reservation):
+        # the same page-growth profile paged reports: a stand-in must measure the same run
+        w = np.fromiter((self.written_of[r] for r in rids), dtype=np.int64, count=len(rids))
+        f = np.fromiter((self.final_of[r] for r in rids), dtype=np.int64, count=len(rids))
+        ps = self.page_size
+        profile, _ = page_growth_profile(self.breakdown(head_reservation), w, f,
+                                         -(-w // ps) * ps, ps, n)
         return profile
 
     def cache_prefix(self, rid, token_ids) -> None:

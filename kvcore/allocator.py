@@ -271,7 +271,11 @@ class PagedAllocator:
         if self._stack_np is None or self._group is not None or self._undo is not None:
             self.free_pages(self._to_device(pages), distinct=True)
             return
-        if pages.min() < 1 or pages.max() > self.num_pages or self._is_free_np[pages].any():
+        try:  # an id past the last page fails the mask lookup itself
+            bad = pages.min() < 1 or self._is_free_np[pages].any()
+        except IndexError:
+            bad = True
+        if bad:
             self.free_pages(torch.from_numpy(pages), distinct=True)  # raises the precise error
             return
         top, k = self._top, len(pages)

@@ -32,8 +32,11 @@ class TreeNode:
     __slots__ = (
         "by_first_token",
         "children",
+        "ckey",
         "created",
+        "first",
         "hit_count",
+        "host",
         "id",
         "key",
         "last_access",
@@ -55,6 +58,11 @@ class TreeNode:
         self.created = 0
         self.hit_count = 0
         self.id = nid
+        # set by the tree: the key of this node in its parent's `children`, its first token,
+        # and (on CPU) a numpy view of `value` for eviction's host-side frees
+        self.ckey: object = None
+        self.first = 0
+        self.host: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.key)
@@ -71,10 +79,13 @@ class MatchResult(NamedTuple):
     last_node: TreeNode
 
 
-EVICTION_PRIORITIES: dict[str, Callable[[TreeNode], tuple]] = {
-    "lru": lambda n: (n.last_access, n.id),
-    "lfu": lambda n: (n.hit_count, n.last_access, n.id),
-    "fifo": lambda n: (n.created, n.id),
+# Each priority is one int (lower goes first), the node id in the low bits breaking ties, so
+# that heap entries compare by a single int: LRU by last access, LFU by hits then last access,
+# FIFO by creation. Clocks and ids stay far below 2**40 in any run.
+EVICTION_PRIORITIES: dict[str, Callable[[TreeNode], int]] = {
+    "lru": lambda n: (n.last_access << 40) | n.id,
+    "lfu": lambda n: (n.hit_count << 80) | (n.last_access << 40) | n.id,
+    "fifo": lambda n: (n.created << 40) | n.id,
 }
 
 
@@ -147,7 +158,7 @@ class RadixCache:
         # node is touched, locked or gains a child; stale ones are skipped when popped, and a
         # fresh entry is pushed whenever a node (re)becomes an evictable leaf or is touched.
         # evict() then costs O(k log n) instead of re-heapifying every leaf each call.
-        self._heap: list[tuple[tuple, TreeNode]] = []
+        self._heap: list[tuple[int, TreeNode]] = []
 
     # -- sizes -----------------------------------------------------------------------------
     def evictable_size(self) -> int:
@@ -160,10 +171,16 @@ class RadixCache:
         return self._evictable + self._protected
 
     # -- internals -------------------------------------------------------------------------
-    def _new_node(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None) -> TreeNode:
+    def _new_node(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None,
+                  host: np.ndarray | None = None) -> TreeNode:
+        """`host`: the numpy array `value` was made from, when the caller has it (CPU)."""
         node = TreeNode(key, value, parent, self._next_id)
         self._next_id += 1
         node.created = node.last_access = self._clock
+        if len(key):
+            node.ckey, node.first = self._child_key(key), int(key[0])
+        if self._on_cpu:
+            node.host = value.numpy() if host is None else host
         return node
 
     def _child_key(self, key: np.ndarray, pos: int = 0) -> object:
@@ -176,14 +193,14 @@ class RadixCache:
         return m if self.page_size == 1 else m - m % self.page_size
 
     def _add_child(self, parent: TreeNode, child: TreeNode) -> None:
-        parent.children[self._child_key(child.key)] = child
+        parent.children[child.ckey] = child
         if self.page_size > 1:
-            parent.by_first_token.setdefault(int(child.key[0]), []).append(child)
+            parent.by_first_token.setdefault(child.first, []).append(child)
 
     def _remove_child(self, parent: TreeNode, child: TreeNode) -> None:
-        del parent.children[self._child_key(child.key)]
+        del parent.children[child.ckey]
         if self.page_size > 1:
-            first = int(child.key[0])
+            first = child.first
             siblings = parent.by_first_token[first]
             siblings.remove(child)
             if not siblings:
@@ -195,13 +212,17 @@ class RadixCache:
         parent = child.parent
         assert parent is not None
         self._remove_child(parent, child)
-        upper = self._new_node(child.key[:m], child.value[:m], parent)
+        upper = self._new_node(child.key[:m], child.value[:m], parent,
+                               None if child.host is None else child.host[:m])
         upper.lock_ref = child.lock_ref
         upper.last_access = child.last_access
         upper.created = child.created
         upper.hit_count = child.hit_count
         child.key = child.key[m:]
         child.value = child.value[m:]
+        child.ckey, child.first = self._child_key(child.key), int(child.key[0])
+        if child.host is not None:
+            child.host = child.host[m:]
         child.parent = upper
         self._add_child(upper, child)
         self._add_child(parent, upper)
@@ -312,7 +333,8 @@ class RadixCache:
         while pos < n:
             child = node.children.get(self._child_key(key, pos))
             if child is None:
-                leaf = self._new_node(_frozen(key[pos:n]), self._own_copy(value, pos, n), node)
+                slots, host = self._own_copy(value, pos, n)
+                leaf = self._new_node(_frozen(key[pos:n]), slots, node, host)
                 if self._is_evictable_leaf(node):
                     self._evictable_leaves.discard(node)
                 self._add_child(node, leaf)
@@ -331,16 +353,19 @@ class RadixCache:
             self._mark_leaf(node)
         return pos, node
 
-    def _own_copy(self, value: torch.Tensor | np.ndarray, start: int, end: int) -> torch.Tensor:
+    def _own_copy(self, value: torch.Tensor | np.ndarray, start: int,
+                  end: int) -> tuple[torch.Tensor, np.ndarray | None]:
         """An int64 tensor copy of value[start:end], slots the tree will own (from an int32
-        page-table row, say). On CPU the slicing and copy go through numpy, whose per-call
-        cost is a fraction of torch's; callers may pass a numpy view."""
+        page-table row, say), and on CPU the numpy array under it. On CPU the slicing and
+        copy go through numpy, whose per-call cost is a fraction of torch's; callers may pass
+        a numpy view."""
         if isinstance(value, torch.Tensor):
             if value.device.type != "cpu":
-                return value[start:end].to(torch.int64, copy=True)
+                return value[start:end].to(torch.int64, copy=True), None
             value = value.numpy()
-        copy = torch.from_numpy(value[start:end].astype(np.int64))
-        return copy if self._on_cpu else copy.to(self.device)
+        host = value[start:end].astype(np.int64)
+        copy = torch.from_numpy(host)
+        return (copy, host) if self._on_cpu else (copy.to(self.device), None)
 
     def touch_path(self, node: TreeNode) -> None:
         """What `match_prefix` does to the path root..node when the match ends exactly at
@@ -409,7 +434,7 @@ class RadixCache:
             if leaf not in self._evictable_leaves or key != prio(leaf):
                 continue  # stale entry
             # each page_size-th slot starts one of the node's whole pages
-            freed.append(leaf.value.numpy()[::ps] if on_cpu else leaf.value)
+            freed.append(leaf.host[::ps] if on_cpu else leaf.value)
             evicted += len(leaf.key)
             if sizes is not None:
                 sizes.append(len(leaf.key))
@@ -455,7 +480,8 @@ class RadixCache:
             if len(node.key) % ps:
                 raise InvariantError(f"{node!r}: length not a multiple of page_size {ps}")
             parent = node.parent
-            if parent is None or parent.children.get(self._child_key(node.key)) is not node:
+            if (parent is None or node.ckey != self._child_key(node.key)
+                    or parent.children.get(node.ckey) is not node):
                 raise InvariantError(f"{node!r}: parent's child entry does not point to it")
             if node.lock_ref < 0 or node.own_locks < 0:
                 raise InvariantError(f"{node!r}: negative lock count")
