@@ -56,19 +56,25 @@ def load_prompts(n: int) -> list[np.ndarray]:
 
 
 def bench_radix(prompts: list[np.ndarray], page_size: int) -> tuple[float, float]:
+    """match_prefix + insert per request, as an engine does it: the matched slots and freshly
+    allocated ones go into the request's page-table row (a reused buffer, as engines reuse
+    rows), and the row is inserted."""
     tree = RadixCache(page_size)
-    matched = total = 0
+    total = sum(len(k) for k in prompts)
+    slots = torch.arange(total, dtype=torch.int64)  # the allocator's slots, handed out in order
+    row = torch.empty(max(len(k) for k in prompts), dtype=torch.int64)
+    matched = 0
     next_slot = 0
     t0 = time.perf_counter()
     for key in prompts:
         m = tree.match_prefix(key)
         hit = len(m.indices)
         n = len(key)
-        fresh = torch.arange(next_slot, next_slot + n - hit, dtype=torch.int64)
+        row[:hit] = m.indices
+        row[hit:n] = slots[next_slot : next_slot + n - hit]
         next_slot += n - hit
-        tree.insert(key, torch.cat((m.indices, fresh)) if hit else fresh)
+        tree.insert(key, row[:n])
         matched += hit
-        total += n
     dt = time.perf_counter() - t0
     return len(prompts) / dt, matched / total
 

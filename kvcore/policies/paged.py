@@ -283,10 +283,10 @@ class PagedPolicy(KVPolicy):
         if not len(pages):
             return np.broadcast_to(last_page, pos.shape)
         if len(pos) <= ps:  # a stretch of at most a page: one new page at most each
-            first = have - w  # the step at which each request starts a new page
-            takers = np.flatnonzero(first < len(pos))
+            # Stepping pops in (step of the page start, batch index) order: a stable sort by
+            # that step puts the len(pages) requests that start one within the stretch first.
             new_page = np.empty(len(rows), dtype=np.int64)
-            new_page[takers[np.argsort(first[takers], kind="stable")]] = pages  # pop order
+            new_page[np.argsort(have - w, kind="stable")[: len(pages)]] = pages
             return np.where(pos < have, last_page, new_page)
         starts = pos % ps == 0
         page_at = np.zeros(pos.shape, dtype=np.int64)
