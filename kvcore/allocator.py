@@ -121,8 +121,7 @@ class PagedAllocator:
         if ps == 1:
             return pages
         if pages.device.type == "cpu":
-            p = pages.numpy()
-            return torch.from_numpy((p[:, None] * ps + np.arange(ps)).reshape(-1))
+            return torch.from_numpy(self.slots_of_pages(pages.numpy()))
         offsets = torch.arange(ps, dtype=torch.int64, device=pages.device)
         return (pages[:, None] * ps + offsets).reshape(-1)
 
