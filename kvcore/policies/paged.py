@@ -195,7 +195,7 @@ class PagedPolicy(KVPolicy):
             w = int(self._written[row])
             if not w <= t <= max_len:
                 _bad_targets(np.array([t]), np.array([w]), max_len)
-            self._make_room((-(-t // ps) - -(-w // ps)) * ps)
+            self._make_room(_ceil_to(t, ps) - _ceil_to(w, ps))
             last = int(self._read(row, w - 1)) if w else -1
             out = self.allocator.alloc_extend_one(w, t, last)
             if out is None:
