@@ -295,10 +295,23 @@ class RadixCache:
         The token-level hit also counts the tokens that match inside the next stored page,
         which the page-aligned match must give up: their difference is the reuse this page
         size misses."""
+        aligned, token_hit, _ = self._walk(key)
+        return aligned, token_hit
+
+    def peek_evictable(self, key: object) -> tuple[int, int]:
+        """(page-aligned hit, the part of it that is evictable now). Locking the match moves
+        that part out of `evictable_size()`: admission must not count it as memory it can
+        free and as prefix it already has (SGLang re-checks its budget after locking)."""
+        aligned, _, evictable = self._walk(key)
+        return aligned, evictable
+
+    def _walk(self, key: object) -> tuple[int, int, int]:
+        """(page-aligned hit, token-level hit, evictable part of the aligned hit). Locks cover
+        root paths, so the unlocked nodes of a match are a suffix of it."""
         key = as_key(key)
         if self.disable or len(key) == 0:
-            return 0, 0
-        node, pos = self.root, 0
+            return 0, 0, 0
+        node, pos, evictable = self.root, 0, 0
         while pos < len(key):
             child = node.children.get(self._child_key(key, pos)) if (
                 self.page_size == 1 or pos + self.page_size <= len(key)
@@ -309,13 +322,17 @@ class RadixCache:
                 if self.page_size > 1:
                     for cand in node.by_first_token.get(int(key[pos]), ()):
                         best = max(best, common_prefix_len(cand.key, key[pos:]))
-                return pos, pos + best
+                return pos, pos + best, evictable
             m = common_prefix_len(child.key, key[pos:])
             if m < len(child.key):
                 aligned = m - m % self.page_size
-                return pos + aligned, pos + m
+                if child.lock_ref == 0:
+                    evictable += aligned
+                return pos + aligned, pos + m, evictable
+            if child.lock_ref == 0:
+                evictable += m
             node, pos = child, pos + m
-        return pos, pos
+        return pos, pos, evictable
 
     # -- insertion -------------------------------------------------------------------------
     def insert(self, key: object, value: torch.Tensor | np.ndarray) -> int:

@@ -48,6 +48,8 @@ class SimConfig:
     new_token_ratio_decay: float = 0.001
     vllm_watermark: float = 0.01
     max_steps_per_stretch: int = 4096
+    # livelock guard: this many preemptions in a row with no request making progress is a bug
+    max_stalled_preemptions: int = 10_000
 
     def __post_init__(self) -> None:
         checks = {
@@ -59,7 +61,7 @@ class SimConfig:
             if value not in allowed:
                 raise ValueError(f"--{name} {value!r} is not one of: {', '.join(allowed)}")
         for name in ("page_size", "tp", "kv_tokens", "max_running_requests",
-                     "max_prefill_tokens", "check_every"):
+                     "max_prefill_tokens", "check_every", "max_stalled_preemptions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, "

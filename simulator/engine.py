@@ -23,27 +23,33 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from kvcore.policies.base import PARTS, KVPolicy, MemoryBreakdown
+from kvcore.policies.base import PARTS, KVPolicy, MemoryBreakdown, PrefixPeek
 from simulator.config import SimConfig
 from simulator.metrics import Recorder
 from simulator.scheduler import (
-    CLIP_MAX_NEW_TOKENS,
     SGLangRatio,
     order_waiting,
     preempt_victim,
+    remaining_new_tokens,
     retract_victim,
 )
 from workloads.request import Request, Session, Workload
+
+
+class LivelockError(RuntimeError):
+    """The engine kept preempting and re-admitting without any request making progress: a
+    bug in admission or preemption, stopped instead of looping forever. The message names the
+    requests involved and the memory state."""
 
 
 class SimRequest:
     """A request's runtime state inside the engine."""
 
     __slots__ = (
-        "admit_s", "cached_tokens", "decoded", "done", "final_len", "finish_s", "first_token_s",
-        "ids", "max_new", "output_len", "preemptions", "prefill_target", "prompt_len",
-        "recomputed_tokens", "reject_reason", "req", "status", "swap_len", "swapped_tokens",
-        "token_hit", "written",
+        "admit_s", "cached_tokens", "computed_len", "decoded", "done", "final_len", "finish_s",
+        "first_token_s", "ids", "max_new", "output_len", "preemptions", "prefill_target",
+        "prompt_len", "recomputed_tokens", "reject_reason", "req", "status", "swap_len",
+        "swapped_tokens", "token_hit", "written",
     )  # fmt: skip
 
     def __init__(self, req: Request, max_context_len: int, env: simpy.Environment) -> None:
@@ -63,7 +69,8 @@ class SimRequest:
         self.preemptions = 0
         self.recomputed_tokens = 0
         self.swapped_tokens = 0
-        self.swap_len = 0
+        self.swap_len = 0  # swapped-out KV to copy back at re-admission (tokens)
+        self.computed_len = 0  # most tokens it had computed when preempted: below is recompute
         self.reject_reason = ""
         self.ids: np.ndarray | None = None
         self.done = env.event()
@@ -133,6 +140,10 @@ class Engine:
         self.completed = 0
         self.rejected = 0
         self.failed_decode_allocs = 0
+        # livelock guard: preemptions since a request last made progress (a new token, a finish
+        # or a rejection: a re-prefill only restores what a victim had), and the latest victims
+        self._stalled_preemptions = 0
+        self._recent_victims: list[SimRequest] = []
         self.last_finish_s = 0.0
         self.invariant_checks = 0  # checks run (cfg.check_invariants, every cfg.check_every)
         self._check_countdown = config.check_every
@@ -155,6 +166,10 @@ class Engine:
         if self.cfg.admission == "sglang":
             limit = min(limit, self.policy.capacity)
         sreq = SimRequest(req, limit, self.env)
+        reason = self._never_fits(sreq)
+        if reason:  # as engines do at add_request: it never enters the queue
+            self._reject(sreq, reason)
+            return sreq
         self.waiting.append(sreq)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -218,6 +233,7 @@ class Engine:
         sreq.status = "rejected"
         sreq.reject_reason = reason
         self.rejected += 1
+        self._progress()
         self._record_request(sreq)
         sreq.done.succeed()
 
@@ -240,21 +256,25 @@ class Engine:
         return ""
 
     # -- admission -------------------------------------------------------------------------
-    def _budget_ok(self, sreq: SimRequest, cached: int, admitted_charge: int) -> bool:
+    def _budget_ok(self, sreq: SimRequest, peek: PrefixPeek, admitted_charge: int) -> bool:
+        """Whether admission may take `sreq` now. The evictable part of its own cached prefix
+        is left out of what is available: admitting locks it (counting it as free memory and
+        as prefix already there would admit what cannot run, then preempt it, forever)."""
         mode = self.cfg.admission
+        cached = peek.hit
         extend = sreq.prefill_target - cached
         if self.reserving:
             return True  # the contiguous policy's placement decides
+        available = self.policy.available_tokens() - peek.evictable
         if mode == "sglang":
-            rem = sum(min(max(r.max_new - r.decoded, 0), CLIP_MAX_NEW_TOKENS)
-                      for r in self.running)
-            budget = self.policy.available_tokens() - rem * self.ratio.value - admitted_charge
-            return extend + min(sreq.max_new - sreq.decoded, CLIP_MAX_NEW_TOKENS) <= budget
+            rem = sum(remaining_new_tokens(r) for r in self.running)
+            budget = available - rem * self.ratio.value - admitted_charge
+            return extend + remaining_new_tokens(sreq) <= budget
         if mode == "vllm":
             ps = self.policy.page_size
             total_pages = self.policy.capacity // ps
             need = -(-(sreq.prefill_target + 1) // ps) - cached // ps
-            free_pages = self.policy.available_tokens() // ps - admitted_charge // ps
+            free_pages = available // ps - admitted_charge // ps
             # whole pages, as vLLM counts it: a pool under 100 pages keeps no watermark, so a
             # request that fits the empty pool is admitted
             return free_pages - need >= int(self.cfg.vllm_watermark * total_pages)
@@ -262,12 +282,12 @@ class Engine:
         held = sum(max(r.prompt_len + r.max_new - r.written, 0)
                    for r in self.running + self.prefilling)
         want = sreq.prompt_len + sreq.max_new - cached
-        return want + held + admitted_charge <= self.policy.available_tokens()
+        return want + held + admitted_charge <= available
 
     def _charge(self, sreq: SimRequest, cached: int) -> int:
         extend = sreq.prefill_target - cached
         if self.cfg.admission == "sglang":
-            return extend + min(sreq.max_new - sreq.decoded, CLIP_MAX_NEW_TOKENS)
+            return extend + remaining_new_tokens(sreq)
         if self.cfg.admission == "vllm":
             ps = self.policy.page_size
             return (-(-(sreq.prefill_target + 1) // ps)) * ps - cached
@@ -290,15 +310,9 @@ class Engine:
         self.waiting = order_waiting(self.waiting, self.cfg.schedule, self._peek)
         while self.waiting and budget > 0:
             sreq = self.waiting[0]
-            reason = self._never_fits(sreq)
-            if reason:
-                self.waiting.pop(0)
-                self._reject(sreq, reason)
-                continue
             if len(self.running) + len(self.prefilling) >= self.cfg.max_running_requests:
                 break
-            cached_guess = self._peek(sreq)
-            if not self._budget_ok(sreq, cached_guess, admitted_charge):
+            if not self._budget_ok(sreq, self._peek_admission(sreq), admitted_charge):
                 break
             if self._blocked == (sreq.rid, self._mem_epoch):
                 break
@@ -320,9 +334,10 @@ class Engine:
             sreq.written = res.cached_len
             sreq.status = "prefill"
             self.prefilling.append(sreq)
-            if sreq.swap_len:  # swapped out earlier: restore the whole context at once
-                plan.append((sreq, sreq.prefill_target))
+            if sreq.swap_len > sreq.written:  # swapped out earlier: copy back what it had
+                plan.append((sreq, sreq.swap_len))  # computed, in one go (no prefill budget)
                 continue
+            sreq.swap_len = 0  # nothing to copy back: the prefix cache holds all of it
             room = min(budget, chunk) if chunk else budget
             if not plan:
                 room = max(room, 1)
@@ -336,9 +351,17 @@ class Engine:
             budget -= target - sreq.written
         return plan
 
-    def _peek(self, sreq: SimRequest) -> int:
+    def _prefill_key(self, sreq: SimRequest) -> np.ndarray:
+        """The ids admission matches: what it will prefill, less the last token (always
+        computed, for its logits)."""
         n = sreq.prefill_target
-        return self.policy.peek_prefix(sreq.seq_ids(n)[: max(n - 1, 0)])
+        return sreq.seq_ids(n)[: max(n - 1, 0)]
+
+    def _peek(self, sreq: SimRequest) -> int:
+        return self.policy.peek_prefix(self._prefill_key(sreq))
+
+    def _peek_admission(self, sreq: SimRequest) -> PrefixPeek:
+        return self.policy.peek_admission(self._prefill_key(sreq))
 
     # -- preemption ------------------------------------------------------------------------
     def _preempt(self, victim: SimRequest) -> float:
@@ -347,13 +370,17 @@ class Engine:
         self.preemptions += 1
         self._mem_epoch += 1
         victim.preemptions += 1
+        self._check_livelock(victim)
         cost = 0.0
         if victim in self.running:
             self.running.remove(victim)
         else:
             self.prefilling.remove(victim)
         written = victim.written
+        victim.computed_len = max(victim.computed_len, written)
         if self.cfg.preempt == "swap" and written > 0:
+            # only what was computed: a victim in the middle of its prefill prefills the rest
+            # after the copy back, and still samples its first token then
             victim.swap_len = written
             victim.swapped_tokens += written
             self.swapped_tokens += written
@@ -365,6 +392,29 @@ class Engine:
             if victim.decoded else victim.prompt_len
         self.waiting.insert(0, victim)
         return cost
+
+    def _progress(self) -> None:
+        self._stalled_preemptions = 0
+        self._recent_victims.clear()
+
+    def _check_livelock(self, victim: SimRequest) -> None:
+        """Raise LivelockError once `cfg.max_stalled_preemptions` preemptions in a row have
+        passed with no request making progress."""
+        self._stalled_preemptions += 1
+        self._recent_victims = [*self._recent_victims[-7:], victim]
+        if self._stalled_preemptions <= self.cfg.max_stalled_preemptions:
+            return
+        b = self._breakdown()
+        who = ", ".join(
+            f"request {r.rid} (prompt {r.prompt_len}, written {r.written}, decoded "
+            f"{r.decoded}, preempted {r.preemptions}x)" for r in self._recent_victims)
+        raise LivelockError(
+            f"livelock at t={self.env.now:.6f} s: {self._stalled_preemptions} preemptions with "
+            f"no request making progress; latest victims: {who}; memory: capacity "
+            f"{b.capacity}, token states {b.token_states}, cached {b.cached}, reserved "
+            f"{b.reserved}, free {b.free_total}, available {self.policy.available_tokens()}; "
+            f"running {len(self.running)}, prefilling {len(self.prefilling)}, waiting "
+            f"{len(self.waiting)}; policy {self.policy.name}, admission {self.cfg.admission}")
 
     def _victim(self, pool: list[SimRequest]) -> SimRequest:
         if self.cfg.admission == "sglang":
@@ -426,9 +476,10 @@ class Engine:
             if sreq.swap_len:
                 extra += self.latency.swap_tokens_time(target - sreq.written,
                                                        self.policy.page_size)
-            elif sreq.decoded:  # re-prefill of a preempted request
-                self.recomputed_tokens += target - sreq.written
-                sreq.recomputed_tokens += target - sreq.written
+            elif sreq.computed_len > sreq.written:  # re-prefill of a preempted request
+                redo = min(target, sreq.computed_len) - sreq.written
+                self.recomputed_tokens += redo
+                sreq.recomputed_tokens += redo
             sreq.written = target
         decoding = list(self.running)
         while decoding and not self.policy.decode([s.rid for s in decoding]):
@@ -505,22 +556,24 @@ class Engine:
     def _after_iteration(self, plan, decoding) -> None:
         now = self.env.now
         for sreq, _target in plan:
+            sreq.swap_len = 0  # a copy back is done in its one iteration
             if sreq.written < sreq.prefill_target:
                 continue  # more chunks to go
             self.prefilling.remove(sreq)
-            if sreq.swap_len:
-                sreq.swap_len = 0
-            elif sreq.decoded == 0:
+            if sreq.decoded == 0:
                 sreq.decoded = 1 if sreq.output_len > 0 else 0
                 sreq.first_token_s = now
                 if sreq.output_len > 0:
                     self.generated_tokens += 1
+                    self._progress()
                 self.policy.cache_prefix(sreq.rid, sreq.seq_ids(sreq.written))
             if sreq.decoded >= sreq.output_len:
                 self._finish(sreq)
             else:
                 sreq.status = "running"
                 self.running.append(sreq)
+        if decoding:
+            self._progress()
         for sreq in decoding:
             sreq.decoded += 1
             self.generated_tokens += 1
@@ -529,6 +582,7 @@ class Engine:
                 self._finish(sreq)
 
     def _finish(self, sreq: SimRequest) -> None:
+        self._progress()
         self.policy.finish(sreq.rid, sreq.seq_ids(sreq.written))
         self._mem_epoch += 1
         sreq.status = "completed"
@@ -547,7 +601,9 @@ class Engine:
         arrival = s.req.arrival_s
         ttft = s.first_token_s - arrival
         e2e = s.finish_s - arrival
-        tpot = (s.finish_s - s.first_token_s) / (s.output_len - 1) if s.output_len > 1 else 0.0
+        # one-token outputs have no time per output token (engines' benchmarks leave them out)
+        tpot = ((s.finish_s - s.first_token_s) / (s.output_len - 1) if s.output_len > 1
+                else float("nan"))
         norm = e2e / s.output_len if s.output_len > 0 else e2e
         if s.status != "completed":
             tpot = norm = float("nan")
@@ -579,13 +635,11 @@ class Engine:
             return True
         # a queue head that is admissible now makes this a normal iteration
         head = self.waiting[0]
-        if self._never_fits(head):
-            return False
         if len(self.running) >= self.cfg.max_running_requests:
             return True
         if self.reserving:
             return self._blocked == (head.rid, self._mem_epoch)
-        return not self._budget_ok(head, self._peek(head), 0)
+        return not self._budget_ok(head, self._peek_admission(head), 0)
 
     def _stretch_length(self) -> int:
         running = self.running
@@ -594,16 +648,13 @@ class Engine:
                 min(s.output_len - s.decoded for s in running))
         if k < 2:
             return k
-        free = self.policy.available_tokens()
-        if self.policy.decode_cost(rids, k) > free:
-            lo, hi = 1, k  # largest k with cost <= free (cost grows with k)
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if self.policy.decode_cost(rids, mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            k = lo
+        k = max(self._steps_within(rids, k, self.policy.available_tokens()), 1)
+        if k < 2:
+            return k
+        if self.cfg.schedule == "lpm" and len(self.waiting) > 1:
+            # a step that evicts cache can change the prefix hits LPM orders the queue by, and
+            # stepping re-sorts before the next step: such a step ends the stretch
+            k = min(k, self._steps_within(rids, k, self.policy.fresh_tokens()) + 1)
         if k < 2:
             return k
         if self.waiting and not self.reserving:
@@ -620,24 +671,38 @@ class Engine:
                 k = min(k, int(hit[0]) + 1)
         return k
 
+    def _steps_within(self, rids: list[int], k: int, slots: int) -> int:
+        """The most decode steps (<= k) of `rids` whose new memory fits in `slots` (the cost
+        grows with the steps: a binary search)."""
+        if self.policy.decode_cost(rids, k) <= slots:
+            return k
+        lo, hi = 0, k - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.policy.decode_cost(rids, mid) <= slots:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def _admission_horizon(self, k: int) -> int:
         """Steps before admission could possibly take the head (an upper bound on the budget:
         running requests' remaining reservations shrink as they decode)."""
         if len(self.running) >= self.cfg.max_running_requests:
             return k
         head = self.waiting[0]
-        cached = self._peek(head)
-        avail = self.policy.available_tokens()
+        peek = self._peek_admission(head)
+        cached = peek.hit
+        avail = self.policy.available_tokens() - peek.evictable
         j = np.arange(1, k + 1, dtype=np.int64)
         mode = self.cfg.admission
         if mode == "vllm":
             return k  # free pages only shrink while decoding
         if mode == "sglang":
-            rem = np.array([min(max(r.max_new - r.decoded, 0), CLIP_MAX_NEW_TOKENS)
-                            for r in self.running])
+            rem = np.array([remaining_new_tokens(r) for r in self.running])
             ratio = np.maximum(self.ratio.floor, self.ratio.value - self.ratio.decay * j)
             left = np.clip(rem[None, :] - j[:, None], 0, None).sum(axis=1)
-            need = head.prefill_target - cached + min(head.max_new, CLIP_MAX_NEW_TOKENS)
+            need = head.prefill_target - cached + remaining_new_tokens(head)
             ok = avail - left * ratio >= need
         else:
             held = np.array([r.prompt_len + r.max_new - r.written for r in self.running])
@@ -682,7 +747,8 @@ class Engine:
         self.rec.sample(env.now, profile[0], len(running), len(self.waiting), len(running))
         if self.cfg.admission == "sglang":
             self.ratio.step(k)
-        yield env.timeout(_delay_to(env.now, float(ends[-1])))
+        yield from _wait_until(env, float(ends[-1]))
+        self._progress()
         for s in running:
             s.decoded += k
             self.generated_tokens += k
@@ -699,11 +765,19 @@ def _step_ends(now: float, times: np.ndarray) -> np.ndarray:
     return np.add.accumulate(np.concatenate([[now], np.asarray(times, dtype=float)]))[1:]
 
 
-def _delay_to(now: float, end: float) -> float:
-    """A delay d >= 0 with now + d == end in floating point (end - now alone can miss by an ulp)."""
+def _wait_until(env: simpy.Environment, end: float):
+    """Advance the clock to exactly `end` (a generator to `yield from`).
+
+    SimPy schedules a timeout at now + delay, and for some (now, end) no float delay lands
+    exactly on `end` (the sums skip it under round-half-even). Then a first hop lands on the
+    last instant below `end` and a second hop of end - that instant, which is exact (the two
+    are a few ulps apart: Sterbenz), lands on `end` itself."""
+    now = env.now
     d = max(end - now, 0.0)
     while now + d < end:
         d = float(np.nextafter(d, np.inf))
     while d > 0 and now + d > end:
         d = float(np.nextafter(d, -np.inf))
-    return d
+    yield env.timeout(d)
+    if env.now < end:
+        yield env.timeout(end - env.now)

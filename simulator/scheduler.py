@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 CLIP_MAX_NEW_TOKENS = 4096
 
 
+def remaining_new_tokens(r: SimRequest) -> int:
+    """SGLang's estimate of the tokens a request may still generate: its remaining
+    max_new_tokens, clipped at 4096. One expression for the running requests, the queue head
+    in the budget check and the head in the fast-forward's admission horizon."""
+    return min(max(r.max_new - r.decoded, 0), CLIP_MAX_NEW_TOKENS)
+
+
 def order_waiting(waiting: list[SimRequest], schedule: str, peek) -> list[SimRequest]:
     """`fcfs`: as queued. `lpm`: longest cached prefix first (SGLang's cache-aware order),
     ties by queue position; preempted requests stay at the front either way."""

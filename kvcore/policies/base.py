@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 
@@ -110,6 +111,14 @@ class AdmitResult:
         return self.cached_len if self.token_hit < 0 else self.token_hit
 
 
+class PrefixPeek(NamedTuple):
+    """What admission would find in the prefix cache now: `hit` tokens (page-aligned), of
+    which `evictable` are held by the cache alone (unlocked: counted in evictable_tokens)."""
+
+    hit: int
+    evictable: int
+
+
 #: order of the breakdown parts in profiles and reports
 PARTS = ("token_states", "cached", "reserved", "internal", "external", "free")
 
@@ -175,6 +184,13 @@ class KVPolicy(ABC):
 
         Read-only: no lock, no LRU touch; used by schedulers to order and budget the queue."""
 
+    def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
+        """`peek_prefix` and the part of that hit which `available_tokens()` counts now as
+        evictable. Admitting the request locks its hit, so that part stops being available:
+        an admission budget must leave it out, or it counts the same slots twice (as memory it
+        could free and as prefix it already has). Default: no cache, nothing evictable."""
+        return PrefixPeek(self.peek_prefix(token_ids), 0)
+
     @abstractmethod
     def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
         """Slots this policy reserves up front for such a request (0 for on-demand paging)."""
@@ -238,6 +254,12 @@ class KVPolicy(ABC):
     def free_tokens(self) -> int:
         """Slots free right now (without evicting anything)."""
         return self.available_tokens() - self.evictable_tokens()
+
+    def fresh_tokens(self) -> int:
+        """Slots the next allocations take before the first one evicts cached content. A
+        scheduler that orders its queue by cache hits must look again after an eviction.
+        Default: the free slots (a cache is evicted only when free memory runs out)."""
+        return self.free_tokens()
 
     # -- ending ----------------------------------------------------------------------------
     @abstractmethod

@@ -25,6 +25,7 @@ from kvcore.policies.base import (
     KVPolicy,
     MemoryBreakdown,
     PolicyConfig,
+    PrefixPeek,
     page_growth_profile,
     register_policy,
 )
@@ -153,6 +154,9 @@ class PagedPolicy(KVPolicy):
     def peek_prefix(self, token_ids: np.ndarray) -> int:
         return self.tree.peek(token_ids)[0]
 
+    def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
+        return PrefixPeek(*self.tree.peek_evictable(token_ids))
+
     def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
         return 0
 
@@ -252,12 +256,12 @@ class PagedPolicy(KVPolicy):
                                              self._final[rows], have, ps, n)
         self._epoch += 1
         n_new = int(taken[-1]) // ps if n else 0  # taken: new slots through each step
+        if n_new * ps > self.available_tokens():  # before anything changes: no half step
+            raise ValueError("decode_steps needs decode_cost <= available_tokens")
         free0 = self.allocator.available_size()
         if n_new * ps > free0:
             sizes: list[int] = []
             self.tree.evict(n_new * ps - free0, sizes)
-            if self.allocator.available_size() < n_new * ps:
-                raise ValueError("decode_steps needs decode_cost <= available_tokens")
             shortfall = taken - free0  # slots stepping would be short of through each step
             cum = np.cumsum(sizes)
             idx = np.minimum(np.searchsorted(cum, np.maximum(shortfall, 1)), len(cum) - 1)

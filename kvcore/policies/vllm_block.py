@@ -41,6 +41,7 @@ from kvcore.policies.base import (
     KVPolicy,
     MemoryBreakdown,
     PolicyConfig,
+    PrefixPeek,
     page_growth_profile,
     register_policy,
 )
@@ -369,6 +370,16 @@ class VLLMBlockPolicy(KVPolicy):
         blocks, _ = self._match(ids, len(ids) // self.page_size)
         return len(blocks) * self.page_size
 
+    def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
+        """Hit blocks with no holder sit in the free queue: admission takes them out of it
+        (vLLM counts them among the blocks to allocate)."""
+        ids = _ids(token_ids)
+        blocks, _ = self._match(ids, len(ids) // self.page_size)
+        if not blocks:
+            return PrefixPeek(0, 0)
+        idle = int((self._ref[np.array(blocks, dtype=np.int64)] == 0).sum())
+        return PrefixPeek(len(blocks) * self.page_size, idle * self.page_size)
+
     def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
         self._check_lengths(prompt_len, final_len)
         return 0
@@ -553,6 +564,14 @@ class VLLMBlockPolicy(KVPolicy):
 
     def evictable_tokens(self) -> int:
         return self._num_free_hashed * self.page_size
+
+    def fresh_tokens(self) -> int:
+        """Cached blocks sit in the free queue among plain free ones and a pop takes the head
+        whatever it holds: the plain free blocks ahead of the first cached one."""
+        if not self._num_free_hashed:
+            return self._num_free * self.page_size
+        hashed = self._hashed[self._q_peek(self._num_free)]
+        return int(hashed.argmax()) * self.page_size
 
     def cached_block_ids(self) -> list[int]:
         """Free-queue blocks that still carry a hash, head (next evicted) first."""

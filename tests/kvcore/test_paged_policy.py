@@ -260,8 +260,10 @@ class PolicyMachine(RuleBasedStateMachine):
         cost = sum(self.need(r, self.reqs[r]["w"] + n) for r in rids)
         assert self.p.decode_cost(rids, n) == cost
         if cost > self.p.available_tokens():
+            cached = self.p.tree.total_size()
             with pytest.raises(ValueError, match="decode_cost"):
                 self.p.decode_steps(rids, n, self.PS)
+            assert self.p.tree.total_size() == cached  # refused before evicting anything
             return
         predicted = self.p.decode_profile(rids, n, self.PS)
         free_before = self.p.free_tokens()
@@ -319,6 +321,22 @@ class PolicyMachine(RuleBasedStateMachine):
             r["w"] - r["cached"] for r in self.reqs.values())
         assert b.free == free and b.cached == p.evictable_tokens()
         assert p.page_table_entries() == sum(-(-r["w"] // ps) for r in self.reqs.values())
+
+
+def test_refused_decode_steps_evict_nothing() -> None:
+    """decode_steps beyond what is available raises before it evicts (it used to evict the
+    cache and then refuse)."""
+    p = _policy(1, pages=N_PAGES, rows=4, ctx=24)
+    p.admit(0, np.array([7]), 1, 1)
+    assert p.extend([0], [1])
+    p.finish(0, np.array([7]))  # one cached token
+    prompt = np.array([1, 2, 3, 8, 8, 8, 8])
+    p.admit(1, prompt, 11, 5)
+    assert p.extend([1], [7]) and p.decode([1]) and p.decode([1])  # 9 of 10 pages held
+    with pytest.raises(ValueError, match="decode_cost"):
+        p.decode_steps([1], 2, 1)
+    assert p.tree.total_size() == 1
+    p.check_invariants()
 
 
 def force_device_paths(p: PagedPolicy) -> None:

@@ -14,6 +14,7 @@ Run across `paged` (SGLang admission), `vllm` (vLLM admission) and `contiguous-o
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from simulator.config import SimConfig
@@ -148,7 +149,8 @@ def test_outputs_of_length_zero_and_one(policy):
     assert (rq.status == "completed").all()
     assert (rq.final_len == rq.prompt_len).all()
     assert set(rq.output_len) == {0, 1}
-    assert (rq.tpot_s == 0.0).all()
+    assert rq.tpot_s.isna().all()  # no time per output token: left out, not 0
+    assert np.isnan(res.summary["tpot_p50_s"]) and np.isnan(res.summary["tpot_p99_s"])
     assert res.summary["generated_tokens"] == int((rq.output_len == 1).sum())
 
 

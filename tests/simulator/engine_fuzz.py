@@ -1,0 +1,220 @@
+"""Differential fuzzing of the engine: small random workloads, each simulated twice (with the
+multi-step fast-forward and one step per iteration), invariants checked every iteration,
+each run bounded so that a livelock fails instead of hanging.
+
+Why differential: the fast-forward (decode stretches) claims to equal stepping bit for bit,
+so any difference in the summary or the request frame is a bug in one of the two, found
+without an oracle. The small pools (300-900 slots) and short contexts make admission,
+preemption, eviction and chunked prefill collide within a handful of requests: the cases
+that hang or corrupt a request in practice.
+
+Used by tests/simulator/test_engine_fuzz.py (a fast slice in the suite) and by
+benchmarks/fuzz_engine.py (the full sweep, thousands of cases). Case `i` takes its
+(policy, admission, schedule, preempt) combination from `COMBOS[i % len(COMBOS)]`, so any
+run of len(COMBOS) consecutive seeds covers every combination once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.config import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES, SimConfig
+from simulator.engine import LivelockError
+from simulator.run import SimResult, simulate
+from workloads.generators import chat_sessions
+from workloads.lengths import UniformLengths
+from workloads.request import (
+    SHARED_TAG,
+    PromptSpec,
+    Request,
+    Workload,
+    namespace_of,
+    unique_prompt,
+)
+
+POLICIES = ("paged", "paged-nocache", "vllm", "contiguous-max", "contiguous-pow2",
+            "contiguous-oracle")
+COMBOS = tuple(itertools.product(POLICIES, ADMISSION_MODES, SCHEDULES, PREEMPT_MODES))
+PAGE_SIZES = (1, 4, 16)
+# preemptions in a row without progress before the engine calls it a livelock (small
+# workloads: a real run needs a handful)
+STALL_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class FuzzOutcome:
+    seed: int
+    kind: str  # "ok", "hang", "livelock", "invariant", "differ", "error"
+    detail: str = ""
+    requests: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise _Timeout after `seconds` of wall time (main thread, POSIX): the bound that
+    turns a hang the engine's own guard misses into a failure."""
+    def on_alarm(signum, frame):
+        raise _Timeout
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def make_case(seed: int) -> tuple[Workload, SimConfig]:
+    """The workload and engine of case `seed`: 2-14 requests (some in closed-loop chat
+    sessions) with shared prefixes, duplicates and bursts; a 300-900 slot pool."""
+    policy, admission, schedule, preempt = COMBOS[seed % len(COMBOS)]
+    rng = np.random.default_rng([seed, 0xF022])
+    ps = int(rng.choice(PAGE_SIZES))
+    kv_tokens = int(rng.integers(300, 901))
+    max_ctx = int(rng.choice((128, 256, 512, 1024)))
+    n = int(rng.integers(2, 15))  # requests in all: warm-up + open-loop + session turns
+    sessions = int(rng.integers(1, 3)) if rng.random() < 0.25 and n >= 6 else 0
+    docs = [int(rng.integers(8, 300)) for _ in range(int(rng.integers(0, 4)))]
+    reqs: list[Request] = []
+    if docs and n - 2 * sessions > len(docs) and rng.random() < 0.4:
+        # warm the cache first: each document once, one output token
+        for d, length in enumerate(docs):
+            segs = (("unique", namespace_of(seed, d, SHARED_TAG), length, 0),)
+            own = unique_prompt(seed, len(reqs), int(rng.integers(1, 10)))
+            reqs.append(Request(len(reqs), 0.0, PromptSpec(segs + own.segments), 1, 1,
+                                seed=seed))
+    n_open = n - 2 * sessions - len(reqs)
+    span = float(rng.choice((0.0, 0.1, 0.6, 3.0)))
+    start = 0.05 if reqs else 0.0
+    arrivals = start + (np.sort(rng.uniform(0.0, span, n_open)) if span else np.zeros(n_open))
+    if n_open > 2 and rng.random() < 0.3:  # a burst: several requests at one instant
+        arrivals[1:3] = arrivals[1]
+    for t in arrivals.tolist():
+        rid = len(reqs)
+        segs: tuple = ()
+        if docs and rng.random() < 0.6:
+            d = int(rng.integers(len(docs)))
+            segs = (("unique", namespace_of(seed, d, SHARED_TAG), docs[d], 0),)
+        if reqs and rng.random() < 0.1:
+            prompt = reqs[int(rng.integers(len(reqs)))].prompt  # the same prompt again
+        else:
+            own = unique_prompt(seed, rid, int(rng.integers(1, 200)))
+            prompt = PromptSpec(segs + own.segments)
+        out = int(rng.integers(1, 300))
+        mnt = out + int(rng.integers(0, 50)) if rng.random() < 0.8 else max(1, out // 2)
+        reqs.append(Request(rid, float(t), prompt, out, mnt, seed=seed))
+    w = Workload("fuzz", reqs, seed=seed)
+    if sessions:
+        chat = chat_sessions(np.sort(rng.uniform(0.0, max(span, 0.1), sessions)), 2,
+                             UniformLengths(4, 80), UniformLengths(1, 120),
+                             think_time_s=float(rng.choice((0.0, 0.05))),
+                             system_len=int(rng.choice((0, 32))), seed=seed)
+        shift = len(reqs)  # session request ids follow the open-loop ones
+        moved = [dataclasses.replace(s, request_ids=[i + shift for i in s.request_ids])
+                 for s in chat.sessions]
+        w = Workload("fuzz", reqs, sessions=moved, seed=seed)
+    chunk = int(rng.choice((0, 8, 32, 256)))
+    cfg = SimConfig(
+        policy=policy, admission=admission, schedule=schedule, preempt=preempt,
+        page_size=ps, kv_tokens=kv_tokens, max_context_len=max_ctx, latency="constant",
+        placement=str(rng.choice(("first-fit", "best-fit", "buddy"))),
+        eviction=str(rng.choice(("lru", "lfu", "fifo"))),
+        max_running_requests=int(rng.choice((1, 2, 4, 16, 256))),
+        max_prefill_tokens=int(rng.choice((16, 64, 512, 4096))),
+        chunked_prefill_size=chunk, check_invariants=True, check_every=1,
+        max_stalled_preemptions=STALL_LIMIT,
+    )
+    return w, cfg
+
+
+def _differences(a: SimResult, b: SimResult) -> str:
+    skip = {"sim_wall_s", "max_steps_per_stretch"}
+    diff = [k for k in a.summary if k not in skip and not _same(a.summary[k], b.summary[k])]
+    ra, rb = a.requests.reset_index(drop=True), b.requests.reset_index(drop=True)
+    if not ra.equals(rb):
+        cols = [c for c in ra.columns if not ra[c].equals(rb[c])] if ra.shape == rb.shape \
+            else ["shape"]
+        diff.append(f"requests[{','.join(cols)}]")
+    return ", ".join(diff)
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, float) and isinstance(y, float) and np.isnan(x) and np.isnan(y):
+        return True
+    return x == y
+
+
+def run_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
+    """Simulate case `seed` stepped and fast-forwarded; classify what happened."""
+    from kvcore.validation import InvariantError
+
+    w, cfg = make_case(seed)
+    stepped_cfg = SimConfig(**{**cfg.to_dict(), "max_steps_per_stretch": 1})
+    results = []
+    try:
+        for c in (cfg, stepped_cfg):
+            with time_limit(time_limit_s):
+                results.append(simulate(w, c))
+    except _Timeout:
+        return FuzzOutcome(seed, "hang", f"no result within {time_limit_s:g} s", w.num_requests)
+    except LivelockError as e:
+        return FuzzOutcome(seed, "livelock", str(e), w.num_requests)
+    except InvariantError as e:
+        return FuzzOutcome(seed, "invariant", str(e), w.num_requests)
+    except Exception as e:  # any other crash is a finding too
+        return FuzzOutcome(seed, "error", f"{type(e).__name__}: {e}", w.num_requests)
+    diff = _differences(*results)
+    if diff:
+        return FuzzOutcome(seed, "differ", diff, w.num_requests)
+    missing = _unaccounted(w, results[0])
+    if missing:
+        return FuzzOutcome(seed, "error", missing, w.num_requests)
+    return FuzzOutcome(seed, "ok", "", w.num_requests)
+
+
+def _unaccounted(w: Workload, res: SimResult) -> str:
+    """Every open-loop request once, completed or rejected; each session's turns once, in
+    order, up to its first rejected turn (a rejected turn ends the conversation)."""
+    rq = res.requests
+    if not rq.status.isin(["completed", "rejected"]).all():
+        return "a request is unfinished"
+    if rq.request_id.duplicated().any():
+        return "a request is reported twice"
+    seen = set(rq.request_id.tolist())
+    if not {r.request_id for r in w.requests} <= seen:
+        return "an open-loop request is missing"
+    status = dict(zip(rq.request_id.tolist(), rq.status.tolist(), strict=True))
+    for s in w.sessions:
+        for k, rid in enumerate(s.request_ids):
+            if rid not in status:
+                prev = s.request_ids[k - 1] if k else None
+                if prev is None or status.get(prev) != "rejected":
+                    return f"session {s.session_id} turn {k} is missing"
+                break
+    return ""
+
+
+def describe(seed: int) -> str:
+    """A one-line description of case `seed` for failure messages."""
+    w, cfg = make_case(seed)
+    return (f"seed {seed}: {cfg.policy} admission={cfg.admission} schedule={cfg.schedule} "
+            f"preempt={cfg.preempt} page={cfg.page_size} kv_tokens={cfg.kv_tokens} "
+            f"max_ctx={cfg.max_context_len} rows={cfg.max_running_requests} "
+            f"prefill={cfg.max_prefill_tokens}/{cfg.chunked_prefill_size} "
+            f"requests={w.num_requests}")
