@@ -1,19 +1,31 @@
-"""Validation: kvsim's numbers next to published ones (vLLM paper, SGLang paper, analytics).
+"""Validation: kvsim's numbers next to published ones (vLLM paper, SGLang paper, closed forms).
 
 `run_validation()` runs every check and returns one DataFrame row per check;
-`write_validation_report(df, path)` renders it (plus the method notes the run produced) as
-Markdown. Nothing in the report is typed by hand: every kvsim number comes from a run here.
+`render_validation_markdown(df)` / `write_validation_report(df, path)` turn it (plus the
+method notes the run produced) into Markdown. Nothing in the report is typed by hand: every
+kvsim number comes from a run here. `python -m simulator.validation` regenerates the
+repository's docs/validation.md and `--check` fails when a fresh run drifts from it.
+
+Every row has a kind (KINDS), because agreement means different things: a `reproduced` row is
+a published number the simulation could have missed; an `analytic identity` agrees with the
+paper by arithmetic or construction and so is no evidence; a `closed-form cross-check` has no
+paper number and tests the simulator against a formula. The counts keep them apart so the
+headline only claims what the simulation earned.
 
 Published targets (vLLM paper, arXiv 2309.06180): Fig. 2 memory shares, Fig. 13 batch sizes,
-Fig. 15 sharing savings, Fig. 18b best block sizes, Table 1 slot counts. The paper does not
-publish the request rate behind Fig. 2, its length standard deviations, or its per-iteration
-latency, so those are searched or derived and the choice is recorded in the notes.
+Fig. 15 sharing savings (beam search through simulator.beam), Fig. 18b best block sizes,
+Table 1 slot counts. The paper does not publish the request rate behind Fig. 2, its length
+standard deviations, its per-iteration latency or its beams' survivor process, so those are
+searched, derived or assumed, and the choice is recorded in the notes.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
+import re
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,17 +35,27 @@ import numpy as np
 import pandas as pd
 
 from kvcore.planner import plan
+from simulator.beam import BeamConfig, beam_memory, sharing_bounds
 from simulator.config import SimConfig
 from simulator.run import simulate
-from workloads.generators import OutputLimits, tree_of_thought
-from workloads.lengths import LogNormalLengths, sharegpt_lengths
+from workloads.lengths import alpaca_lengths, sharegpt_lengths
 from workloads.registry import build_workload
 from workloads.request import Workload
 from workloads.reuse import ideal_reuse
 from workloads.spec import WorkloadSpec
 
-COLUMNS = ("section", "name", "published", "kvsim", "difference", "tolerance", "pass", "rate",
-           "queue_backlog", "preemptions", "note")
+COLUMNS = ("section", "kind", "name", "reference", "kvsim", "difference", "tolerance", "pass",
+           "rate", "queue_backlog", "preemptions", "note")
+
+# Row kinds. Only a row the simulation could have got wrong counts as evidence that kvsim
+# reproduces the paper; rows that agree by construction are kept, but apart and counted apart.
+REPRODUCED = "reproduced"  # a paper number kvsim's simulation matched within tolerance
+NOT_REPRODUCED = "not reproduced"  # ... and missed
+IDENTITY = "analytic identity"  # agrees with the paper by arithmetic, construction or echo
+CROSS_CHECK = "closed-form cross-check"  # the simulation against a closed form, no paper number
+PAPER = "paper"  # _row's kind for paper rows: resolved to REPRODUCED / NOT_REPRODUCED by `ok`
+KINDS = (REPRODUCED, NOT_REPRODUCED, IDENTITY, CROSS_CHECK)
+REPO_REPORT = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
 
 SLOTS = 15_728  # OPT-13B on one A100-40GB (Table 1)
 MAX_LEN = 2_048
@@ -59,6 +81,7 @@ FIG13_TOL = {"Orca (Pow2)": 0.10, "Orca (Oracle)": 0.20, "vLLM": 0.25}
 FIG15_PARALLEL = {2: 6.09, 4: 8.53, 6: 9.79}  # Alpaca, percent of blocks saved
 FIG15_PARALLEL_SHAREGPT = (16.2, 30.5)
 FIG15_BEAM = {2: 37.56, 4: 53.13, 6: 55.16}
+FIG15_TOL = 5.0  # pts: every Fig. 15 row, the tolerance of the Fig. 2 token-state rows
 TABLE1 = [  # model, gpu, tp, KV GiB, published slots (thousands)
     ("opt-13b", "a100-40gb", 1, 12, 15.7),
     ("opt-66b", "a100-40gb", 4, 21, 9.7),
@@ -68,14 +91,20 @@ FIG2_RATES = (1.5, 2.0, 2.5, 3.0)  # req/s searched for Fig. 2 (the paper does n
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def _row(section: str, name: str, published, kvsim, tolerance: str, ok: bool,
+def _row(section: str, name: str, reference, kvsim, tolerance: str, ok: bool,
          difference: float | None = None, rate: float | None = None, summary: dict | None = None,
-         note: str = "") -> dict:
-    if difference is None and isinstance(published, (int, float)) and isinstance(
-            kvsim, (int, float)) and published is not None:
-        difference = float(kvsim) - float(published)
+         note: str = "", kind: str = PAPER) -> dict:
+    """One check. `kind` is PAPER (a paper number the simulation could miss), IDENTITY or
+    CROSS_CHECK (see KINDS)."""
+    if difference is None and isinstance(reference, (int, float)) and isinstance(
+            kvsim, (int, float)) and reference is not None:
+        difference = float(kvsim) - float(reference)
+    if kind == PAPER:
+        kind = REPRODUCED if ok else NOT_REPRODUCED
+    if kind not in KINDS:
+        raise ValueError(f"unknown row kind {kind!r}")
     return {
-        "section": section, "name": name, "published": published, "kvsim": kvsim,
+        "section": section, "kind": kind, "name": name, "reference": reference, "kvsim": kvsim,
         "difference": difference, "tolerance": tolerance, "pass": bool(ok), "rate": rate,
         "queue_backlog": None if summary is None else int(summary["queue_backlog"]),
         "preemptions": None if summary is None else int(summary["preemptions"]),
@@ -155,23 +184,31 @@ def _fig2(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
                     rows.append(_row("Fig. 2", f"{name} {cat}", p, v, ">= 93 % while saturated",
                                      ok, rate=chosen, summary=s,
                                      note="" if sat else "paged run not saturated"))
-                elif k == 3:
+                elif k == 3:  # 100 - the token-state row above: no new information
                     v = 100.0 - ours[0]
                     rows.append(_row("Fig. 2", f"{name} everything else", p, v, "+/- 7 pts",
                                      abs(v - p) <= 7.0, rate=chosen, summary=s,
-                                     note="the paper shows only the remainder for vLLM; "
-                                     f"kvsim: reserved {ours[1]:.1f}, rounding "
-                                     f"{s['internal_rounding_pct']:.2f}, free "
+                                     kind=IDENTITY,
+                                     note="100 - the token-state row (the paper shows only the "
+                                     f"remainder for vLLM); kvsim: reserved {ours[1]:.1f}, "
+                                     f"rounding {s['internal_rounding_pct']:.2f}, free "
                                      f"{s['free_pct']:.1f} %"))
                 continue
             if p is None:  # Oracle internal: not shown in the paper (no over-reservation)
-                rows.append(_row("Fig. 2", f"{name} {cat}", 0.0, v, "+/- 7 pts",
-                                 abs(v) <= 7.0, rate=chosen, summary=s,
-                                 note="not shown in the paper: the oracle never over-reserves"))
+                rows.append(_row("Fig. 2", f"{name} {cat}", "not shown", v, "0 by construction",
+                                 abs(v) < 0.005, rate=chosen, summary=s, kind=IDENTITY,
+                                 note="the oracle reserves exactly the final length, so it "
+                                 "never over-reserves; the paper shows no value"))
                 continue
-            if name == "Orca (Max)" and k == 3:
-                tol, ok = "+/- 0.5 pts", abs(v - p) <= 0.5
-            elif k == 0:
+            if name == "Orca (Max)" and k == 3:  # 7 blocks of 2,048 always taken: the rest
+                exp = (SLOTS - SLOTS // MAX_LEN * MAX_LEN) / SLOTS * 100
+                rows.append(_row("Fig. 2", f"{name} {cat}", p, v, "+/- 0.5 pts",
+                                 abs(v - p) <= 0.5, rate=chosen, summary=s, kind=IDENTITY,
+                                 note=f"(15728 - 7 x 2048) / 15728 = {exp:.2f} % whenever 7 "
+                                 "requests run (see the contiguous-max cross-check); the "
+                                 "paper's 8.9 is the same arithmetic"))
+                continue
+            if k == 0:
                 tol, ok = "+/- 5 pts", abs(v - p) <= 5.0
             else:
                 tol, ok = "+/- 7 pts", abs(v - p) <= 7.0
@@ -199,12 +236,16 @@ def _fig13(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
     for name, pub in FIG13.items():
         s = runs[name]
         b = s["avg_batch_size"]
-        if name == "Orca (Max)":
-            tol, ok = "exactly 7.00", round(b, 2) == 7.00
+        kind = PAPER
+        if name == "Orca (Max)":  # every request holds 2,048 of 15,728 slots: 7 fit
+            tol, ok, kind = "exactly 7.00", round(b, 2) == 7.00, IDENTITY
         else:
             f = FIG13_TOL[name]
             tol, ok = f"+/- {f:.0%}", abs(b - pub) <= f * pub
         note = ""
+        if name == "Orca (Max)":
+            note = ("floor(15728 / 2048) while saturated (see the contiguous-max cross-check); "
+                    "the paper's 7.00 is the same arithmetic")
         if name == "Orca (Oracle)":
             note = ("buddy slack depends on the length distribution, whose shape the paper "
                     "does not publish")
@@ -213,7 +254,7 @@ def _fig13(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
                     "bursts fill the pool): its batch is set by the arrival rate and the latency "
                     "model (Little's law), not by memory alone")
         rows.append(_row("Fig. 13", f"{name} batch size", pub, b, tol, ok, rate=rate,
-                         summary=s, note=note))
+                         summary=s, note=note, kind=kind))
         rows[-1]["difference"] = (b - pub) / pub * 100.0
         rows[-1]["tolerance"] += " (difference in %)"
     v = runs["vLLM"]["avg_batch_size"]
@@ -221,7 +262,8 @@ def _fig13(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
                                      ("Orca (Max)", 4.3, 5.5, 30.42 / 7.00)):
         r = v / runs[other]["avg_batch_size"]
         rows.append(_row("Fig. 13", f"vLLM / {other} batch ratio", round(pub_ratio, 2), r,
-                         f"{lo}x - {hi}x", lo <= r <= hi, rate=rate))
+                         f"{lo}x - {hi}x", lo <= r <= hi, rate=rate,
+                         note="the paper's ratio claim; computed from the batch rows above"))
     s = runs["vLLM"]
     span = s["window_end_s"] - s["window_start_s"]
     per_iter = span / s["iterations"] * 1e3 if s["iterations"] else float("nan")
@@ -279,6 +321,7 @@ def _saving(w: Workload) -> tuple[float, dict]:
 def _fig15(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
     rows = []
     groups = 60 if quick else 300
+    tol = f"+/- {FIG15_TOL:g} pts"
     par: dict[int, float] = {}
     for n in (2, 4, 6):
         w = build_workload(WorkloadSpec(name="parallel-sampling", lengths="alpaca",
@@ -286,10 +329,11 @@ def _fig15(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
                                         max_context_len=MAX_LEN))
         par[n], s = _saving(w)
         log(f"fig15: parallel n={n}")
-        ok = par[n] > 0 and (n == 2 or par[n] > par[n - 2])
+        ok = abs(par[n] - FIG15_PARALLEL[n]) <= FIG15_TOL
+        rel = (par[n] / FIG15_PARALLEL[n] - 1) * 100
         rows.append(_row("Fig. 15", f"Alpaca parallel sampling n={n} memory saved (%)",
-                         FIG15_PARALLEL[n], par[n], "trend: > 0, rising with n", ok,
-                         rate=8.0 / n, summary=s))
+                         FIG15_PARALLEL[n], par[n], tol, ok, rate=8.0 / n, summary=s,
+                         note=f"{rel:+.0f} % of the paper's value (the tolerance is absolute)"))
     if not quick:
         sg = {}
         for n in (2, 4, 6):
@@ -299,41 +343,82 @@ def _fig15(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
             sg[n], s = _saving(w)
             log(f"fig15: sharegpt parallel n={n}")
         lo, hi = FIG15_PARALLEL_SHAREGPT
-        ok = sg[2] < sg[4] < sg[6]
+        ok = abs(sg[2] - lo) <= FIG15_TOL and abs(sg[6] - hi) <= FIG15_TOL
         rows.append(_row("Fig. 15", "ShareGPT parallel sampling n=2/4/6 memory saved (%)",
-                         f"{lo}-{hi}", f"{sg[2]:.1f}-{sg[6]:.1f}", "trend: rising with n", ok,
+                         f"{lo}-{hi}", f"{sg[2]:.1f}-{sg[6]:.1f}", f"each end {tol}", ok,
                          note=f"n=4: {sg[4]:.1f} %; the paper gives the range only in text"))
-        beam: dict[int, float] = {}
-        for k in (2, 4, 6):
-            w = _beam_like(k, groups)
-            beam[k], s = _saving(w)
-            log(f"fig15: beam-like k={k}")
-            ok = beam[k] > par[k] and (k == 2 or beam[k] > beam[k - 2])
-            rows.append(_row("Fig. 15", f"Alpaca beam-style k={k} memory saved (%)",
-                             FIG15_BEAM[k], beam[k], "trend: rising with k, above parallel",
-                             ok, rate=1.0, summary=s,
-                             note="approximation of beam search (see notes)"))
-    notes["Fig. 15"] = (
+    rows += _fig15_beam(quick, notes, log)
+    notes["Fig. 15 parallel sampling"] = (
         "Memory saved = 1 - (time-averaged slots held by live requests with the radix cache, "
         "`paged`) / (the same without sharing, `paged-nocache`), both page 16, vLLM admission, "
         "15,728 slots, at a rate where neither run queues (Alpaca 8/n prompt groups per s). "
         "The n samples of a prompt are admitted together, so their prompt KV is deduplicated "
         "when the prefill is inserted into the radix tree rather than found at admission "
-        "(the prefix hit rate stays 0). kvsim does not implement beam search; it is "
-        "approximated by a depth-1 tree: a root request (Alpaca-like prompt and output) "
-        "and k children released 3 s later whose prompts are the root's prompt + the "
-        "root's output + one token, so the k candidates share the prompt and the decoded "
-        "history as beams do. Only the trend (rising with k, above parallel sampling) is "
-        "checked.")
+        f"(the prefix hit rate stays 0). Tolerance {tol}, the same as the Fig. 2 token-state "
+        "rows (these are shares of memory too).")
     return rows
 
 
-def _beam_like(k: int, trees: int) -> Workload:
-    rng = np.random.default_rng([7, k])
-    starts = np.cumsum(rng.exponential(1.0, trees))
-    return tree_of_thought(starts, 1, k, 19, 1, LogNormalLengths(58.45, 0.9),
-                           level_interval_s=3.0, seed=7,
-                           limits=OutputLimits(max_context_len=MAX_LEN), name="beam-like")
+def _fig15_beam(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
+    """Beam search through simulator.beam (page-level block tables with reference counts and
+    copy-on-write): the engine cannot create and prune sequences mid-request."""
+    groups = 150 if quick else 1000
+    rng = np.random.default_rng([7, 0xB3A])
+    prompts, outputs = alpaca_lengths().sample_pairs(rng, groups)
+    outputs = np.minimum(outputs, MAX_LEN - prompts)
+    tol = f"+/- {FIG15_TOL:g} pts"
+    rows, text, gaps = [], [], []
+    above: list[str] = []  # widths where kvsim saves more than the paper, beyond tolerance
+    for k in (2, 4, 6):
+        t0 = time.perf_counter()
+        m = beam_memory(prompts, outputs, BeamConfig(k, page_size=16, seed=7))
+        neutral = beam_memory(prompts, outputs, BeamConfig(k, page_size=16, seed=7,
+                                                           survivors="uniform")).saved_pct
+        lo, hi = sharing_bounds(prompts, outputs, k, 16)
+        log(f"fig15: beam search k={k} ({time.perf_counter() - t0:.1f} s)")
+        v, pub = m.saved_pct, FIG15_BEAM[k]
+        ok = abs(v - pub) <= FIG15_TOL
+        note = f"bounds {lo:.1f}-{hi:.1f} %; uniform-parent survivors {neutral:.1f} %"
+        if not ok and v > pub:
+            above.append(f"k = {k}")
+            note = (f"kvsim saves more: its beams share all but about their last page (that "
+                    f"bound: {hi:.1f} %; uniform-parent survivors {neutral:.1f} %); the paper's "
+                    "value implies beams that stay apart longer (see the notes)")
+        elif not ok:
+            note = (f"kvsim saves less (bounds {lo:.1f}-{hi:.1f} %, uniform-parent survivors "
+                    f"{neutral:.1f} %; see the notes)")
+        rows.append(_row("Fig. 15", f"Alpaca beam search k={k} memory saved (%)", pub, v, tol,
+                         ok, note=note))
+        text.append(f"k={k}: {v:.1f} % (uniform-parent {neutral:.1f} %, bounds {lo:.1f}-"
+                    f"{hi:.1f} %)")
+        gaps += [hi - v, hi - neutral]
+    why = ""
+    if above:
+        why = (f" The paper's lower values at {' and '.join(above)} fit that picture, but the "
+               "paper does not give enough to model peaked distributions without tuning a free "
+               "parameter to its answer, so those rows are reported as not reproduced.")
+    notes["Fig. 15 beam search"] = (
+        f"simulator/beam.py, {groups} requests with Alpaca-like lengths, page 16. Each request "
+        "is prefilled once; its k beams share the prompt's pages and every beam writes one "
+        "token per decode step (a fresh page when the last is full, a private copy of a shared "
+        "partial last page, copy-on-write, as vLLM does). After each step the top k of the "
+        "beams' candidates survive: a beam without a surviving child releases its pages, a "
+        "beam with c children is forked c - 1 times (references, no copies). Memory saved = "
+        "1 - (distinct pages held) / (pages if every beam had its own copy, prompt included), "
+        "summed over all decode steps (equal iteration times make this the ratio of time "
+        "averages). The survivor process is our assumption (the paper publishes neither its "
+        "prompts nor its beam traces): beam search over a random language model whose "
+        "next-token logits are i.i.d. standard normal over OPT's 50,272 tokens, seeded, not "
+        "tuned; every beam runs the request's output length (no early stop). As a second, "
+        "parameter-free assumption, each survivor's parent drawn uniformly among the current "
+        "beams. Bounds, in closed form for the same lengths: beams sharing only the prompt's "
+        "full pages (low) and beams sharing everything but their last page (high). "
+        "Results: " + "; ".join(text) + f". Both survivor models come within {max(gaps):.1f} "
+        "pts of the high bound: with nearly flat next-token distributions the best beam's "
+        "children soon displace the others, so beams rarely stay apart for a whole page. A "
+        "real model's next-token distributions are mostly peaked, which would keep beams on "
+        "their own lines for longer and save less." + why)
+    return rows
 
 
 # -- Table 1 ---------------------------------------------------------------------------------
@@ -342,6 +427,8 @@ def _sig3(x: float) -> float:
 
 
 def _table1() -> list[dict]:
+    """The paper's KV GiB is the input and its slot count the output of one division, so these
+    rows check the KV-bytes-per-token arithmetic (model dimensions), not the simulator."""
     rows = []
     for model, gpu, tp, gib, pub_k in TABLE1:
         r = plan(model, gpu, tp=tp, kv_dtype="fp16", kv_mem_gib=gib, page_size=1)
@@ -353,7 +440,7 @@ def _table1() -> list[dict]:
             note += (f"; the paper prints {gib} GB of KV memory but {pub_k}K slots, which "
                      f"needs {implied:.1f} GiB: its KV column is rounded")
         rows.append(_row("Table 1", f"{model} x{tp} {gpu} KV slots (K)", pub_k, ours,
-                         "3 significant digits", ok, note=note))
+                         "3 significant digits", ok, note=note, kind=IDENTITY))
     return rows
 
 
@@ -370,7 +457,8 @@ def _hit_rows(label: str, w: Workload, analytic: dict[int, float], cfg: dict,
             f"loss vs page 1: {analytic[1] * 100 - v:.2f} pts (page-aligned analytic "
             f"{a:.2f} %)")
         rows.append(_row("Prefix caching", f"{label} hit rate, page {ps} (%)", a, v,
-                         "+/- 0.1 pts", abs(v - a) <= 0.1, summary=s, note=note))
+                         "+/- 0.1 pts", abs(v - a) <= 0.1, summary=s, note=note,
+                         kind=CROSS_CHECK))
     return rows
 
 
@@ -425,7 +513,10 @@ def _chat_analytic(w: Workload, ps: int) -> float:
     return hits / prompts
 
 
-# -- analytic cross-checks -------------------------------------------------------------------
+# -- closed-form cross-checks ------------------------------------------------------------------
+# No paper number here: the simulated value against a closed form of the same quantity. They
+# can fail (a wrong buddy placement, page rounding or admission would show), so they test the
+# simulator, but they are no evidence about the paper and are counted apart.
 def _fixed(n: int, prompt: int, output: int, rate: float) -> Workload:
     return build_workload(WorkloadSpec(name="sharegpt", lengths="fixed", input_len=prompt,
                                        output_len=output, rate=rate, num_requests=n,
@@ -438,25 +529,26 @@ def _analytic(quick: bool, log: Callable[[str], None]) -> list[dict]:
     w = _fixed(60 if quick else 300, 100, 201, 50.0)
     s = _run(w, **ORCA["Orca (Oracle)"])
     v = s["internal_rounding_pct"] / _used(s) * 100
-    rows.append(_row("Analytic", "identical requests, oracle+buddy: slack / held (%)",
+    rows.append(_row("Fragmentation", "identical requests, oracle+buddy: slack / held (%)",
                      212 / 512 * 100, v, "+/- 0.01 pts", abs(v - 212 / 512 * 100) <= 0.01,
-                     summary=s, note="L = 300 in a 512-slot buddy block: 212/512 of held "
-                     "memory is slack"))
+                     summary=s, kind=CROSS_CHECK, note="L = 300 in a 512-slot buddy block: "
+                     "212/512 of held memory is slack"))
     # paged, page 16, prompt-only requests: 100 tokens in 7 pages
     w = _fixed(60 if quick else 300, 100, 1, 20.0)
     s = _run(w, policy="paged-nocache", page_size=16, admission="sglang")
     v = s["internal_rounding_pct"] / _used(s) * 100
-    rows.append(_row("Analytic", "identical requests, paged 16: rounding / held (%)",
+    rows.append(_row("Fragmentation", "identical requests, paged 16: rounding / held (%)",
                      12 / 112 * 100, v, "+/- 0.01 pts", abs(v - 12 / 112 * 100) <= 0.01,
-                     summary=s, note="L = 100 in 7 pages of 16: 12/112 of held memory"))
+                     summary=s, kind=CROSS_CHECK,
+                     note="L = 100 in 7 pages of 16: 12/112 of held memory"))
     log("analytic: fragmentation")
     for slots in (SLOTS, 10_000):
         w = _sharegpt(2.0, 300 if quick else 1000)
         s = _run(w, **ORCA["Orca (Max)"], kv_tokens=slots)
         exp = slots // MAX_LEN
-        rows.append(_row("Analytic", f"contiguous-max concurrency, {slots:,} slots",
+        rows.append(_row("Concurrency", f"contiguous-max concurrency, {slots:,} slots",
                          exp, s["peak_batch_size"], "exact",
-                         s["peak_batch_size"] == exp, rate=2.0, summary=s,
+                         s["peak_batch_size"] == exp, rate=2.0, summary=s, kind=CROSS_CHECK,
                          note=f"floor({slots} / {MAX_LEN}); peak batch of a saturated run"))
     log("analytic: concurrency")
     return rows
@@ -464,14 +556,15 @@ def _analytic(quick: bool, log: Callable[[str], None]) -> list[dict]:
 
 # -- entry points ----------------------------------------------------------------------------
 def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
-    """Every validation check, one row each (see COLUMNS). `quick` uses fewer requests and
-    skips the slow rows (Fig. 18b, Fig. 15 ShareGPT and beam-style): about 25 s on 2 cores.
-    The method notes are in `df.attrs["notes"]`, the wall time in `df.attrs["wall_s"]`."""
+    """Every validation check, one row each (see COLUMNS and KINDS). `quick` uses fewer
+    requests and skips the slowest rows (Fig. 18b, Fig. 15 ShareGPT): about 30 s on 2 cores.
+    Progress goes to stderr, so stdout can carry the report. The method notes are in
+    `df.attrs["notes"]`, the wall time in `df.attrs["wall_s"]`."""
     t0 = time.perf_counter()
 
     def log(msg: str) -> None:
         if progress:
-            print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", flush=True)
+            print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
     notes: dict[str, str] = {}
     rows: list[dict] = []
@@ -484,6 +577,8 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
         rows += _fig18b(notes, log)
     rows += _fig15(quick, notes, log)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
+    for col in ("reference", "kvsim"):  # mixed numbers and text: keep ints as ints
+        df[col] = pd.Series([r[col] for r in rows], dtype=object)
     df.attrs["notes"] = notes
     df.attrs["quick"] = quick
     df.attrs["wall_s"] = time.perf_counter() - t0
@@ -498,6 +593,18 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
         "token states = token states; reservation = reserved; internal fragmentation = "
         "over-reservation (slots reserved beyond the final length); external fragmentation & "
         "others = external + rounding (buddy slack, last-page tail) + free + cached.")
+    notes["Row kinds"] = (
+        f"`{REPRODUCED}` / `{NOT_REPRODUCED}`: a number the paper publishes that kvsim's "
+        "simulation could have missed, inside / outside the stated tolerance. "
+        f"`{IDENTITY}`: a row that matches the paper by arithmetic or by construction, so "
+        "agreement says nothing about the simulator: Table 1 (the paper's KV GiB is the "
+        "input, the slot count one division away), Orca (Max)'s batch of 7 and its 8.85 % "
+        "remainder (floor(15728 / 2048) and (15728 - 7 x 2048) / 15728 once saturated), Orca "
+        "(Oracle)'s zero over-reservation (it reserves the final length), vLLM's "
+        f"'everything else' (100 - its token-state row). `{CROSS_CHECK}`: no paper number; "
+        "the simulated value against a closed form of the same quantity (buddy slack, page "
+        "rounding, contiguous-max concurrency, ideal prefix hit rates). These can fail, so "
+        "they test the simulator, but they are no evidence about the paper.")
     return df
 
 
@@ -517,36 +624,62 @@ def _fmt(v, column: str = "") -> str:
     return str(v).replace("|", "\\|")
 
 
+def summary_line(df: pd.DataFrame) -> str:
+    """The counts, each kind apart: only reproduced rows are evidence about the paper."""
+    kinds = df["kind"]
+    paper = kinds.isin((REPRODUCED, NOT_REPRODUCED))
+    ident = df[kinds == IDENTITY]
+    cross = df[kinds == CROSS_CHECK]
+    return (
+        f"Reproduced: {int((kinds == REPRODUCED).sum())} of {int(paper.sum())} paper rows "
+        f"within tolerance; not reproduced: {int((kinds == NOT_REPRODUCED).sum())}; analytic "
+        f"identities: {len(ident)} ({int(ident['pass'].sum())} match the paper's printed "
+        f"value); closed-form cross-checks: {int(cross['pass'].sum())} of {len(cross)} pass.")
+
+
+SECTIONS = (
+    ("Paper rows simulated by kvsim", (REPRODUCED, NOT_REPRODUCED),
+     "The simulation could have disagreed with each of these published numbers."),
+    ("Analytic identities", (IDENTITY,),
+     "These match the paper by arithmetic or construction (see the notes), so they are not "
+     "evidence that the simulator reproduces it; they are kept so the full figure is there."),
+    ("Closed-form cross-checks", (CROSS_CHECK,),
+     "No paper number: `reference` is a closed form of the quantity kvsim simulates. They "
+     "test the simulator, not its agreement with the paper."),
+)
+
+
 def render_validation_markdown(df: pd.DataFrame) -> str:
-    """The report: a summary line, the table, and the method notes of the run."""
-    passed = int(df["pass"].sum())
+    """The report: the counts, one table per kind of row, and the method notes of the run."""
     mode = "quick" if df.attrs.get("quick") else "full"
     lines = [
         "# Validation against published results",
         "",
-        "Generated by `run_validation()` / `write_validation_report()` "
-        "(simulator/validation.py); do not edit by hand.",
+        "Generated by `python -m simulator.validation` (simulator/validation.py); do not edit "
+        "by hand. `python -m simulator.validation --check` reruns it and fails if a row drifts.",
         "",
-        f"{passed} of {len(df)} checks pass ({mode} run, "
-        f"{df.attrs.get('wall_s', float('nan')):.0f} s). Percentages are shares of the KV pool "
-        "unless a row says otherwise; `difference` is kvsim - published (in % of published "
-        "for Fig. 13 batch sizes).",
+        f"{summary_line(df)} ({mode} run, {df.attrs.get('wall_s', float('nan')):.0f} s.)",
         "",
-        "| " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "Percentages are shares of the KV pool unless a row says otherwise; `reference` is the "
+        "published number (closed-form value for cross-checks); `difference` is kvsim - "
+        "reference (in % of the reference for Fig. 13 batch sizes).",
     ]
-    for rec in df.to_dict("records"):
-        lines.append("| " + " | ".join(_fmt(rec[c], c) for c in COLUMNS) + " |")
+    header = "| " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |"
+    for title, kinds, blurb in SECTIONS:
+        part = df[df["kind"].isin(kinds)]
+        lines += ["", f"## {title}", "", blurb, "", header, "|" + "---|" * len(COLUMNS)]
+        for rec in part.to_dict("records"):
+            lines.append("| " + " | ".join(_fmt(rec[c], c) for c in COLUMNS) + " |")
     lines += ["", "## Method notes", ""]
     for key, text in df.attrs.get("notes", {}).items():
         lines += [f"**{key}.** {text}", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_validation_report(df: pd.DataFrame, path: str | os.PathLike = "docs/validation.md"
-                            ) -> Path:
+def write_validation_report(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write the Markdown report atomically (temporary file in the same folder, then
-    os.replace), so a reader never sees half a report."""
+    os.replace), so a reader never sees half a report. There is no default path: a run from
+    some other directory must not create docs/ there."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render_validation_markdown(df)
@@ -562,13 +695,83 @@ def write_validation_report(df: pd.DataFrame, path: str | os.PathLike = "docs/va
     return out
 
 
-__all__ = ["render_validation_markdown", "run_validation", "write_validation_report"]
+# -- drift check -------------------------------------------------------------------------------
+def parse_report_rows(text: str) -> dict[tuple[str, str], dict[str, str]]:
+    """The table rows of a rendered report, keyed by (section, name), cells as printed."""
+    header = [c.replace("_", " ") for c in COLUMNS]
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for line in text.splitlines():
+        if not line.startswith("| "):
+            continue
+        cells = [c.strip().replace("\\|", "|")
+                 for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if cells == header or len(cells) != len(COLUMNS):
+            continue
+        rec = dict(zip(COLUMNS, cells, strict=True))
+        rows[(rec["section"], rec["name"])] = rec
+    return rows
+
+
+def _same_value(a: str, b: str) -> bool:
+    """Equal as printed, allowing one unit in the last printed digit (0.01) for numbers, so a
+    value sitting on a rounding edge does not count as drift."""
+    if a == b:
+        return True
+    try:
+        return abs(float(a.replace(",", "")) - float(b.replace(",", ""))) <= 0.0101
+    except ValueError:
+        return False
+
+
+def report_drift(df: pd.DataFrame, committed: str) -> list[str]:
+    """Differences between a fresh run and a committed report: rows added or removed, and per
+    row its kind, pass, reference or kvsim value (beyond print precision). Empty = no drift."""
+    old = parse_report_rows(committed)
+    new = parse_report_rows(render_validation_markdown(df))
+    out = [f"row missing from the committed report: {k[0]} / {k[1]}" for k in new if k not in old]
+    out += [f"row no longer produced: {k[0]} / {k[1]}" for k in old if k not in new]
+    for key in new.keys() & old.keys():
+        for col in ("kind", "pass", "reference", "kvsim"):
+            a, b = old[key][col], new[key][col]
+            if not _same_value(a, b):
+                out.append(f"{key[0]} / {key[1]}: {col} {a!r} in the report, {b!r} now")
+    return sorted(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The doc generator. A full run writes the repository's docs/validation.md (found from
+    this file, not the working directory); `--check` compares instead of writing; a quick run
+    prints, since its rows must never replace the full report."""
+    ap = argparse.ArgumentParser(prog="python -m simulator.validation",
+                                 description="regenerate or check docs/validation.md")
+    ap.add_argument("--quick", action="store_true", help="the reduced run (printed only)")
+    ap.add_argument("--check", action="store_true",
+                    help="rerun the full validation and exit 1 if any row's kind, pass, "
+                    "reference or kvsim value differs from the report; writes nothing")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"report path (default: {REPO_REPORT})")
+    args = ap.parse_args(argv)
+    if args.check and args.quick:
+        ap.error("--check compares a full run with the committed report; drop --quick")
+    path = args.out or REPO_REPORT
+    frame = run_validation(quick=args.quick, progress=True)
+    if args.check:
+        drift = report_drift(frame, path.read_text(encoding="utf-8"))
+        for line in drift:
+            print(line)
+        print(f"{len(drift)} difference(s) from {path}" if drift else f"{path} is up to date")
+        return 1 if drift else 0
+    if args.quick and args.out is None:
+        sys.stdout.write(render_validation_markdown(frame))
+    else:
+        print(f"report: {write_validation_report(frame, path)}")
+    print(summary_line(frame))
+    return 0
+
+
+__all__ = ["COLUMNS", "KINDS", "main", "parse_report_rows", "render_validation_markdown",
+           "report_drift", "run_validation", "summary_line", "write_validation_report"]
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    quick_run = "--quick" in sys.argv
-    frame = run_validation(quick=quick_run, progress=True)
-    write_validation_report(frame, "docs/validation.md")
-    print(frame[["name", "published", "kvsim", "pass"]].to_string())
+    sys.exit(main())

@@ -1,5 +1,8 @@
 """Shared pytest setup: one torch thread, so CPU tests behave the same on small CI machines;
-tests marked `slow` (minutes each) run only with `--run-slow`."""
+tests marked `slow` (minutes each) run only with `--run-slow`; the quick validation run,
+computed once per session for the validation and CLI tests."""
+
+import os
 
 import pytest
 import torch
@@ -19,3 +22,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def quick_validation(tmp_path_factory):
+    """`run_validation(quick=True)`, run from an empty working directory that must stay empty:
+    the run itself writes nothing (the CLI test covers the command around it)."""
+    from simulator.validation import run_validation
+
+    cwd = tmp_path_factory.mktemp("validation-cwd")
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        df = run_validation(quick=True)
+    finally:
+        os.chdir(before)
+    assert not list(cwd.iterdir()), f"run_validation wrote into the cwd: {list(cwd.iterdir())}"
+    return df

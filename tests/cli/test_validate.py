@@ -1,0 +1,26 @@
+"""`kvsim validate`: prints the report, writes a file only when --out is given."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from simulator import validation
+
+
+def test_validate_writes_nothing_in_the_cwd_by_default(invoke, quick_validation: pd.DataFrame,
+                                                       tmp_path, monkeypatch) -> None:
+    # the session fixture ran run_validation(quick=True) for real in an empty directory; here
+    # the command around it runs in another one
+    monkeypatch.setattr(validation, "run_validation", lambda **_: quick_validation)
+    monkeypatch.chdir(tmp_path)
+    r = invoke("validate", "--quick")
+    assert r.exit_code == 0, r.output
+    assert list(tmp_path.iterdir()) == []
+    assert "## Paper rows simulated by kvsim" in r.stdout
+    assert validation.summary_line(quick_validation) in r.stdout
+
+    out = tmp_path / "elsewhere" / "report.md"
+    r = invoke("validate", "--quick", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert out.read_text() == validation.render_validation_markdown(quick_validation)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere"]
