@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-ADMISSION_MODES = ("sglang", "vllm", "reserve")
+from simulator.admission import ADMISSIONS
+
+ADMISSION_MODES = tuple(ADMISSIONS)  # registered strategies (simulator/admission.py)
 SCHEDULES = ("fcfs", "lpm")
 PREEMPT_MODES = ("recompute", "swap")
 

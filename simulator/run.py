@@ -139,7 +139,7 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
     makespan = (engine.last_finish_s - min(
         [r.arrival_s for r in engine.workload.requests] + [s.start_s for s in
                                                              engine.workload.sessions] or [0.0]))
-    b_end = policy.breakdown(engine._head_reservation())
+    b_end = policy.breakdown(engine.head_reservation())
     out = {
         **cfg.to_dict(),
         "capacity_slots": cap,

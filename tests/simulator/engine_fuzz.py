@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.config import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES, SimConfig
-from simulator.engine import LivelockError
+from simulator.guard import LivelockError
 from simulator.run import SimResult, simulate
 from workloads.generators import chat_sessions
 from workloads.lengths import UniformLengths

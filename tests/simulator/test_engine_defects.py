@@ -60,7 +60,7 @@ def test_livelock_guard_names_the_requests(monkeypatch) -> None:
     the memory state instead of looping."""
     from kvcore.policies.base import PrefixPeek
     from kvcore.policies.paged import PagedPolicy
-    from simulator.engine import LivelockError
+    from simulator.guard import LivelockError
 
     monkeypatch.setattr(PagedPolicy, "peek_admission",
                         lambda self, ids: PrefixPeek(self.peek_prefix(ids), 0))

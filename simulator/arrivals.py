@@ -1,0 +1,81 @@
+"""Where requests come from: the open-loop stream (arrival times fixed in advance) and the
+closed-loop sessions (turn k+1 released a think time after turn k finished).
+
+The engine needs two answers from here besides the requests themselves: when the next
+arrival or session release is due (a multi-step decode stretch must not run past it) and
+whether any may still come (an idle engine waits for it, or stops for good).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simulator.request import SimRequest
+from workloads.request import Request, Session, Workload
+
+
+class Arrivals:
+    """SimPy processes that hand each request to `enqueue` when it is due."""
+
+    def __init__(self, env: simpy.Environment, workload: Workload,
+                 enqueue: Callable[[Request], SimRequest]) -> None:
+        self.env = env
+        self.workload = workload
+        self.enqueue = enqueue
+        self._open = sorted(workload.requests, key=lambda r: (r.arrival_s, r.request_id))
+        self._next_open = 0
+        self._releases: list[tuple[float, int]] = []  # announced session releases (heap)
+        self._sessions_left = len(workload.sessions)
+
+    def start(self) -> None:
+        self.env.process(self._open_loop())
+        for s in self.workload.sessions:
+            self.env.process(self._session(s))
+
+    def next_due(self) -> float:
+        """The next open-loop arrival or announced session release (inf when none)."""
+        t = self._open[self._next_open].arrival_s if self._next_open < len(self._open) else np.inf
+        if self._releases:
+            t = min(t, self._releases[0][0])
+        return t
+
+    def pending(self) -> bool:
+        """Whether any request may still arrive."""
+        return self._next_open < len(self._open) or self._sessions_left > 0
+
+    def _open_loop(self) -> Generator[simpy.Event, Any, None]:
+        while self._next_open < len(self._open):
+            req = self._open[self._next_open]
+            if req.arrival_s > self.env.now:
+                yield self.env.timeout(req.arrival_s - self.env.now)
+            self._next_open += 1
+            self.enqueue(req)
+
+    def _release_at(self, due: float, session_id: int) -> Generator[simpy.Event, Any, None]:
+        """Wait until `due`, announcing the release so that decode stretches stop there."""
+        if due <= self.env.now:
+            return
+        entry = (due, session_id)
+        heapq.heappush(self._releases, entry)
+        yield self.env.timeout(due - self.env.now)
+        self._releases.remove(entry)
+        heapq.heapify(self._releases)
+
+    def _session(self, s: Session) -> Generator[simpy.Event, Any, None]:
+        yield from self._release_at(s.start_s, s.session_id)
+        previous = None
+        for k, turn in enumerate(s.turns):
+            if k > 0:
+                yield from self._release_at(self.env.now + turn.think_time_s, s.session_id)
+            req = s.request_for_turn(k, self.env.now, previous)
+            sreq = self.enqueue(req)
+            yield sreq.done
+            if sreq.status != "completed":
+                break  # a rejected turn ends its conversation
+            previous = req
+        self._sessions_left -= 1

@@ -1,0 +1,193 @@
+"""The multi-step decode fast-forward: when an iteration would only decode, advance k steps
+in one go, with results identical to k single steps.
+
+k is the largest number such that nothing the stepping engine reacts to happens before the end
+of step k:
+
+* no running request finishes before step k (k <= the smallest remaining output);
+* the memory the k steps take (`policy.decode_cost`, whole pages) is available: no step fails;
+* under LPM with two or more waiting, no step before the k-th evicts cache (an eviction changes
+  the prefix hits the queue is sorted by, and stepping sorts again before the next step);
+* admission cannot take the queue head before step k (`Admission.horizon`);
+* no arrival or session release falls before the end of step k - 1;
+* at most `max_steps_per_stretch` steps.
+
+The policy applies the k steps in one batched call and returns the breakdown after each step;
+step end times accumulate left to right exactly as SimPy adds successive timeouts and the
+clock lands on the last one exactly, so summaries and request rows are bit-for-bit those of
+stepping (tests/simulator/test_multistep.py, the differential fuzz).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+from kvcore.policies.base import KVPolicy, PrefixPeek
+from simulator.admission import Admission
+from simulator.config import SimConfig
+from simulator.metrics import Recorder
+from simulator.request import SimRequest
+
+
+class EngineState(Protocol):
+    """What the fast-forward reads and calls on the engine."""
+
+    env: simpy.Environment
+    cfg: SimConfig
+    policy: KVPolicy
+    admission: Admission
+    latency: Any
+    rec: Recorder
+    running: list[SimRequest]
+    prefilling: list[SimRequest]
+    waiting: list[SimRequest]
+    generated_tokens: int
+    event_sink: Callable[..., None] | None
+
+    def head_blocked(self) -> bool: ...
+    def next_arrival(self) -> float: ...
+    def peek_admission(self, sreq: SimRequest) -> PrefixPeek: ...
+    def head_reservation(self) -> int: ...
+    def maybe_check_invariants(self) -> None: ...
+    def progress_made(self) -> None: ...
+    def finish(self, sreq: SimRequest) -> None: ...
+
+
+class FastForward:
+    """Plans and runs decode stretches for one engine."""
+
+    def __init__(self, engine: EngineState) -> None:
+        self.e = engine
+        self._times: np.ndarray | None = None  # step times of the last plan, reused by run
+
+    # -- planning ---------------------------------------------------------------------------
+    def possible(self) -> bool:
+        """Only decoding is going on and the queue head cannot be admitted now."""
+        e = self.e
+        if not e.running or e.prefilling:
+            return False
+        if not e.waiting:
+            return True
+        if len(e.running) >= e.cfg.max_running_requests:
+            return True
+        if e.admission.reserving:  # the placement refused the head until memory comes back
+            return e.head_blocked()
+        head = e.waiting[0]
+        return not e.admission.admissible(head, e.peek_admission(head), 0, e.running,
+                                          e.prefilling)
+
+    def length(self) -> int:
+        """k, the steps to take at once (< 2: take a normal iteration instead)."""
+        e = self.e
+        rids = [s.rid for s in e.running]
+        k = min(e.cfg.max_steps_per_stretch, min(s.output_len - s.decoded for s in e.running))
+        if k < 2:
+            return k
+        k = max(self._steps_within(rids, k, e.policy.available_tokens()), 1)
+        if k >= 2 and e.cfg.schedule == "lpm" and len(e.waiting) > 1:
+            k = min(k, self._steps_within(rids, k, e.policy.fresh_tokens()) + 1)
+        if k >= 2 and e.waiting and not e.admission.reserving \
+                and len(e.running) < e.cfg.max_running_requests:
+            head = e.waiting[0]
+            k = min(k, e.admission.horizon(head, e.peek_admission(head), e.running, k))
+        if k < 2:
+            return k
+        times = self._step_times(k)
+        self._times = times
+        due = e.next_arrival()
+        if np.isfinite(due):
+            hit = np.nonzero(step_ends(e.env.now, times) >= due)[0]
+            if len(hit):  # the step in which it falls is the last one
+                k = min(k, int(hit[0]) + 1)
+        return k
+
+    def _steps_within(self, rids: list[int], k: int, slots: int) -> int:
+        """The most decode steps (<= k) of `rids` whose new memory fits in `slots` (the cost
+        grows with the steps: a binary search)."""
+        cost = self.e.policy.decode_cost
+        if cost(rids, k) <= slots:
+            return k
+        lo, hi = 0, k - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if cost(rids, mid) <= slots:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _step_times(self, k: int) -> np.ndarray:
+        e = self.e
+        contexts = np.fromiter((s.written + 1 for s in e.running), dtype=np.int64,
+                               count=len(e.running))
+        fn = getattr(e.latency, "decode_step_times", None)
+        if fn is not None:
+            return np.asarray(fn(contexts, e.policy.page_size, k), dtype=float)
+        return np.array([e.latency.iteration_time((), contexts + j, e.policy.page_size)
+                         for j in range(k)])
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, k: int) -> Generator[simpy.Event, Any, None]:
+        """Apply k decode steps, record them step by step, and advance the clock."""
+        e = self.e
+        env = e.env
+        running = list(e.running)
+        rids = [s.rid for s in running]
+        planned, self._times = self._times, None
+        times = planned[:k] if planned is not None and len(planned) >= k else self._step_times(k)
+        head = e.head_reservation()
+        b0 = e.policy.breakdown(head)
+        profile = e.policy.decode_steps(rids, k, head)
+        for s in running:
+            s.written += k
+        e.maybe_check_invariants()
+        ends = step_ends(env.now, times)
+        starts = np.concatenate([[env.now], ends[:-1]])
+        ps = e.policy.page_size
+        w0 = np.fromiter((s.written - k for s in running), dtype=np.int64, count=len(running))
+        other = e.policy.page_table_entries() - int((-(-(w0 + k) // ps)).sum())
+        entries = other + (-(-(w0[None, :] + np.arange(1, k + 1)[:, None]) // ps)).sum(axis=1)
+        e.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
+        if e.event_sink is not None:
+            e.event_sink(float(starts[0]), float(ends[-1]), [], rids, k)
+        e.rec.add_iterations(starts, k, len(running))
+        e.rec.sample(env.now, profile[0], len(running), len(e.waiting), len(running))
+        e.admission.after_steps(k)
+        yield from wait_until(env, float(ends[-1]))
+        e.progress_made()
+        for s in running:
+            s.decoded += k
+            e.generated_tokens += k
+        for s in running:
+            if s.decoded >= s.output_len:
+                e.running.remove(s)
+                e.finish(s)
+
+
+def step_ends(now: float, times: np.ndarray) -> np.ndarray:
+    """End times of consecutive steps, accumulated left to right from `now` exactly as SimPy
+    accumulates one timeout after another (now + t0, then + t1, ...), so that a stretch ends at
+    bit-for-bit the same instant as stepping."""
+    return np.add.accumulate(np.concatenate([[now], np.asarray(times, dtype=float)]))[1:]
+
+
+def wait_until(env: simpy.Environment, end: float) -> Generator[simpy.Event, Any, None]:
+    """Advance the clock to exactly `end` (a generator to `yield from`).
+
+    SimPy schedules a timeout at now + delay, and for some (now, end) no float delay lands
+    exactly on `end` (the sums skip it under round-half-even). Then a first hop lands on the
+    last instant below `end` and a second hop of end - that instant, which is exact (the two
+    are a few ulps apart: Sterbenz), lands on `end` itself."""
+    now = env.now
+    d = max(end - now, 0.0)
+    while now + d < end:
+        d = float(np.nextafter(d, np.inf))
+    while d > 0 and now + d > end:
+        d = float(np.nextafter(d, -np.inf))
+    yield env.timeout(d)
+    if env.now < end:
+        yield env.timeout(end - env.now)
