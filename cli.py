@@ -31,10 +31,6 @@ _STATE = {"debug": False}
 __all__ = ["SWEEP_AXES", "app", "main"]  # SWEEP_AXES: the sweep flags, for tests
 
 
-class UserError(ValueError):
-    """A user mistake found by the CLI itself (exit status 2, one line)."""
-
-
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -452,23 +448,12 @@ def trace_stats_cmd(
     if as_json:
         typer.echo(json.dumps(s, indent=2))
         return
-    from rich.table import Table
+    from reports.tables import trace_stats_lines, trace_stats_table
 
-    t = Table(title=f"trace {s['name']}: {s['rows']:,} requests, {s['sessions']} sessions")
-    for col in ("", "mean", "p50", "p90", "p99", "min", "max"):
-        t.add_column(col, justify="right")
-    for key in ("input", "output"):
-        t.add_row(key, *(f"{s[key][k]:,.1f}" for k in ("mean", "p50", "p90", "p99", "min",
-                                                         "max")))
     con = _console()
-    con.print(t)
-    rate = f"{s['rate']:.3f} req/s" if s["rate"] else "-"
-    con.print(f"duration {s['duration_s']:,.1f} s, rate {rate}, tokens in "
-              f"{s['input_tokens']:,} / out {s['output_tokens']:,}")
-    con.print(f"ideal prefix reuse at page size {page_size}: {s['ideal_reuse']:.4f} "
-              f"({s['ideal_hit_tokens']:,} tokens)")
-    if s["bad_rows"] or s["failed_rows"]:
-        con.print(f"bad rows skipped: {s['bad_rows']}, failed: {s['failed_rows']}")
+    con.print(trace_stats_table(s))
+    for line in trace_stats_lines(s):
+        con.print(line)
 
 
 # -- plan -----------------------------------------------------------------------------------------
