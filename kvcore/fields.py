@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-MAX_LEN = 1 << 24  # lengths stay within one synthetic token namespace
+MAX_TOKENS = 1 << 24  # token lengths and counts stay within one synthetic token namespace
 MAX_I32 = (1 << 31) - 1  # counts and slot numbers stay within the page table's int32
 MAX_SEED = (1 << 63) - 1
 
@@ -151,5 +151,16 @@ def check_fields(spec: Any, *, skip: Iterable[str] = (),
             raise error(f"{name} is an empty path")
 
 
-__all__ = ["MAX_I32", "MAX_LEN", "MAX_SEED", "Domain", "allowed_values", "check_fields",
-           "field_types", "flag", "is_option", "option_name", "spec_field"]
+__all__ = [
+    "MAX_I32",
+    "MAX_SEED",
+    "MAX_TOKENS",
+    "Domain",
+    "allowed_values",
+    "check_fields",
+    "field_types",
+    "flag",
+    "is_option",
+    "option_name",
+    "spec_field",
+]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kvcore.fields import MAX_I32, MAX_LEN, Domain, check_fields, flag, spec_field
+from kvcore.fields import MAX_I32, MAX_TOKENS, Domain, check_fields, flag, spec_field
 from kvcore.presets import ALIASES, DTYPE_BYTES, GPUS, MODELS, ModelPreset, get_model
 
 DEFAULT_ACTIVATION_PEAK_GIB = 2.0
@@ -92,7 +92,7 @@ class MemorySpec:
     kv_dtype: str = spec_field("bf16", "KV cache dtype", choices=lambda: sorted(DTYPE_BYTES))
     max_context_len: int | None = spec_field(
         None, "max context length (default: the model's maximum position)",
-        domain=Domain(1, MAX_LEN))
+        domain=Domain(1, MAX_TOKENS))
     # the pool size: at most one direct size, or a budget rule
     kv_tokens: int | None = spec_field(None, "KV pool size in slots (tokens)",
                                        domain=Domain(1, MAX_I32))

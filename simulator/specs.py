@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.fields import MAX_I32, MAX_LEN, MAX_SEED, Domain, check_fields, spec_field
+from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
 from simulator.config import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES
 
 
@@ -51,7 +51,7 @@ class PolicySpec:
     placement: str = spec_field("first-fit", "address-space placement of contiguous policies",
                                 choices=_placements)
     eviction: str = spec_field("lru", "prefix-cache eviction order", choices=_evictions)
-    page_size: int = spec_field(16, "tokens per page (block)", domain=Domain(1, MAX_LEN))
+    page_size: int = spec_field(16, "tokens per page (block)", domain=Domain(1, MAX_TOKENS))
 
     def __post_init__(self) -> None:
         check_fields(self)

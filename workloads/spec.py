@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kvcore.fields import MAX_I32, MAX_LEN, MAX_SEED, Domain, check_fields, spec_field
+from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
 from workloads.errors import WorkloadError
 from workloads.traces.formats import TRACE_FORMATS
 from workloads.traces.load import DEFAULT_MAX_CONTEXT_LEN
@@ -73,37 +73,37 @@ class WorkloadSpec:
                                           "workload's)", domain=_positive(MAX_I32))
     # output limits
     max_new_tokens: int | None = spec_field(None, "cap on output tokens per request",
-                                            domain=_positive(MAX_LEN))
+                                            domain=_positive(MAX_TOKENS))
     max_context_len: int = spec_field(DEFAULT_MAX_CONTEXT_LEN, "max context length",
-                                      domain=_positive(MAX_LEN), derived="max_context_len")
+                                      domain=_positive(MAX_TOKENS), derived="max_context_len")
     seed: int = spec_field(0, "random seed", domain=Domain(0, MAX_SEED), derived="seed")
     # lengths (synthetic workloads)
     lengths: str | None = spec_field(None, "length model of synthetic workloads",
                                      choices=LENGTH_MODELS)
     input_len: int = spec_field(512, "mean prompt length (fixed/uniform/lognormal; tot root)",
-                                domain=_positive(MAX_LEN))
+                                domain=_positive(MAX_TOKENS))
     output_len: int = spec_field(128, "mean output length (fixed/uniform/lognormal)",
-                                 domain=_positive(MAX_LEN))
+                                 domain=_positive(MAX_TOKENS))
     spread: float = spec_field(0.5, "uniform lengths: mean x (1 -/+ spread)",
                                domain=Domain(0, 1))
     sigma: float = spec_field(1.0, "lognormal lengths: sigma", domain=_NONNEG)
     # prefix-sharing generators
-    prefix_len: int = spec_field(1024, "kshot: shared prefix length", domain=Domain(0, MAX_LEN))
+    prefix_len: int = spec_field(1024, "kshot: shared prefix length", domain=Domain(0, MAX_TOKENS))
     question_len: int = spec_field(128, "kshot: question length; tot: per-node instruction",
-                                   domain=_positive(MAX_LEN))
+                                   domain=_positive(MAX_TOKENS))
     num_prefixes: int = spec_field(1, "kshot: distinct shared prefixes",
                                    domain=_positive(MAX_I32))
     num_turns: int = spec_field(4, "chat: turns per session", domain=_positive(MAX_I32))
     turn_input_min: int = spec_field(256, "chat: min new input per turn",
-                                     domain=_positive(MAX_LEN))
+                                     domain=_positive(MAX_TOKENS))
     turn_input_max: int = spec_field(512, "chat: max new input per turn",
-                                     domain=_positive(MAX_LEN))
+                                     domain=_positive(MAX_TOKENS))
     think_time_s: float = spec_field(5.0, "chat: mean think time (s)", flags=("--think-time",),
                                      domain=_NONNEG)
     system_len: int = spec_field(0, "chat: shared system prompt length",
-                                 domain=Domain(0, MAX_LEN))
+                                 domain=Domain(0, MAX_TOKENS))
     depth: int = spec_field(2, "tot: levels below the root", domain=Domain(0, 64))
-    branching: int = spec_field(3, "tot: children per node", domain=_positive(MAX_LEN))
+    branching: int = spec_field(3, "tot: children per node", domain=_positive(MAX_TOKENS))
     level_interval_s: float = spec_field(2.0, "tot: delay between levels (s)",
                                          flags=("--level-interval",), domain=_NONNEG)
     num_samples: int = spec_field(4, "parallel-sampling: outputs per prompt",
@@ -114,17 +114,17 @@ class WorkloadSpec:
         if self.turn_input_min > self.turn_input_max:
             raise WorkloadError(f"--turn-input-min {self.turn_input_min} is above "
                                 f"--turn-input-max {self.turn_input_max}")
-        if self.prompts_per_tree() > MAX_LEN:
+        if self.prompts_per_tree() > MAX_TOKENS:
             raise WorkloadError(f"--depth {self.depth} with --branching {self.branching} makes "
-                                f"more than {MAX_LEN:,} prompts per tree")
+                                f"more than {MAX_TOKENS:,} prompts per tree")
 
     def prompts_per_tree(self) -> int:
-        """tot: 1 + b + b^2 + ... + b^depth (stops counting once past MAX_LEN)."""
+        """tot: 1 + b + b^2 + ... + b^depth (stops counting once past MAX_TOKENS)."""
         nodes, level = 0, 1
         for _ in range(self.depth + 1):
             nodes += level
             level *= self.branching
-            if nodes > MAX_LEN:
+            if nodes > MAX_TOKENS:
                 break
         return nodes
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.validation.closed_form import analytic_rows, prefix_rows
-from experiments.validation.rows import MAX_LEN
+from experiments.validation.rows import MAX_CONTEXT_LEN
 from experiments.validation.sharing import FIG15_TOL, fig15_rows
 from experiments.validation.vllm_paper import fig2_rows, fig13_rows, fig18b_rows, table1_rows
 from reports.validation_report import (
@@ -75,7 +75,7 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
         f"ShareGPT-like lengths: the bundled ShareGPT length file (means 2,340 in / 439 out) "
         f"with each column multiplied by one factor and rounded so the means are the paper's "
         f"161.31 / 337.99 (`{sharegpt_lengths().note}`), resampled by row; outputs capped so "
-        f"prompt + output <= {MAX_LEN}. Alpaca-like: independent lognormals at the paper's "
+        f"prompt + output <= {MAX_CONTEXT_LEN}. Alpaca-like: independent lognormals at the paper's "
         "means 19.31 / 58.45 (sigma 0.6 / 0.9, ours: the paper publishes no spread). Poisson "
         "arrivals.")
     notes["Categories"] = (

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from experiments.validation.rows import (
     CROSS_CHECK,
-    MAX_LEN,
+    MAX_CONTEXT_LEN,
     ORCA,
     SLOTS,
     held_pct,
@@ -101,7 +101,7 @@ def _chat_analytic(w: Workload, ps: int) -> float:
 def _fixed(n: int, prompt: int, output: int, rate: float) -> Workload:
     return build_workload(WorkloadSpec(name="sharegpt", lengths="fixed", input_len=prompt,
                                        output_len=output, rate=rate, num_requests=n,
-                                       max_context_len=MAX_LEN))
+                                       max_context_len=MAX_CONTEXT_LEN))
 
 
 def analytic_rows(quick: bool, log: Callable[[str], None]) -> list[dict]:
@@ -126,11 +126,12 @@ def analytic_rows(quick: bool, log: Callable[[str], None]) -> list[dict]:
     for slots in (SLOTS, 10_000):
         w = sharegpt_workload(2.0, 300 if quick else 1000)
         s = run_summary(w, **ORCA["Orca (Max)"], kv_tokens=slots)
-        exp = slots // MAX_LEN
+        exp = slots // MAX_CONTEXT_LEN
         rows.append(make_row("Concurrency", f"contiguous-max concurrency, {slots:,} slots",
                              exp, s["peak_batch_size"], "exact",
                              s["peak_batch_size"] == exp, rate=2.0, summary=s, kind=CROSS_CHECK,
-                             note=f"floor({slots} / {MAX_LEN}); peak batch of a saturated run"))
+                             note=f"floor({slots} / {MAX_CONTEXT_LEN}); peak batch of a saturated "
+                             "run"))
     log("analytic: concurrency")
     return rows
 

@@ -24,9 +24,9 @@ from workloads.spec import WorkloadSpec
 
 PAPER = "paper"  # make_row's kind for paper rows: resolved to REPRODUCED / NOT_REPRODUCED by `ok`
 SLOTS = 15_728  # OPT-13B on one A100-40GB (Table 1)
-MAX_LEN = 2_048
+MAX_CONTEXT_LEN = 2_048  # OPT's maximum position
 BASE = dict(model="opt-13b", gpu="a100-40gb", kv_dtype="fp16", kv_tokens=SLOTS,
-            max_context_len=MAX_LEN)
+            max_context_len=MAX_CONTEXT_LEN)
 ORCA = {
     "Orca (Max)": dict(policy="contiguous-max", placement="buddy", admission="reserve"),
     "Orca (Pow2)": dict(policy="contiguous-pow2", placement="buddy", admission="reserve"),
@@ -59,7 +59,7 @@ def make_row(section: str, name: str, reference, kvsim, tolerance: str, ok: bool
 
 def sharegpt_workload(rate: float, n: int, seed: int = 0) -> Workload:
     return build_workload(WorkloadSpec(name="sharegpt", rate=rate, num_requests=n,
-                                       max_context_len=MAX_LEN, seed=seed))
+                                       max_context_len=MAX_CONTEXT_LEN, seed=seed))
 
 
 def run_summary(workload: Workload, **cfg) -> dict:
@@ -85,6 +85,6 @@ def held_pct(s: dict) -> float:
     return s["token_states_pct"] + s["reserved_pct"] + s["internal_frag_pct"]
 
 
-__all__ = ["BASE", "CROSS_CHECK", "IDENTITY", "MAX_LEN", "NOT_REPRODUCED", "ORCA", "PAPER",
+__all__ = ["BASE", "CROSS_CHECK", "IDENTITY", "MAX_CONTEXT_LEN", "NOT_REPRODUCED", "ORCA", "PAPER",
            "REPRODUCED", "SLOTS", "SYSTEMS", "VLLM", "held_pct", "make_row", "paper_shares",
            "run_summary", "saturated", "sharegpt_workload"]

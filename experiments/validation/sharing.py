@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from experiments.validation.beam import BeamConfig, beam_memory, sharing_bounds
-from experiments.validation.rows import MAX_LEN, held_pct, make_row, run_summary
+from experiments.validation.rows import MAX_CONTEXT_LEN, held_pct, make_row, run_summary
 from workloads.lengths import alpaca_lengths
 from workloads.registry import build_workload
 from workloads.request import Workload
@@ -37,7 +37,7 @@ def fig15_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dic
     for n in (2, 4, 6):
         w = build_workload(WorkloadSpec(name="parallel-sampling", lengths="alpaca",
                                         num_samples=n, rate=8.0 / n, num_requests=groups * n,
-                                        max_context_len=MAX_LEN))
+                                        max_context_len=MAX_CONTEXT_LEN))
         par[n], s = _saving(w)
         log(f"fig15: parallel n={n}")
         ok = abs(par[n] - FIG15_PARALLEL[n]) <= FIG15_TOL
@@ -50,7 +50,7 @@ def fig15_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dic
         for n in (2, 4, 6):
             w = build_workload(WorkloadSpec(name="parallel-sampling", lengths="sharegpt",
                                             num_samples=n, rate=0.6 / n, num_requests=100 * n,
-                                            max_context_len=MAX_LEN))
+                                            max_context_len=MAX_CONTEXT_LEN))
             sg[n], s = _saving(w)
             log(f"fig15: sharegpt parallel n={n}")
         lo, hi = FIG15_PARALLEL_SHAREGPT
@@ -76,7 +76,7 @@ def fig15_beam_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> lis
     groups = 150 if quick else 1000
     rng = np.random.default_rng([7, 0xB3A])
     prompts, outputs = alpaca_lengths().sample_pairs(rng, groups)
-    outputs = np.minimum(outputs, MAX_LEN - prompts)
+    outputs = np.minimum(outputs, MAX_CONTEXT_LEN - prompts)
     tol = f"+/- {FIG15_TOL:g} pts"
     rows, text, gaps = [], [], []
     above: list[str] = []  # widths where kvsim saves more than the paper, beyond tolerance

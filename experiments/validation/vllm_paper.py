@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from experiments.validation.rows import (
     IDENTITY,
-    MAX_LEN,
+    MAX_CONTEXT_LEN,
     ORCA,
     PAPER,
     SLOTS,
@@ -114,7 +114,7 @@ def fig2_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict
                                      "never over-reserves; the paper shows no value"))
                 continue
             if name == "Orca (Max)" and k == 3:  # 7 blocks of 2,048 always taken: the rest
-                exp = (SLOTS - SLOTS // MAX_LEN * MAX_LEN) / SLOTS * 100
+                exp = (SLOTS - SLOTS // MAX_CONTEXT_LEN * MAX_CONTEXT_LEN) / SLOTS * 100
                 rows.append(make_row("Fig. 2", f"{name} {cat}", p, v, "+/- 0.5 pts",
                                      abs(v - p) <= 0.5, rate=chosen, summary=s, kind=IDENTITY,
                                      note=f"(15728 - 7 x 2048) / 15728 = {exp:.2f} % whenever 7 "
@@ -199,7 +199,7 @@ def fig18b_rows(notes: dict, log: Callable[[str], None]) -> list[dict]:
     text = []
     for label, name, rate, n, (lo, hi) in cases:
         w = build_workload(WorkloadSpec(name=name, rate=rate, num_requests=n,
-                                        max_context_len=MAX_LEN))
+                                        max_context_len=MAX_CONTEXT_LEN))
         lat = {}
         for ps in sizes:
             s = run_summary(w, **{**VLLM, "page_size": ps})
