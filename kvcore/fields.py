@@ -124,7 +124,8 @@ def check_fields(spec: Any, *, skip: Iterable[str] = (),
     """Validate every spec_field of `spec` from its metadata: type, allowed values, numeric
     domain, non-empty paths. Raises `error` with one line naming the option's flag and what
     it accepts. `skip`: fields the spec checks itself in this case."""
-    hints = field_types(type(spec))
+    cls: type = type(spec)
+    hints = field_types(cls)
     skipped = set(skip)
     for f in fields(spec):
         if "help" not in f.metadata or f.name in skipped:
