@@ -1,21 +1,21 @@
-"""kvsim command line (typer). Every command is a thin shell over the packages.
+"""kvsim command line (typer): a thin shell over experiments/ (running) and reports/ (showing).
 
-The options of `run`, `sweep`, `compare` and `plan` are generated from the one option class,
-`simulator.options.RunOptions` (names, defaults, help and allowed values live there only).
-`--config exp.toml` (or a saved config.json) gives the same keys; flags on the command line
-win over the file. User mistakes (ValueError / WorkloadError from any package, bad flags)
-exit with status 2 and one line on stderr; `kvsim --debug ...` shows the traceback instead.
+The options of `run`, `sweep`, `compare` and `plan` are generated from
+`experiments.options.OPTIONS`, the fields of the specs a run is composed of (names, defaults,
+help and allowed values live there only, and each spec validates its own fields). `--config
+exp.toml` (or a saved config.json) gives the same keys; flags on the command line win over the
+file. User mistakes (ValueError / WorkloadError from any package, bad flags) exit with status 2
+and one line on stderr; `kvsim --debug ...` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import math
 import sys
 import typing
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,29 +23,12 @@ import typer
 from typer.core import TyperGroup
 
 import kvcore
-from simulator.options import (
-    RunOptions,
-    allowed_values,
-    field_type,
-    flag,
-    load_toml,
-)
+from experiments.config_file import options_from
+from experiments.grid import AXIS_PARAMS, DEFAULT_PAGE_SIZES, SWEEP_AXES, cells, parse_list
+from experiments.options import OPTIONS, RunOptions
 
 _STATE = {"debug": False}
-_FIELD_NAMES = {f.name for f in fields(RunOptions)}
-# the axes a sweep can vary (option -> sweep flag)
-SWEEP_AXES = {"page_size": "--page-sizes", "policy": "--policies",
-              "placement": "--placements", "rate": "--rates", "kv_tokens": "--kv-tokens",
-              "seed": "--seeds", "workload": "--workloads"}
-# a sweep axis in a TOML file (`page_size = [1, 16]`) -> the sweep parameter it fills
-AXIS_PARAMS = {"page_size": "page_sizes", "policy": "policies", "placement": "placements",
-               "rate": "rates", "kv_tokens": "kv_tokens", "seed": "seeds",
-               "workload": "workloads"}
-DEFAULT_PAGE_SIZES = "1,2,4,8,16,32,64,128,256"
-
-
-class UserError(ValueError):
-    """A user mistake found by the CLI itself (exit status 2, one line)."""
+__all__ = ["SWEEP_AXES", "app", "main"]  # SWEEP_AXES: the sweep flags, for tests
 
 
 def _one_line(text: str) -> str:
@@ -111,24 +94,19 @@ def _root(
     _STATE["debug"] = debug
 
 
-# -- options generated from RunOptions -----------------------------------------------------------
+# -- options generated from the specs' fields --------------------------------------------------
 def _option_param(name: str) -> inspect.Parameter:
-    f = next(x for x in fields(RunOptions) if x.name == name)
-    t = field_type(name)
-    help_text = f.metadata["help"]
-    allowed = allowed_values(name)
+    o = OPTIONS[name]
+    help_text = o.help
+    allowed = o.allowed()
     if allowed:
         joined = ", ".join(allowed)
         help_text += f" [{joined}]" if len(joined) < 160 else f" [{len(allowed)} values]"
-    panel = {"workload": "Workload", "sim": "Engine", "output": "Output"}[f.metadata["group"]]
-    if t is bool:
-        decls = [f"{flag(name)}/--no-{name.replace('_', '-')}"]
-    else:
-        decls = [flag(name), *f.metadata["flags"]]
-    default = f.default
-    option = typer.Option(default, *decls, help=help_text, rich_help_panel=panel,
-                          show_default=default is not None)
-    annotation = Optional[t] if default is None else t  # noqa: UP045 (typer reads it)
+    # a boolean is a --x/--no-x pair
+    decls = [f"{o.flag}/--no-{o.flag[2:]}"] if o.type is bool else [o.flag, *o.flags]
+    option = typer.Option(o.default, *decls, help=help_text, rich_help_panel=o.panel,
+                          show_default=o.default is not None)
+    annotation = Optional[o.type] if o.default is None else o.type  # noqa: UP045 (typer reads it)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=annotation)
 
@@ -141,42 +119,10 @@ def _config_param() -> inspect.Parameter:
                              rich_help_panel="Output"))
 
 
-def options_from(config: Path | None, given: dict[str, Any],
-                 extra_keys: set[str] = frozenset()) -> tuple[RunOptions, dict[str, Any]]:
-    """Defaults < config file < command line. Returns the options and the file's values for
-    `extra_keys` (a sweep's list-valued axes)."""
-    extras: dict[str, Any] = {}
-    file_values: dict[str, Any] = {}
-    if config is not None:
-        if not config.is_file():
-            raise ValueError(f"--config {str(config)!r}: no such file")
-        if config.suffix == ".json":
-            try:
-                doc = json.loads(config.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-                raise ValueError(f"--config {str(config)!r}: not valid JSON ({e})") from None
-            if isinstance(doc, dict) and "options" in doc:
-                doc = doc["options"]
-            if not isinstance(doc, dict):
-                raise ValueError(f"--config {str(config)!r}: expected a JSON object of options")
-            doc = {k: v for k, v in doc.items() if k != "out"}
-        else:
-            doc = load_toml(config)
-        for key, value in doc.items():
-            name = key.replace("-", "_")
-            if name in extra_keys or (name in SWEEP_AXES and isinstance(value, list)):
-                extras[name] = value
-            else:
-                file_values[key] = value
-    opts = RunOptions.from_mapping(file_values, where=f"key in {config}")
-    opts = RunOptions.from_mapping(given, opts)
-    return opts.validate(), extras
-
-
 def with_options(*, skip: tuple[str, ...] = ()) -> Callable:
-    """Give a command every RunOptions option (minus `skip` and its own parameters) and
-    `--config`; the command receives the merged `opts: RunOptions` (and `file_extras`, the
-    config file's values for its own parameters, if it asks for them)."""
+    """Give a command every option (minus `skip` and its own parameters) and `--config`; the
+    command receives the merged `opts: RunOptions` (and `file_extras`, the config file's values
+    for its own parameters, if it asks for them)."""
 
     def deco(fn: Callable) -> Callable:
         hints = typing.get_type_hints(fn)
@@ -184,17 +130,16 @@ def with_options(*, skip: tuple[str, ...] = ()) -> Callable:
         own = [p.replace(annotation=hints.get(p.name, p.annotation))
                for p in sig.parameters.values() if p.name not in ("opts", "file_extras", "ctx")]
         own_names = {p.name for p in own}
-        gen = [_option_param(f.name) for f in fields(RunOptions)
-               if f.name not in own_names and f.name not in skip]
+        gen = [_option_param(name) for name in OPTIONS
+               if name not in own_names and name not in skip]
         ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                       annotation=typer.Context)
         params = [ctx_param, *own, *gen, _config_param()]
 
         def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
             config = kwargs.pop("config", None)
-            given = {k: v for k, v in kwargs.items() if k in _FIELD_NAMES
-                     and k not in own_names
-                     and _from_user(ctx, k)}
+            given = {k: v for k, v in kwargs.items()
+                     if k in OPTIONS and k not in own_names and _from_user(ctx, k)}
             opts, extras = options_from(config, given, own_names)
             call = {k: v for k, v in kwargs.items() if k in own_names}
             for k, v in extras.items():  # the file's values for the command's own options
@@ -232,42 +177,6 @@ def _console():
     return Console()
 
 
-MAX_JOBS = 1024
-
-
-def _check_jobs(jobs: int) -> None:
-    if not 1 <= jobs <= MAX_JOBS:
-        raise ValueError(f"--jobs must be in [1, {MAX_JOBS}], got {jobs}")
-
-
-def _split(text: str | None, kind: type, name: str) -> list[Any] | None:
-    """'1,2,4' -> [1, 2, 4]; 'a..b' (ints) -> the powers of two from a to b."""
-    if text is None:
-        return None
-    out: list[Any] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if ".." in part and kind is int:
-                lo, hi = (int(x) for x in part.split(".."))
-                if lo <= 0 or hi < lo:
-                    raise ValueError
-                v = lo
-                while v <= hi:
-                    out.append(v)
-                    v *= 2
-            else:
-                out.append(kind(part))
-        except ValueError:
-            raise ValueError(f"{name} {text!r}: expected a comma list of {kind.__name__}s"
-                             + (" (or a..b for powers of two)" if kind is int else "")) from None
-    if not out:
-        raise ValueError(f"{name} is empty")
-    return out
-
-
 # -- run ------------------------------------------------------------------------------------------
 @app.command()
 @with_options()
@@ -283,8 +192,9 @@ def run(
     """One simulation: prints the memory breakdown and the latency summary."""
     if progress is None:  # long runs show a bar when someone is watching
         progress = sys.stderr.isatty()
+    from experiments.runner import config_document, simulate_options
     from reports.events import EventCollector
-    from reports.results import simulate_options, write_run
+    from reports.results import write_run
     from reports.tables import breakdown_table, latency_table, run_header
 
     if events is not None and (not str(events).strip() or events.is_dir()):
@@ -298,12 +208,13 @@ def run(
     if sink is not None:
         sink.write(events, result.timeline, result.requests)
         con.print(f"events: {events} (open in ui.perfetto.dev)")
-    if opts.out:
+    out = opts.output.out
+    if out:
         from reports.plots import plot_dir
 
-        write_run(opts.out, [row], [result], "run", opts)
-        figures = plot_dir(Path(opts.out))
-        con.print(f"results: {opts.out}/ (summary.csv, requests.parquet, timeline.parquet, "
+        write_run(out, [row], [result], config_document("run", opts))
+        figures = plot_dir(Path(out))
+        con.print(f"results: {out}/ (summary.csv, requests.parquet, timeline.parquet, "
                   f"config.json, {len(figures)} figures)")
 
 
@@ -345,30 +256,25 @@ def sweep(
 ) -> None:
     """A grid of simulations, one summary row per cell; resumable (cells already in
     DIR/summary.csv, by config hash, are skipped)."""
-    from reports.executors import make_executor
+    from experiments.executors import check_jobs, make_executor
+    from experiments.runner import CELL_PRELOAD, run_cell
 
-    out = Path(opts.out or "kvsim-sweep")
-    _check_jobs(jobs)
-    runner = make_executor(executor, scheduler_address)
+    out = Path(opts.output.out or "kvsim-sweep")
+    check_jobs(jobs)
+    runner = make_executor(executor, run_cell, scheduler_address, preload=CELL_PRELOAD)
     runner.warm_up(jobs)  # local workers start importing now, while this process sets up
 
+    from experiments.grid import sweep_axes
+    from experiments.runner import config_document, run_sweep
     from reports.plots import plot_dir
-    from reports.results import config_document, run_sweep, write_config
-    from simulator.options import cells as make_cells
+    from reports.results import write_config
 
-    axes: dict[str, list[Any]] = {}
-    given = {"page_size": (DEFAULT_PAGE_SIZES if page_sizes is None else page_sizes, int),
-             "policy": (policies, str), "placement": (placements, str),
-             "rate": (rates, float), "kv_tokens": (kv_tokens, int), "seed": (seeds, int),
-             "workload": (workloads, str)}
-    for name, (text, kind) in given.items():
-        values = _split(text, kind, SWEEP_AXES[name])
-        if values is not None:
-            axes[name] = values
-    grid = make_cells(opts, axes)
-    for c in grid:  # every user mistake before the first simulation
-        c.validate()
-        c.to_sim_config()
+    axes = sweep_axes({"page_size": DEFAULT_PAGE_SIZES if page_sizes is None else page_sizes,
+                       "policy": policies, "placement": placements, "rate": rates,
+                       "kv_tokens": kv_tokens, "seed": seeds, "workload": workloads})
+    grid = cells(opts, axes)
+    for c in grid:  # every user mistake (a model that does not fit...) before the first cell
+        c.sim_config()
     write_config(out, config_document("sweep", opts, axes=axes))
     df = run_sweep(grid, out, jobs=jobs, progress=progress, executor=runner,
                    announce=lambda todo, done: typer.echo(
@@ -376,7 +282,8 @@ def sweep(
                        f"{out}/summary.csv"))
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
     if plot and len(df):
-        paths = plot_dir(out, out / "figures", slo_ttft=opts.slo_ttft, slo_tpot=opts.slo_tpot)
+        paths = plot_dir(out, out / "figures", slo_ttft=opts.output.slo_ttft,
+                         slo_tpot=opts.output.slo_tpot)
         typer.echo(f"{len(paths)} figure(s) in {out}/figures")
 
 
@@ -390,14 +297,15 @@ def compare(
                                  help="policies to compare, comma list"),
 ) -> None:
     """Several policies on one workload: a table and a stacked bar of the breakdown."""
+    from experiments.runner import config_document, simulate_options
     from reports.plots import plot_results
-    from reports.results import simulate_options, write_run
+    from reports.results import write_run
     from reports.tables import breakdown_table, latency_table
 
-    names = _split(policies, str, "--policies") or []
-    runs = [RunOptions.from_mapping({"policy": p}, opts).validate() for p in names]
-    for r in runs:
-        r.to_sim_config()
+    names = parse_list(policies, str, "--policies") or []
+    runs = cells(opts, {"policy": names})
+    for r in runs:  # every user mistake before the first simulation
+        r.sim_config()
     rows, results = [], []
     for r in runs:
         row, res = simulate_options(r)
@@ -406,8 +314,8 @@ def compare(
     con = _console()
     con.print(breakdown_table(rows))
     con.print(latency_table(rows))
-    out = Path(opts.out or "kvsim-compare")
-    write_run(out, rows, results, "compare", opts, axes={"policy": names})
+    out = Path(opts.output.out or "kvsim-compare")
+    write_run(out, rows, results, config_document("compare", opts, axes={"policy": names}))
     import pandas as pd
 
     paths = plot_results(pd.DataFrame(rows), out / "figures",
@@ -523,47 +431,29 @@ def trace_stats_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Lengths, rate, sessions and ideal prefix reuse of a trace."""
+    from simulator.specs import PolicySpec
     from workloads import WorkloadSpec, build_workload, list_workloads, trace_stats
 
-    if not 1 <= page_size <= 1 << 24:
-        raise ValueError(f"--page-size must be in [1, 16,777,216], got {page_size}")
-    if num_requests is not None and num_requests < 1:
-        raise ValueError(f"--num-requests must be a positive integer, got {num_requests}")
-    if rate is not None and not (math.isfinite(rate) and rate > 0):
-        raise ValueError(f"--rate must be a positive number, got {rate}")
-    from workloads import TRACE_FORMATS
-
-    if format not in TRACE_FORMATS:
-        raise ValueError(f"--format {format!r} is not one of: {', '.join(TRACE_FORMATS)}")
+    PolicySpec(page_size=page_size)  # the page size's domain, checked where it is defined
+    given = WorkloadSpec(format=format, skip_bad_rows=skip_bad_rows,  # checks the values
+                         num_requests=num_requests, rate=rate)
     if not Path(file).exists() and file in list_workloads():
         spec = WorkloadSpec(name=file, num_requests=num_requests)
     else:
         if not Path(file).is_file():
             raise ValueError(f"FILE {file!r}: no such file (or built-in workload: "
                              f"{', '.join(list_workloads())})")
-        spec = WorkloadSpec(trace=file, format=format, skip_bad_rows=skip_bad_rows,
-                            num_requests=num_requests, rate=rate)
+        spec = replace(given, trace=file)
     s = trace_stats(build_workload(spec), page_size)
     if as_json:
         typer.echo(json.dumps(s, indent=2))
         return
-    from rich.table import Table
+    from reports.tables import trace_stats_lines, trace_stats_table
 
-    t = Table(title=f"trace {s['name']}: {s['rows']:,} requests, {s['sessions']} sessions")
-    for col in ("", "mean", "p50", "p90", "p99", "min", "max"):
-        t.add_column(col, justify="right")
-    for key in ("input", "output"):
-        t.add_row(key, *(f"{s[key][k]:,.1f}" for k in ("mean", "p50", "p90", "p99", "min",
-                                                         "max")))
     con = _console()
-    con.print(t)
-    rate = f"{s['rate']:.3f} req/s" if s["rate"] else "-"
-    con.print(f"duration {s['duration_s']:,.1f} s, rate {rate}, tokens in "
-              f"{s['input_tokens']:,} / out {s['output_tokens']:,}")
-    con.print(f"ideal prefix reuse at page size {page_size}: {s['ideal_reuse']:.4f} "
-              f"({s['ideal_hit_tokens']:,} tokens)")
-    if s["bad_rows"] or s["failed_rows"]:
-        con.print(f"bad rows skipped: {s['bad_rows']}, failed: {s['failed_rows']}")
+    con.print(trace_stats_table(s))
+    for line in trace_stats_lines(s):
+        con.print(line)
 
 
 # -- plan -----------------------------------------------------------------------------------------
@@ -584,41 +474,23 @@ def plan(
 ) -> None:
     """Static memory plan; with --trace or --workload also simulate across page sizes and
     recommend one."""
-    from kvcore.planner import plan as make_plan
-    from kvcore.planner import recommend_page_size
+    from experiments.executors import check_jobs
+    from experiments.planning import page_size_grid, page_size_study, static_plan
     from reports.plan_view import render_plan_all, render_recommendation
+    from reports.recommend import check_tolerance, recommend_page_size
 
-    _check_jobs(jobs)
+    check_jobs(jobs)
     if context_len is not None and not 1 <= context_len <= 1 << 24:
         raise ValueError(f"--context-len must be in [1, 16,777,216], got {context_len}")
-    if not (math.isfinite(tolerance) and tolerance >= 0):
-        raise ValueError(f"--tolerance must be a number >= 0, got {tolerance!r}")
-    sizes = _split(page_sizes, int, "--page-sizes")
-    for ps in sizes or ():
-        RunOptions.from_mapping({"page_size": ps}, opts).validate()
-    m = opts.model_preset()
-    result = make_plan(
-        m, opts.gpu, tp=opts.tp, kv_dtype=opts.kv_dtype, rule=opts.budget or "sglang",
-        fraction=opts.mem_fraction, kv_mem_gib=opts.kv_mem_gib, kv_tokens=opts.kv_tokens,
-        num_gpu_blocks_override=opts.num_pages, gpu_mem_gib=opts.gpu_mem_gib,
-        activation_peak_gib=opts.activation_peak_gib, non_torch_gib=opts.non_torch_gib,
-        page_size=opts.page_size, max_running_requests=opts.max_running_requests,
-        context_len=context_len or opts.max_context_len)
-    simulate_too = _from_user(ctx, "workload") or opts.trace is not None
+    check_tolerance(tolerance)
+    sizes = parse_list(page_sizes, int, "--page-sizes") or []
+    page_size_grid(opts, sizes)  # a bad page size is an error even for the static plan
+    result = static_plan(opts, context_len)
     rec = None
-    if simulate_too:
+    if _from_user(ctx, "workload") or opts.workload.trace is not None:
         from reports.plots import plot_dir
-        from reports.results import config_document, run_sweep, write_config
-        from simulator.options import cells as make_cells
 
-        out = Path(opts.out or "kvsim-plan")
-        grid = make_cells(opts, {"page_size": sizes})
-        for c in grid:
-            c.to_sim_config()
-        write_config(out, config_document("plan", opts, axes={"page_size": sizes}))
-        df = run_sweep(grid, out, jobs=jobs, progress=not as_json)
-        hashes = {c.config_hash() for c in grid}
-        df = df[df["config_hash"].astype(str).isin(hashes)]
+        out, df = page_size_study(opts, sizes, jobs=jobs, progress=not as_json)
         rec = recommend_page_size(df, tolerance)
         figs = plot_dir(out, out / "figures")
     if as_json:
@@ -643,9 +515,9 @@ def validate(
 ) -> None:
     """kvsim next to the vLLM and SGLang papers' published numbers: prints the Markdown report
     (rows by kind: reproduced, analytic identity, closed-form cross-check) and the counts."""
-    from simulator.validation import (
+    from experiments.validation import run_validation
+    from reports.validation_report import (
         render_validation_markdown,
-        run_validation,
         summary_line,
         write_validation_report,
     )

@@ -11,6 +11,7 @@ import argparse
 import resource
 import time
 
+from kvcore.memory import MemorySpec
 from kvcore.planner import resolve_kv_tokens
 from kvcore.policies.base import register_policy
 from simulator.config import SimConfig
@@ -35,8 +36,8 @@ def main() -> None:
         _register_counting()
     t0 = time.perf_counter()
     wl = build_workload(WorkloadSpec(name="azure-conv", num_requests=args.num_requests))
-    kv = resolve_kv_tokens("llama-3.1-8b", "h100", 1, "bf16", page_size=args.page_size,
-                           rule="vllm")
+    kv = resolve_kv_tokens(MemorySpec(model="llama-3.1-8b", gpu="h100", budget="vllm"),
+                           page_size=args.page_size)
     load_s = time.perf_counter() - t0
     cfg = SimConfig(policy=args.policy, page_size=args.page_size, model="llama-3.1-8b",
                     gpu="h100", kv_tokens=kv)

@@ -13,73 +13,31 @@ the bytes of one token of KV. Engines differ in the budget, so the budget is a n
              free after the weights loaded)
 
 or a direct size: `kv_mem_gib` (the KV memory of the whole tensor-parallel group, as the vLLM
-paper's Table 1 lists it), `kv_tokens` (slots), `num_gpu_blocks_override` (pages).
+paper's Table 1 lists it), `kv_tokens` (slots), `num_pages` (pages; vLLM's
+num_gpu_blocks_override).
 
-Budgets are computed per rank (one GPU), then tokens = budget // KV bytes per token per rank,
-floored to a multiple of the page size. The pool adds its reserved dummy page on top.
-Nothing here needs SimPy or torch.
+The inputs are one `kvcore.memory.MemorySpec` (model, GPU, TP, KV dtype, the rule or direct
+size, the maximum context), which also holds the rule table and validates every input; this
+module does the arithmetic. Budgets are computed per rank (one GPU), then tokens = budget // KV
+bytes per token per rank, floored to a multiple of the page size. The pool adds its reserved
+dummy page on top. Nothing here needs SimPy or torch.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kvcore.presets import GiB, GpuPreset, ModelPreset, get_gpu, get_model
+from kvcore.memory import BUDGET_RULES, MemorySpec
+from kvcore.presets import GiB, GpuPreset, ModelPreset, get_gpu
 
 PAGE_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-DEFAULT_ACTIVATION_PEAK_GIB = 2.0
-DEFAULT_NON_TORCH_GIB = 0.5
 DEFAULT_MAX_RUNNING_REQUESTS = 256
 DEFAULT_CONCURRENCY_CONTEXTS: tuple[int, ...] = (512, 2048, 8192, 32768)
 INT32_BYTES = 4
-
-
-def _sglang_fraction(tp: int) -> float:
-    """mem_fraction_static as older SGLang releases picked it by TP size (more ranks, more
-    headroom for communication buffers)."""
-    if tp >= 16:
-        return 0.79
-    if tp >= 8:
-        return 0.81
-    if tp >= 4:
-        return 0.85
-    if tp >= 2:
-        return 0.87
-    return 0.88
-
-
-@dataclass(frozen=True)
-class BudgetRule:
-    """One engine's way to size the KV pool; `budget` returns bytes per rank (may be < 0)."""
-
-    name: str
-    knob: str
-    default_fraction: Callable[[int], float]
-    formula: str
-    budget: Callable[[float, float, float, float, float], float]  # total, w, act, nt, f
-    native_page_size: int
-
-
-BUDGET_RULES: dict[str, BudgetRule] = {r.name: r for r in [
-    BudgetRule("vllm", "gpu_memory_utilization", lambda tp: 0.9,
-               "f x total - weights - activation_peak - non_torch",
-               lambda t, w, a, n, f: f * t - w - a - n, 16),
-    BudgetRule("sglang", "mem_fraction_static", _sglang_fraction,
-               "(total - weights - non_torch) - total x (1 - f)",
-               lambda t, w, a, n, f: (t - w - n) - t * (1 - f), 1),
-    BudgetRule("trtllm", "free_gpu_memory_fraction", lambda tp: 0.9,
-               "f x (total - weights - activation_peak - non_torch)",
-               lambda t, w, a, n, f: f * (t - w - a - n), 32),
-    BudgetRule("lmdeploy", "cache_max_entry_count", lambda tp: 0.8,
-               "f x (total - weights - non_torch)",
-               lambda t, w, a, n, f: f * (t - w - n), 64),
-]}
-DIRECT_OPTIONS: tuple[str, ...] = ("kv_mem_gib", "kv_tokens", "num_gpu_blocks_override")
 
 
 @dataclass
@@ -125,24 +83,10 @@ class PlanResult:
 
 
 # -- pieces ----------------------------------------------------------------------------------
-def _as_model(model: ModelPreset | str) -> ModelPreset:
-    return model if isinstance(model, ModelPreset) else get_model(model)
-
-
-def _as_gpu(gpu: GpuPreset | str | None) -> GpuPreset | None:
-    return gpu if gpu is None or isinstance(gpu, GpuPreset) else get_gpu(gpu)
-
-
 def _check_int(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
-
-
-def _check_nonneg(name: str, value: float) -> float:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
 
 
 def internal_fragmentation(lengths: np.ndarray | Sequence[int], page_size: int) -> float:
@@ -168,68 +112,37 @@ class _Budget:
     fraction: float | None
     total: float
     per_rank: float  # bytes
-    tokens_unaligned: int | None  # set by kv_tokens / num_gpu_blocks_override
+    tokens_unaligned: int | None  # set by kv_tokens / num_pages
 
 
-def _budget(
-    m: ModelPreset, g: GpuPreset | None, tp: int, kv_dtype: str, rule: str,
-    fraction: float | None, kv_mem_gib: float | None, kv_tokens: int | None,
-    num_gpu_blocks_override: int | None, gpu_mem_gib: float | None,
-    act: float, non_torch: float, page_size: int,
-) -> _Budget:
-    values = (kv_mem_gib, kv_tokens, num_gpu_blocks_override)
-    direct = {k: v for k, v in zip(DIRECT_OPTIONS, values, strict=True) if v is not None}
-    if len(direct) > 1:
-        raise ValueError(f"give at most one of {', '.join(DIRECT_OPTIONS)}; got "
-                         f"{', '.join(direct)}")
-    if gpu_mem_gib is not None:
-        total = _check_nonneg("gpu_mem_gib", gpu_mem_gib) * GiB
-        if total <= 0:
-            raise ValueError(f"gpu_mem_gib must be > 0, got {gpu_mem_gib!r}")
-    elif g is not None:
-        total = g.mem_bytes
-    else:
-        total = math.nan
-    bpt = m.kv_bytes_per_token(kv_dtype, tp)
-    if direct:
-        (opt, val), = direct.items()
-        if opt == "kv_mem_gib":
-            gib = _check_nonneg("kv_mem_gib", val)
-            per_rank = gib * GiB / tp
-            return _Budget("kv_mem_gib", "kv_mem_gib / tp", None, total, per_rank, None)
-        n = _check_int(opt, val)
-        tokens = n if opt == "kv_tokens" else n * page_size
-        return _Budget(opt, f"{opt}" + ("" if opt == "kv_tokens" else " x page_size"), None,
+def _budget(mem: MemorySpec, m: ModelPreset, g: GpuPreset, page_size: int) -> _Budget:
+    """The KV budget per rank under the spec's direct size or budget rule (the spec has
+    already checked that at most one is given and that every number is in its domain)."""
+    total = mem.gpu_mem_gib * GiB if mem.gpu_mem_gib is not None else g.mem_bytes
+    tp = mem.tp
+    bpt = m.kv_bytes_per_token(mem.kv_dtype, tp)
+    rule = mem.rule
+    if rule == "kv_mem_gib":
+        assert mem.kv_mem_gib is not None
+        per_rank = mem.kv_mem_gib * GiB / tp
+        return _Budget(rule, "kv_mem_gib / tp", None, total, per_rank, None)
+    if rule in ("kv_tokens", "num_pages"):
+        n = mem.kv_tokens if rule == "kv_tokens" else mem.num_pages
+        assert n is not None
+        tokens = n if rule == "kv_tokens" else n * page_size
+        return _Budget(rule, rule + ("" if rule == "kv_tokens" else " x page_size"), None,
                        total, float(tokens * bpt), tokens)
-    key = rule.strip().lower()
-    if key not in BUDGET_RULES:
-        raise ValueError(f"unknown budget rule {rule!r}; known: "
-                         f"{', '.join([*BUDGET_RULES, *DIRECT_OPTIONS])}")
-    r = BUDGET_RULES[key]
-    if math.isnan(total):
-        raise ValueError(f"the {key} rule needs a GPU preset or gpu_mem_gib")
-    f = r.default_fraction(tp) if fraction is None else float(fraction)
-    if not 0 < f <= 1:
-        raise ValueError(f"{r.knob} (fraction) must be in (0, 1], got {fraction!r}")
-    per_rank = r.budget(total, m.weight_bytes(tp), act, non_torch, f)
-    return _Budget(key, f"{r.formula}  (f = {r.knob} = {f:g})", f, total, per_rank, None)
+    r = BUDGET_RULES[rule]
+    f = r.default_fraction(tp) if mem.mem_fraction is None else float(mem.mem_fraction)
+    per_rank = r.budget(total, m.weight_bytes(tp), mem.activation_peak_gib * GiB,
+                        mem.non_torch_gib * GiB, f)
+    return _Budget(rule, f"{r.formula}  (f = {r.knob} = {f:g})", f, total, per_rank, None)
 
 
 # -- the planner -----------------------------------------------------------------------------
 def plan(
-    model: ModelPreset | str,
-    gpu: GpuPreset | str | None = None,
+    memory: MemorySpec,
     *,
-    tp: int = 1,
-    kv_dtype: str = "bf16",
-    rule: str = "vllm",
-    fraction: float | None = None,
-    kv_mem_gib: float | None = None,
-    kv_tokens: int | None = None,
-    num_gpu_blocks_override: int | None = None,
-    gpu_mem_gib: float | None = None,
-    activation_peak_gib: float = DEFAULT_ACTIVATION_PEAK_GIB,
-    non_torch_gib: float = DEFAULT_NON_TORCH_GIB,
     page_size: int | None = None,
     max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS,
     context_len: int | None = None,
@@ -237,33 +150,32 @@ def plan(
     lengths: np.ndarray | Sequence[int] | None = None,
     page_sizes: Sequence[int] = PAGE_SIZES,
 ) -> PlanResult:
-    """Plan the KV pool of `model` on `tp` x `gpu` under one budget rule or direct size.
+    """Plan the KV pool that `memory` describes (model on `tp` GPUs, a direct size or a budget
+    rule; see kvcore.memory).
 
     `page_size` defaults to the rule's native page (vllm 16, sglang 1, trtllm 32, lmdeploy
-    64; 1 for the direct options). `context_len` defaults to the model's max_position.
-    `lengths` (final KV lengths of a workload) feed the per-page-size fragmentation table;
-    without them the table uses `context_len`. A budget below one page raises ValueError
-    saying how many GiB are missing.
+    64; 1 for the direct sizes). `context_len` defaults to the spec's maximum context (the
+    model's max_position unless it sets one). `lengths` (final KV lengths of a workload) feed
+    the per-page-size fragmentation table; without them the table uses `context_len`. A
+    budget below one page raises ValueError saying how many GiB are missing.
     """
-    m = _as_model(model)
-    g = _as_gpu(gpu)
-    tp = _check_int("tp", tp)
-    act = _check_nonneg("activation_peak_gib", activation_peak_gib) * GiB
-    nt = _check_nonneg("non_torch_gib", non_torch_gib) * GiB
-    direct_given = any(v is not None for v in (kv_mem_gib, kv_tokens, num_gpu_blocks_override))
+    m = memory.model_preset()
+    g = get_gpu(memory.gpu)
+    tp = memory.tp
+    act = memory.activation_peak_gib * GiB
+    nt = memory.non_torch_gib * GiB
     if page_size is None:
-        key = rule.strip().lower()
-        page_size = (1 if direct_given or key not in BUDGET_RULES
-                     else BUDGET_RULES[key].native_page_size)
+        rule = memory.rule
+        page_size = BUDGET_RULES[rule].native_page_size if rule in BUDGET_RULES else 1
     ps = _check_int("page_size", page_size)
     mrr = _check_int("max_running_requests", max_running_requests)
-    ctx = _check_int("context_len", m.max_position if context_len is None else context_len)
-    b = _budget(m, g, tp, kv_dtype, rule, fraction, kv_mem_gib, kv_tokens,
-                num_gpu_blocks_override, gpu_mem_gib, act, nt, ps)
+    ctx = _check_int("context_len", memory.resolved_max_context_len() if context_len is None
+                     else context_len)
+    b = _budget(memory, m, g, ps)
 
-    bpt = m.kv_bytes_per_token(kv_dtype, tp)
+    bpt = m.kv_bytes_per_token(memory.kv_dtype, tp)
     w_rank = m.weight_bytes(tp)
-    gpu_label = g.id if g is not None else (f"{gpu_mem_gib:g}GiB" if gpu_mem_gib else "-")
+    gpu_label = g.id
     where = f"{tp} x {gpu_label}" if tp > 1 else gpu_label
     page_bytes = bpt * ps
     if b.per_rank < page_bytes:
@@ -274,19 +186,17 @@ def plan(
             f"comes out at {b.per_rank / GiB:.2f} GiB per GPU; {short:.2f} GiB per GPU short "
             f"of one {ps}-token page (more GPUs via tp, a smaller model or a larger GPU)")
     warnings: list[str] = []
-    if not math.isnan(b.total):
-        used = w_rank + b.per_rank
-        if used > b.total:
-            over = (used - b.total) / GiB
-            raise ValueError(
-                f"{m.id} does not fit on {where}: weights {w_rank / GiB:.2f} GiB + KV "
-                f"{b.per_rank / GiB:.2f} GiB per GPU exceed {b.total / GiB:.2f} GiB by "
-                f"{over:.2f} GiB")
-        if used + act + nt > b.total:
-            warnings.append(
-                f"weights + KV leave {(b.total - used) / GiB:.2f} GiB per GPU, less than the "
-                f"activation peak + non-torch memory ({(act + nt) / GiB:.2f} GiB)")
-
+    used = w_rank + b.per_rank
+    if used > b.total:
+        over = (used - b.total) / GiB
+        raise ValueError(
+            f"{m.id} does not fit on {where}: weights {w_rank / GiB:.2f} GiB + KV "
+            f"{b.per_rank / GiB:.2f} GiB per GPU exceed {b.total / GiB:.2f} GiB by "
+            f"{over:.2f} GiB")
+    if used + act + nt > b.total:
+        warnings.append(
+            f"weights + KV leave {(b.total - used) / GiB:.2f} GiB per GPU, less than the "
+            f"activation peak + non-torch memory ({(act + nt) / GiB:.2f} GiB)")
     tokens_raw = b.tokens_unaligned if b.tokens_unaligned is not None else int(
         b.per_rank // bpt)
     pages = tokens_raw // ps
@@ -336,7 +246,7 @@ def plan(
     if tokens < ctx:
         warnings.append(f"the pool ({tokens} tokens) cannot hold one {ctx}-token request")
     return PlanResult(
-        model=m.id, gpu=gpu_label, tp=tp, kv_dtype=kv_dtype, weight_dtype=m.weight_dtype,
+        model=m.id, gpu=gpu_label, tp=tp, kv_dtype=memory.kv_dtype, weight_dtype=m.weight_dtype,
         budget_rule=b.rule, budget_formula=b.formula, fraction=b.fraction,
         gpu_mem_bytes=b.total, activation_peak_bytes=act, non_torch_bytes=nt,
         kv_bytes_per_token=bpt * tp, kv_bytes_per_token_per_rank=bpt,
@@ -349,82 +259,8 @@ def plan(
     )
 
 
-def resolve_kv_tokens(
-    model: ModelPreset | str,
-    gpu: GpuPreset | str | None,
-    tp: int = 1,
-    kv_dtype: str = "bf16",
-    *,
-    page_size: int = 1,
-    rule: str = "vllm",
-    fraction: float | None = None,
-    kv_mem_gib: float | None = None,
-    kv_tokens: int | None = None,
-    num_gpu_blocks_override: int | None = None,
-    gpu_mem_gib: float | None = None,
-    activation_peak_gib: float = DEFAULT_ACTIVATION_PEAK_GIB,
-    non_torch_gib: float = DEFAULT_NON_TORCH_GIB,
-) -> int:
-    """The slot count (a multiple of `page_size`) the simulator's pool gets for these memory
-    options; the same numbers `plan` reports as `kv_tokens`. ValueError if nothing fits."""
-    return plan(
-        model, gpu, tp=tp, kv_dtype=kv_dtype, rule=rule, fraction=fraction,
-        kv_mem_gib=kv_mem_gib, kv_tokens=kv_tokens,
-        num_gpu_blocks_override=num_gpu_blocks_override, gpu_mem_gib=gpu_mem_gib,
-        activation_peak_gib=activation_peak_gib, non_torch_gib=non_torch_gib,
-        page_size=page_size, context_len=1, concurrency_contexts=(1,), page_sizes=(page_size,),
-    ).kv_tokens
-
-
-# -- page-size recommendation ------------------------------------------------------------------
-@dataclass(frozen=True)
-class PageSizeRecommendation:
-    """The largest page size within `tolerance` of the best latency and the best hit rate."""
-
-    page_size: int
-    tolerance: float
-    best_latency_s: float
-    best_latency_page_size: int
-    best_hit_rate: float
-    best_hit_page_size: int
-    within_tolerance: bool  # False: nothing met both, the best-latency page size was taken
-    rule: str
-    rows: list[dict[str, float]]  # page_size, normalized_latency_s, prefix_hit_rate, flags
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendation:
-    """Pick from sweep rows (a pandas DataFrame with page_size, normalized_latency_s,
-    prefix_hit_rate; several rows per page size, e.g. seeds, are averaged).
-
-    Small pages pay per-page work, large pages pay rounding and missed reuse; the rule takes the
-    largest page size whose latency <= best x (1 + tol) and hit rate >= best x (1 - tol).
-    """
-    need = ("page_size", "normalized_latency_s", "prefix_hit_rate")
-    missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise ValueError(f"sweep rows lack column(s) {', '.join(missing)}")
-    if len(df) == 0:
-        raise ValueError("sweep rows are empty")
-    tol = _check_nonneg("tolerance", tolerance)
-    g = df.groupby("page_size", sort=True)[list(need[1:])].mean()
-    ps = g.index.to_numpy(dtype=np.int64)
-    lat = g["normalized_latency_s"].to_numpy(dtype=float)
-    hit = g["prefix_hit_rate"].to_numpy(dtype=float)
-    i_lat = int(np.nanargmin(lat))
-    i_hit = int(np.nanargmax(hit))
-    lat_ok = lat <= lat[i_lat] * (1 + tol)
-    hit_ok = hit >= hit[i_hit] * (1 - tol)
-    ok = lat_ok & hit_ok
-    chosen = int(ps[ok].max()) if ok.any() else int(ps[i_lat])
-    rows = [{"page_size": int(p), "normalized_latency_s": float(a), "prefix_hit_rate": float(h),
-             "latency_within": bool(lo), "hit_within": bool(ho)}
-            for p, a, h, lo, ho in zip(ps, lat, hit, lat_ok, hit_ok, strict=True)]
-    rule = (f"largest page size with normalized latency <= {lat[i_lat]:.4g} s x (1 + {tol:g}) "
-            f"and prefix hit rate >= {hit[i_hit]:.4g} x (1 - {tol:g})")
-    return PageSizeRecommendation(
-        page_size=chosen, tolerance=tol, best_latency_s=float(lat[i_lat]),
-        best_latency_page_size=int(ps[i_lat]), best_hit_rate=float(hit[i_hit]),
-        best_hit_page_size=int(ps[i_hit]), within_tolerance=bool(ok.any()), rule=rule, rows=rows)
+def resolve_kv_tokens(memory: MemorySpec, page_size: int = 1) -> int:
+    """The slot count (a multiple of `page_size`) the simulator's pool gets for `memory`; the
+    same number `plan` reports as `kv_tokens`. ValueError if nothing fits."""
+    return plan(memory, page_size=page_size, context_len=1, concurrency_contexts=(1,),
+                page_sizes=(page_size,)).kv_tokens

@@ -5,13 +5,10 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
-from kvcore.planner import (
-    DEFAULT_ACTIVATION_PEAK_GIB,
-    DEFAULT_NON_TORCH_GIB,
-    PageSizeRecommendation,
-    PlanResult,
-)
+from kvcore.memory import DEFAULT_ACTIVATION_PEAK_GIB, DEFAULT_NON_TORCH_GIB
+from kvcore.planner import PlanResult
 from kvcore.presets import GiB
+from reports.recommend import PageSizeRecommendation
 
 
 def _gib(n: float) -> str:

@@ -18,9 +18,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from reports.io import read_csv_or_empty, save_figure_atomic
+from reports.schema import PARTS_PCT as PART_COLUMNS
+from reports.schema import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
 
-PART_COLUMNS = ("token_states_pct", "cached_pct", "reserved_pct", "internal_frag_pct",
-                "external_frag_pct", "free_pct")
 PART_LABELS = ("token states", "cached (prefix)", "reserved", "internal frag.",
                "external frag.", "free")
 PART_COLORS = ("#2b6cb0", "#68d391", "#f6ad55", "#e53e3e", "#9f7aea", "#e2e8f0")
@@ -219,12 +219,12 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
 def plot_dir(results: str | Path, out: str | Path | None = None, **kw) -> list[Path]:
     """Figures from a results directory (summary.csv, and the parquet files when present)."""
     d = Path(results)
-    summary = read_csv_or_empty(d / "summary.csv")
+    summary = read_csv_or_empty(d / SUMMARY_FILE)
     if summary.empty:
         raise ValueError(f"DIR {str(d)!r} has no summary.csv with rows (expected the --out "
                          "directory of kvsim run / sweep / compare)")
-    req = d / "requests.parquet"
-    tl = d / "timeline.parquet"
+    req = d / REQUESTS_FILE
+    tl = d / TIMELINE_FILE
     return plot_results(summary, out or d / "figures",
                         requests=pd.read_parquet(req) if req.exists() else None,
                         timeline=pd.read_parquet(tl) if tl.exists() else None, **kw)

@@ -1,4 +1,4 @@
-"""Rich tables for the terminal: the memory breakdown and the latency summary."""
+"""Rich tables for the terminal: the memory breakdown, the latency summary, trace statistics."""
 
 from __future__ import annotations
 
@@ -80,3 +80,26 @@ def run_header(row: Mapping[str, Any]) -> str:
             f" | {row.get('model')} on {row.get('tp')} x {row.get('gpu')} | KV "
             f"{int(row.get('kv_tokens', 0)):,} slots ({row.get('memory_rule')}) | "
             f"seed {row.get('seed')}")
+
+
+def trace_stats_table(s: Mapping[str, Any]) -> Table:
+    """Length percentiles of a `workloads.trace_stats` result."""
+    t = Table(title=f"trace {s['name']}: {s['rows']:,} requests, {s['sessions']} sessions")
+    cols = ("mean", "p50", "p90", "p99", "min", "max")
+    for col in ("", *cols):
+        t.add_column(col, justify="right")
+    for key in ("input", "output"):
+        t.add_row(key, *(f"{s[key][k]:,.1f}" for k in cols))
+    return t
+
+
+def trace_stats_lines(s: Mapping[str, Any]) -> list[str]:
+    """The rest of a `workloads.trace_stats` result, one line each."""
+    rate = f"{s['rate']:.3f} req/s" if s["rate"] else "-"
+    lines = [f"duration {s['duration_s']:,.1f} s, rate {rate}, tokens in "
+             f"{s['input_tokens']:,} / out {s['output_tokens']:,}",
+             f"ideal prefix reuse at page size {s['page_size']}: {s['ideal_reuse']:.4f} "
+             f"({s['ideal_hit_tokens']:,} tokens)"]
+    if s["bad_rows"] or s["failed_rows"]:
+        lines.append(f"bad rows skipped: {s['bad_rows']}, failed: {s['failed_rows']}")
+    return lines

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pandas as pd
@@ -34,24 +34,16 @@ class SimResult:
 
 
 def build_policy(cfg: SimConfig, max_context_len: int):
+    """The policy `cfg` names. Its PolicyConfig takes every field it shares with SimConfig by
+    name (pool size, page size, placement, eviction, device, KV dtype); the rest is what the
+    engine derives: the resolved context, the batch limit as page-table rows, and the model's
+    KV geometry on one tensor-parallel rank. Shape-only KV (no buffer) in simulations."""
     model = get_model(cfg.model)
-    return make_policy(
-        cfg.policy,
-        PolicyConfig(
-            kv_tokens=cfg.kv_tokens,
-            page_size=cfg.page_size,
-            max_context_len=max_context_len,
-            max_requests=cfg.max_running_requests,
-            device=cfg.device,
-            placement=cfg.placement,
-            eviction=cfg.eviction,
-            num_layers=model.num_layers,
-            num_kv_heads=model.kv_heads_per_rank(cfg.tp),
-            head_dim=model.head_dim,
-            kv_dtype=cfg.kv_dtype,
-            store_kv=False,
-        ),
-    )
+    shared = {f.name: getattr(cfg, f.name) for f in fields(PolicyConfig) if hasattr(cfg, f.name)}
+    derived = {"max_context_len": max_context_len, "max_requests": cfg.max_running_requests,
+               "num_layers": model.num_layers, "num_kv_heads": model.kv_heads_per_rank(cfg.tp),
+               "head_dim": model.head_dim, "store_kv": False}
+    return make_policy(cfg.policy, PolicyConfig(**{**shared, **derived}))
 
 
 def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:

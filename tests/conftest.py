@@ -1,6 +1,7 @@
 """Shared pytest setup: one torch thread, so CPU tests behave the same on small CI machines;
 tests marked `slow` (minutes each) run only with `--run-slow`; the quick validation run,
-computed once per session for the validation and CLI tests."""
+computed once per session for the validation and CLI tests; the model preset table restored
+after every test."""
 
 import os
 
@@ -28,7 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def quick_validation(tmp_path_factory):
     """`run_validation(quick=True)`, run from an empty working directory that must stay empty:
     the run itself writes nothing (the CLI test covers the command around it)."""
-    from simulator.validation import run_validation
+    from experiments.validation import run_validation
 
     cwd = tmp_path_factory.mktemp("validation-cwd")
     before = os.getcwd()
@@ -39,3 +40,15 @@ def quick_validation(tmp_path_factory):
         os.chdir(before)
     assert not list(cwd.iterdir()), f"run_validation wrote into the cwd: {list(cwd.iterdir())}"
     return df
+
+
+@pytest.fixture(autouse=True)
+def _restore_model_presets():
+    """`--model-config` registers the loaded model in the global preset table; keep that from
+    leaking into other tests."""
+    from kvcore.presets import MODELS
+
+    saved = dict(MODELS)
+    yield
+    MODELS.clear()
+    MODELS.update(saved)

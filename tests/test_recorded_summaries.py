@@ -20,7 +20,10 @@ from typer.testing import CliRunner
 
 RECORDED = Path(__file__).parent / "data" / "recorded_summaries.csv"
 NOT_RESULTS = {"sim_wall_s", "config_hash", "out"}  # out: the temporary directory
-RENAMED: dict[str, str] = {}  # recorded column -> current column
+RENAMED: dict[str, str] = {  # recorded column -> current column
+    "duration": "duration_s", "think_time": "think_time_s", "level_interval": "level_interval_s",
+    "warmup": "warmup_s", "timeline_interval": "timeline_interval_s",
+}
 
 ALL_POLICIES = "paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,contiguous-oracle"
 COMMON = ["--no-progress", "--no-plot", "--latency", "roofline"]

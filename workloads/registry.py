@@ -35,7 +35,7 @@ from workloads.lengths import (
     length_model,
 )
 from workloads.request import Workload
-from workloads.spec import DEFAULT_WORKLOAD, WorkloadSpec
+from workloads.spec import DEFAULT_WORKLOAD, WorkloadSpec, register_workload_names
 from workloads.traces.load import load_trace
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -144,6 +144,9 @@ def list_workloads() -> dict[str, str]:
     return out
 
 
+register_workload_names(list_workloads)  # WorkloadSpec validates --workload against them
+
+
 def _trace_options(spec: WorkloadSpec, rate: float | None, num: int | None) -> dict:
     bounded = spec.num_requests is not None or spec.duration_s is not None
     return dict(
@@ -169,12 +172,7 @@ def build_workload(spec: WorkloadSpec | None = None) -> Workload:
         w.description = desc
         w.meta["source"] = f"bundled:{path.name}"
         return w
-    entry = _SYNTHETIC.get(spec.name)
-    if entry is None:
-        raise WorkloadError(
-            f"unknown workload {spec.name!r} (choose from {', '.join(list_workloads())}, "
-            "or give a trace file)"
-        )
+    entry = _SYNTHETIC[spec.name]  # a known name: WorkloadSpec checked it
     kind = spec.arrival or "poisson"
     if kind == "trace":
         raise WorkloadError(

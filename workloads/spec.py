@@ -1,54 +1,130 @@
-"""`WorkloadSpec`: every knob of a workload in one dataclass.
+"""`WorkloadSpec`: every knob of a workload in one frozen dataclass.
 
-The CLI maps its options onto these fields one to one (option `--rate-scale` is field
-`rate_scale`), so keep names in step with the options. `None` means "the named workload's
-default" (see `workloads.registry.list_workloads`).
+Each field is one command-line option and experiment-file key of kvsim's run commands
+(`rate_scale` is `--rate-scale`; `name` is `--workload`), declared with its help, allowed
+values and domain (kvcore.fields.spec_field), and validated once, when the spec is built.
+`None` means "the named workload's default" (see `workloads.registry.list_workloads`).
+
+Two fields are not options of a composed run: `seed` and `max_context_len` come from the
+run's `--seed` and its model's maximum context (experiments.options fills them in).
+
+The built-in workload names belong to workloads.registry, which imports this module; it hands
+its names over with `register_workload_names` instead of this module importing it back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
+from workloads.errors import WorkloadError
+from workloads.traces.formats import TRACE_FORMATS
 from workloads.traces.load import DEFAULT_MAX_CONTEXT_LEN
 
 DEFAULT_WORKLOAD = "sharegpt"
+ARRIVALS = ("poisson", "gamma", "fixed", "trace")
+LENGTH_MODELS = ("sharegpt", "alpaca", "sharegpt-real", "fixed", "uniform", "lognormal")
+
+_NAME_SOURCES: list[Callable[[], Iterable[str]]] = []
 
 
-@dataclass
+def register_workload_names(source: Callable[[], Iterable[str]]) -> None:
+    """Called by workloads.registry at import: where the built-in names come from."""
+    _NAME_SOURCES.append(source)
+
+
+def workload_names() -> list[str]:
+    """The built-in workloads (registered by workloads.registry, which every import of this
+    package loads first: workloads/__init__.py imports it)."""
+    return [n for source in _NAME_SOURCES for n in source()]
+
+
+def _positive(hi: float) -> Domain:
+    return Domain(1, hi)
+
+
+_NONNEG = Domain(0)
+_ABOVE_ZERO = Domain(0, lo_inclusive=False)
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     """What to generate or load. `trace` (a file path) wins over `name`."""
 
-    name: str = DEFAULT_WORKLOAD
-    trace: str | None = None
-    format: str = "auto"
-    skip_bad_rows: bool = False
+    name: str = spec_field(DEFAULT_WORKLOAD, "built-in workload (see `kvsim workloads`)",
+                           choices=workload_names, option="workload")
+    trace: str | None = spec_field(None, "trace file to replay (wins over --workload)",
+                                   path=True)
+    format: str = spec_field("auto", "trace format", choices=TRACE_FORMATS)
+    skip_bad_rows: bool = spec_field(False, "skip malformed trace rows instead of failing")
     # arrivals
-    rate: float | None = None  # per second: requests, or prompt groups / sessions / trees
-    arrival: str | None = None  # poisson | gamma | fixed | trace; None: trace if it has times
-    cv: float = 1.0  # gamma only
-    rate_scale: float = 1.0  # trace replay speed-up
-    duration_s: float | None = None
-    num_requests: int | None = None
+    rate: float | None = spec_field(None, "arrival rate per second (default: the workload's)",
+                                    domain=_ABOVE_ZERO)  # requests, groups, sessions or trees
+    arrival: str | None = spec_field(None, "arrival process (default: trace times if any, "
+                                     "else poisson)", choices=ARRIVALS)
+    cv: float = spec_field(1.0, "coefficient of variation of gamma arrivals",
+                           domain=_ABOVE_ZERO)
+    rate_scale: float = spec_field(1.0, "trace replay speed-up", domain=_ABOVE_ZERO)
+    duration_s: float | None = spec_field(
+        None, "seconds of arrivals to generate; also ends the measurement window",
+        flags=("--duration",), domain=_ABOVE_ZERO)
+    num_requests: int | None = spec_field(None, "number of requests (default: the "
+                                          "workload's)", domain=_positive(MAX_I32))
     # output limits
-    max_new_tokens: int | None = None
-    max_context_len: int = DEFAULT_MAX_CONTEXT_LEN
-    seed: int = 0
+    max_new_tokens: int | None = spec_field(None, "cap on output tokens per request",
+                                            domain=_positive(MAX_TOKENS))
+    max_context_len: int = spec_field(DEFAULT_MAX_CONTEXT_LEN, "max context length",
+                                      domain=_positive(MAX_TOKENS), derived="max_context_len")
+    seed: int = spec_field(0, "random seed", domain=Domain(0, MAX_SEED), derived="seed")
     # lengths (synthetic workloads)
-    lengths: str | None = None  # sharegpt | alpaca | sharegpt-real | fixed | uniform | lognormal
-    input_len: int = 512
-    output_len: int = 128
-    spread: float = 0.5  # uniform: mean * (1 -/+ spread)
-    sigma: float = 1.0  # lognormal
+    lengths: str | None = spec_field(None, "length model of synthetic workloads",
+                                     choices=LENGTH_MODELS)
+    input_len: int = spec_field(512, "mean prompt length (fixed/uniform/lognormal; tot root)",
+                                domain=_positive(MAX_TOKENS))
+    output_len: int = spec_field(128, "mean output length (fixed/uniform/lognormal)",
+                                 domain=_positive(MAX_TOKENS))
+    spread: float = spec_field(0.5, "uniform lengths: mean x (1 -/+ spread)",
+                               domain=Domain(0, 1))
+    sigma: float = spec_field(1.0, "lognormal lengths: sigma", domain=_NONNEG)
     # prefix-sharing generators
-    prefix_len: int = 1024  # kshot: shared prefix S
-    question_len: int = 128  # kshot: question Q; tot: per-node instruction
-    num_prefixes: int = 1  # kshot: distinct shared prefixes
-    num_turns: int = 4  # chat
-    turn_input_min: int = 256  # chat: new input per turn, uniform on [min, max]
-    turn_input_max: int = 512
-    think_time_s: float = 5.0  # chat: mean exponential think time
-    system_len: int = 0  # chat: shared system prompt
-    depth: int = 2  # tot: levels below the root
-    branching: int = 3  # tot: children per node
-    level_interval_s: float = 2.0  # tot: delay between levels
-    num_samples: int = 4  # parallel sampling: outputs per prompt
+    prefix_len: int = spec_field(1024, "kshot: shared prefix length", domain=Domain(0, MAX_TOKENS))
+    question_len: int = spec_field(128, "kshot: question length; tot: per-node instruction",
+                                   domain=_positive(MAX_TOKENS))
+    num_prefixes: int = spec_field(1, "kshot: distinct shared prefixes",
+                                   domain=_positive(MAX_I32))
+    num_turns: int = spec_field(4, "chat: turns per session", domain=_positive(MAX_I32))
+    turn_input_min: int = spec_field(256, "chat: min new input per turn",
+                                     domain=_positive(MAX_TOKENS))
+    turn_input_max: int = spec_field(512, "chat: max new input per turn",
+                                     domain=_positive(MAX_TOKENS))
+    think_time_s: float = spec_field(5.0, "chat: mean think time (s)", flags=("--think-time",),
+                                     domain=_NONNEG)
+    system_len: int = spec_field(0, "chat: shared system prompt length",
+                                 domain=Domain(0, MAX_TOKENS))
+    depth: int = spec_field(2, "tot: levels below the root", domain=Domain(0, 64))
+    branching: int = spec_field(3, "tot: children per node", domain=_positive(MAX_TOKENS))
+    level_interval_s: float = spec_field(2.0, "tot: delay between levels (s)",
+                                         flags=("--level-interval",), domain=_NONNEG)
+    num_samples: int = spec_field(4, "parallel-sampling: outputs per prompt",
+                                  domain=_positive(MAX_I32))
+
+    def __post_init__(self) -> None:
+        check_fields(self, error=WorkloadError)
+        if self.turn_input_min > self.turn_input_max:
+            raise WorkloadError(f"--turn-input-min {self.turn_input_min} is above "
+                                f"--turn-input-max {self.turn_input_max}")
+        if self.prompts_per_tree() > MAX_TOKENS:
+            raise WorkloadError(f"--depth {self.depth} with --branching {self.branching} makes "
+                                f"more than {MAX_TOKENS:,} prompts per tree")
+
+    def prompts_per_tree(self) -> int:
+        """tot: 1 + b + b^2 + ... + b^depth (stops counting once past MAX_TOKENS)."""
+        nodes, level = 0, 1
+        for _ in range(self.depth + 1):
+            nodes += level
+            level *= self.branching
+            if nodes > MAX_TOKENS:
+                break
+        return nodes
+

@@ -21,15 +21,3 @@ def invoke():
         return runner.invoke(app, [str(a) for a in args])
 
     return _invoke
-
-
-@pytest.fixture(autouse=True)
-def _restore_model_presets():
-    """`--model-config` registers the loaded model in the global preset table; keep that from
-    leaking into other tests."""
-    from kvcore.presets import MODELS
-
-    saved = dict(MODELS)
-    yield
-    MODELS.clear()
-    MODELS.update(saved)

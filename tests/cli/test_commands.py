@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports.results import METRICS, PARTS_PCT
+from reports.schema import METRICS, PARTS_PCT
 from tests.cli.conftest import TINY
 
 FIXTURES = Path(__file__).resolve().parents[1] / "workloads" / "fixtures"

@@ -15,9 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports.executors import DASK_MISSING, DaskExecutor, LocalExecutor
-from reports.results import run_cell, run_sweep
-from simulator.options import RunOptions, cells
+from experiments.executors import DASK_MISSING, DaskExecutor, LocalExecutor
+from experiments.grid import cells
+from experiments.options import RunOptions
+from experiments.runner import run_cell, run_sweep
 from tests.cli.conftest import TINY
 
 distributed = pytest.importorskip("distributed")
@@ -110,6 +111,9 @@ def test_duplicate_results_written_once(tmp_path):
     class Twice(LocalExecutor):
         """Reports every cell twice, as a re-run of a lost worker's task could."""
 
+        def __init__(self) -> None:
+            super().__init__(run_cell)
+
         def run_cells(self, cells, jobs, on_result):
             for c in cells:
                 row = run_cell(c)
@@ -125,7 +129,7 @@ def test_unreachable_scheduler_is_a_user_error(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ex = DaskExecutor(f"tcp://127.0.0.1:{port}", connect_timeout=1)
+    ex = DaskExecutor(f"tcp://127.0.0.1:{port}", fn=run_cell, connect_timeout=1)
     grid = cells(RunOptions.from_mapping(BASE), {"page_size": [4]})
     with pytest.raises(ValueError, match="cannot connect"):
         run_sweep(grid, tmp_path / "sw", progress=False, executor=ex)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import string
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli import SWEEP_AXES, app
+from experiments.options import OPTIONS
+from kvcore.fields import flag
 from kvcore.presets import ALIASES, get_model
-from simulator.options import RunOptions, allowed_values, field_type, flag
 
 FIXTURES = Path(__file__).resolve().parents[1] / "workloads" / "fixtures"
 RUNNER = CliRunner()
@@ -73,6 +73,14 @@ def assert_user_error(r, args, *names: str) -> None:
     assert any(n in lines[0] for n in names), (args, names, lines[0])
 
 
+def field_type(name: str) -> type:
+    return OPTIONS[name].type
+
+
+def allowed_values(name: str) -> list[str] | None:
+    return OPTIONS[name].allowed()
+
+
 def base_without(*options: str) -> list[str]:
     return [x for kv in BASE.items() if kv[0] not in options for x in kv]
 
@@ -98,10 +106,10 @@ def _parses(text: str, kind: type) -> bool:
     return True
 
 
-NUMERIC = [f.name for f in fields(RunOptions) if field_type(f.name) in (int, float)]
-CHOICE = [f.name for f in fields(RunOptions) if allowed_values(f.name)]
+NUMERIC = [name for name in OPTIONS if field_type(name) in (int, float)]
+CHOICE = [name for name in OPTIONS if allowed_values(name)]
 # options whose documented domain excludes 0 (others take 0: a length, a delay, a seed...)
-POSITIVE = {"rate", "cv", "rate_scale", "duration", "num_requests", "max_new_tokens",
+POSITIVE = {"rate", "cv", "rate_scale", "duration_s", "num_requests", "max_new_tokens",
             "input_len", "output_len", "question_len", "num_prefixes", "num_turns",
             "turn_input_min", "turn_input_max", "branching", "num_samples", "page_size",
             "gpu_mem_gib", "tp", "max_context_len", "kv_tokens", "num_pages", "kv_mem_gib",
@@ -186,32 +194,32 @@ def _i(lo: int, hi: int):
 
 VALID: dict[str, st.SearchStrategy] = {
     "--rate": _f(0.1, 100), "--cv": _f(0.1, 4), "--rate-scale": _f(0.1, 10),
-    "--duration": _f(1, 100), "--num-requests": _i(1, 5), "--max-new-tokens": _i(1, 64),
+    "--duration-s": _f(1, 100), "--num-requests": _i(1, 5), "--max-new-tokens": _i(1, 64),
     "--input-len": _i(1, 64), "--output-len": _i(1, 64), "--spread": _f(0, 1),
     "--sigma": _f(0, 2), "--prefix-len": _i(0, 64), "--question-len": _i(1, 64),
     "--num-prefixes": _i(1, 4), "--num-turns": _i(1, 4), "--turn-input-min": _i(1, 256),
-    "--turn-input-max": _i(256, 600), "--think-time": _f(0, 10), "--system-len": _i(0, 64),
-    "--depth": _i(0, 3), "--branching": _i(1, 3), "--level-interval": _f(0, 5),
+    "--turn-input-max": _i(256, 600), "--think-time-s": _f(0, 10), "--system-len": _i(0, 64),
+    "--depth": _i(0, 3), "--branching": _i(1, 3), "--level-interval-s": _f(0, 5),
     "--num-samples": _i(1, 4), "--page-size": st.sampled_from(["1", "2", "16", "64", "256"]),
     "--gpu-mem-gib": _f(80, 4096), "--tp": st.sampled_from(["1", "2", "4", "8"]),
     "--max-context-len": _i(64, 4096), "--kv-tokens": _i(256, 8192),
     "--num-pages": _i(16, 512), "--kv-mem-gib": _f(0.01, 1), "--mem-fraction": _f(0.5, 0.95),
     "--activation-peak-gib": _f(0, 8), "--non-torch-gib": _f(0, 4),
     "--max-running-requests": _i(1, 64), "--max-prefill-tokens": _i(1, 4096),
-    "--chunked-prefill-size": _i(0, 4096), "--warmup": _f(0, 10),
-    "--timeline-interval": st.sampled_from(["0", "0.01", "0.5"]), "--seed": _i(0, 2**32),
+    "--chunked-prefill-size": _i(0, 4096), "--warmup-s": _f(0, 10),
+    "--timeline-interval-s": st.sampled_from(["0", "0.01", "0.5"]), "--seed": _i(0, 2**32),
     "--slo-ttft": _f(0.01, 10),
     "--slo-tpot": _f(0.01, 10), "--device": st.just("cpu"),
 }
 for _name in CHOICE:
     VALID[flag(_name)] = st.sampled_from(allowed_values(_name))
 VALID["--arrival"] = st.sampled_from(["poisson", "gamma", "fixed"])  # 'trace' needs a trace
-BOOLS = [flag(f.name) for f in fields(RunOptions) if field_type(f.name) is bool]
+BOOLS = [flag(name) for name in OPTIONS if field_type(name) is bool]
 
 
 def test_every_option_is_fuzzed():
     """A new option must get a valid strategy here (and is then fuzzed both ways)."""
-    names = {flag(f.name) for f in fields(RunOptions)}
+    names = {flag(name) for name in OPTIONS}
     covered = set(VALID) | set(BOOLS) | {"--trace", "--model-config", "--out"}
     assert names <= covered, names - covered
 

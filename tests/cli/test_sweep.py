@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.results import pending_cells, run_cell
-from simulator.options import RunOptions, cells
+from experiments.grid import cells
+from experiments.options import RunOptions
+from experiments.runner import pending_cells, run_cell
 from tests.cli.conftest import TINY
 from tests.cli.test_commands import assert_png_not_blank
 
@@ -64,7 +65,7 @@ def test_interrupted_sweep_subset_then_full(tmp_path):
     # the first two cells finished before the "crash"
     pd.DataFrame([run_cell(c.to_dict()) for c in grid[:2]]).to_csv(summary, index=False)
     todo, skipped = pending_cells(grid, summary)
-    assert skipped == 2 and [c.page_size for c in todo] == [16, 64]
+    assert skipped == 2 and [c.policy.page_size for c in todo] == [16, 64]
     # duplicates in a grid run once
     todo, _ = pending_cells(grid + grid, tmp_path / "none.csv")
     assert len(todo) == 4

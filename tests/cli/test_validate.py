@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from simulator import validation
+from experiments import validation
+from reports.validation_report import render_validation_markdown, summary_line
 
 
 def test_validate_writes_nothing_in_the_cwd_by_default(invoke, quick_validation: pd.DataFrame,
@@ -17,10 +18,10 @@ def test_validate_writes_nothing_in_the_cwd_by_default(invoke, quick_validation:
     assert r.exit_code == 0, r.output
     assert list(tmp_path.iterdir()) == []
     assert "## Paper rows simulated by kvsim" in r.stdout
-    assert validation.summary_line(quick_validation) in r.stdout
+    assert summary_line(quick_validation) in r.stdout
 
     out = tmp_path / "elsewhere" / "report.md"
     r = invoke("validate", "--quick", "--out", out)
     assert r.exit_code == 0, r.output
-    assert out.read_text() == validation.render_validation_markdown(quick_validation)
+    assert out.read_text() == render_validation_markdown(quick_validation)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere"]

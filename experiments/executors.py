@@ -1,10 +1,12 @@
 """Where the cells of a sweep run: local processes or a Dask cluster.
 
-Every executor has one method, `run_cells(cells, jobs, on_result)`: each cell is a plain dict
-of option values, shipped to `run_cell` (reports/results.py) wherever the executor runs it,
-and `on_result(row)` is called in this process as each cell finishes (any order). The sweep
-itself (what is pending, writing summary.csv, de-duplicating rows) stays in `run_sweep`, so
-the executors only differ in where the work happens.
+An executor is given the cell function when it is made (`fn`: a plain dict of option values
+-> a summary row; the sweep passes experiments.runner.run_cell) and has one method,
+`run_cells(cells, jobs, on_result)`: each cell is shipped to `fn` wherever the executor runs
+it, and `on_result(row)` is called in this process as each cell finishes (any order). The
+sweep itself (what is pending, writing summary.csv, de-duplicating rows) stays in
+experiments.runner.run_sweep, so the executors only differ in where the work happens; and
+since they receive the function instead of importing it, nothing here imports the runner.
 
 Dask is an optional dependency: it is imported when a `DaskExecutor` is made, and a missing
 install is a user error (one line saying how to install it).
@@ -23,6 +25,7 @@ from typing import Any, Protocol
 import kvcore
 
 EXECUTORS = ("local", "dask")
+MAX_JOBS = 1024
 DASK_MISSING = ("--executor dask needs Dask, which is not installed: pip install "
                 "'kvsim[dask]' (in a checkout: pip install -e \".[dask]\")")
 
@@ -31,10 +34,10 @@ Row = dict[str, Any]
 CellFn = Callable[[Cell], Row]
 
 
-def _run_cell(cell: Cell) -> Row:
-    from reports.results import run_cell
-
-    return run_cell(cell)
+def check_jobs(jobs: int) -> None:
+    """--jobs: how many processes run cells."""
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"--jobs must be in [1, {MAX_JOBS}], got {jobs}")
 
 
 class Executor(Protocol):
@@ -49,15 +52,19 @@ class LocalExecutor:
     """`jobs` processes on this machine: this one (already warm: its imports are done) plus
     `jobs - 1` workers from a fork server. This process starts on the first cell at once
     while the workers start up, so worker start-up is off the critical path; cells are handed
-    out one at a time, whoever is free next takes the next one."""
+    out one at a time, whoever is free next takes the next one.
 
-    def __init__(self, fn: CellFn = _run_cell) -> None:
+    `preload`: modules the fork server imports once, before it forks workers (the cell
+    function's module is always among them)."""
+
+    def __init__(self, fn: CellFn, preload: Sequence[str] = ()) -> None:
         self.fn = fn
+        self.preload = list(dict.fromkeys([fn.__module__, *preload]))
 
     def warm_up(self, jobs: int) -> None:
         """With jobs > 1, start the fork server (it imports torch, SimPy, pandas and kvsim,
         about 2 s on a small machine) while this process is still setting up."""
-        ctx = _process_context()
+        ctx = _process_context(self.preload)
         if jobs > 1 and ctx.get_start_method() == "forkserver":
             from multiprocessing import forkserver
 
@@ -96,7 +103,8 @@ class LocalExecutor:
             while not finished.empty():
                 on_result(finished.get().result())  # a worker's error is raised here
 
-        with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=_process_context()) as pool:
+        with ProcessPoolExecutor(max_workers=jobs - 1,
+                                 mp_context=_process_context(self.preload)) as pool:
             feeder = threading.Thread(target=feed, args=(pool,), name="kvsim-feeder",
                                       daemon=True)
             feeder.start()
@@ -116,16 +124,16 @@ class LocalExecutor:
             feeder.join()
 
 
-def _process_context():
+def _process_context(preload: list[str]):
     """Worker processes that start warm: where available a fork server that has already
-    imported torch, SimPy, pandas and kvsim hands out forks (about 2 s of imports saved per
-    worker on a small machine); elsewhere plain spawn. Never a bare fork of this process,
-    whose threads and torch state a fork would copy."""
+    imported `preload` (torch, SimPy, pandas and kvsim) hands out forks (about 2 s of imports
+    saved per worker on a small machine); elsewhere plain spawn. Never a bare fork of this
+    process, whose threads and torch state a fork would copy."""
     import multiprocessing
 
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["reports.results", "simulator.run", "workloads.registry"])
+        ctx.set_forkserver_preload(preload)
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -145,9 +153,8 @@ class DaskExecutor:
     sweep, so a test can never hang.
     """
 
-    def __init__(self, address: str | None = None, *, fn: CellFn = _run_cell,
-                 retries: int = 2, timeout: float | None = None,
-                 connect_timeout: float = 10.0) -> None:
+    def __init__(self, address: str | None = None, *, fn: CellFn, retries: int = 2,
+                 timeout: float | None = None, connect_timeout: float = 10.0) -> None:
         try:
             import distributed  # noqa: F401
         except ImportError:
@@ -217,12 +224,13 @@ class DaskExecutor:
                 cluster.close(timeout=30)
 
 
-def make_executor(name: str, scheduler_address: str | None = None) -> Executor:
-    """The executor for `--executor NAME [--scheduler-address ADDR]`."""
+def make_executor(name: str, fn: CellFn, scheduler_address: str | None = None,
+                  preload: Sequence[str] = ()) -> Executor:
+    """The executor for `--executor NAME [--scheduler-address ADDR]`, running `fn`."""
     if name not in EXECUTORS:
         raise ValueError(f"--executor {name!r} is not one of: {', '.join(EXECUTORS)}")
     if name == "dask":
-        return DaskExecutor(scheduler_address)
+        return DaskExecutor(scheduler_address, fn=fn)
     if scheduler_address is not None:
         raise ValueError("--scheduler-address needs --executor dask")
-    return LocalExecutor()
+    return LocalExecutor(fn, preload)

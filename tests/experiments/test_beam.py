@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.allocator import PagedAllocator
-from simulator.beam import (
+from experiments.validation.beam import (
     SURVIVORS,
     BeamConfig,
     BeamGroup,
@@ -17,6 +16,7 @@ from simulator.beam import (
     sharing_bounds,
     top_logits,
 )
+from kvcore.allocator import PagedAllocator
 
 
 def _group(prompt: int, width: int, ps: int, longest: int):

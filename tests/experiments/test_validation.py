@@ -1,19 +1,20 @@
 """The quick validation run: the rows that must hold on any machine, each row's kind, the
-report writer and the drift check behind `python -m simulator.validation --check`."""
+report writer and the drift check behind `python -m experiments.validation --check`."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from simulator import validation
-from simulator.validation import (
+from experiments import validation
+from reports.validation_report import (
     COLUMNS,
     CROSS_CHECK,
     IDENTITY,
     KINDS,
     NOT_REPRODUCED,
     REPRODUCED,
+    parse_report_rows,
     render_validation_markdown,
     report_drift,
     summary_line,
@@ -152,15 +153,16 @@ def test_doc_generator_check_and_write(quick: pd.DataFrame, tmp_path, monkeypatc
     assert validation.main(["--check", "--out", str(report)]) == 1
     assert "row no longer produced" in capsys.readouterr().out
     assert validation.REPO_REPORT.parts[-2:] == ("docs", "validation.md")
-    assert (validation.REPO_REPORT.parent.parent / "simulator" / "validation.py").is_file()
+    assert (validation.REPO_REPORT.parent.parent / "experiments" / "validation"
+            / "__init__.py").is_file()
 
 
 def test_committed_report_is_consistent() -> None:
     """docs/validation.md as committed: every row has a kind, paper rows pass exactly when they
     are reproduced, and its counts line agrees with its own rows (the values themselves are
-    held to a fresh run by `python -m simulator.validation --check`)."""
+    held to a fresh run by `python -m experiments.validation --check`)."""
     text = validation.REPO_REPORT.read_text(encoding="utf-8")
-    rows = list(validation.parse_report_rows(text).values())
+    rows = list(parse_report_rows(text).values())
     assert len(rows) >= 40
     kinds = [r["kind"] for r in rows]
     assert set(kinds) <= set(KINDS)

@@ -1,0 +1,76 @@
+"""The sweep grid: which options a sweep can vary, how their lists are written, the cells.
+
+A sweep is the cross product of a few option lists (`--page-sizes 1..256 --policies
+paged,vllm`) applied to one set of options; each combination is a cell, a `RunOptions`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from experiments.options import RunOptions
+
+# the options a sweep can vary -> the sweep flag listing its values
+SWEEP_AXES = {"page_size": "--page-sizes", "policy": "--policies",
+              "placement": "--placements", "rate": "--rates", "kv_tokens": "--kv-tokens",
+              "seed": "--seeds", "workload": "--workloads"}
+# a sweep axis in a TOML file (`page_size = [1, 16]`) -> the sweep parameter it fills
+AXIS_PARAMS = {"page_size": "page_sizes", "policy": "policies", "placement": "placements",
+               "rate": "rates", "kv_tokens": "kv_tokens", "seed": "seeds",
+               "workload": "workloads"}
+AXIS_TYPES: dict[str, type] = {"page_size": int, "policy": str, "placement": str, "rate": float,
+                               "kv_tokens": int, "seed": int, "workload": str}
+DEFAULT_PAGE_SIZES = "1,2,4,8,16,32,64,128,256"
+
+
+def parse_list(text: str | None, kind: type, name: str) -> list[Any] | None:
+    """'1,2,4' -> [1, 2, 4]; 'a..b' (ints) -> the powers of two from a to b; None -> None."""
+    if text is None:
+        return None
+    out: list[Any] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if ".." in part and kind is int:
+                lo, hi = (int(x) for x in part.split(".."))
+                if lo <= 0 or hi < lo:
+                    raise ValueError
+                v = lo
+                while v <= hi:
+                    out.append(v)
+                    v *= 2
+            else:
+                out.append(kind(part))
+        except ValueError:
+            raise ValueError(f"{name} {text!r}: expected a comma list of {kind.__name__}s"
+                             + (" (or a..b for powers of two)" if kind is int else "")) from None
+    if not out:
+        raise ValueError(f"{name} is empty")
+    return out
+
+
+def sweep_axes(lists: Mapping[str, str | None]) -> dict[str, list[Any]]:
+    """The grid from the sweep flags' texts (option name -> comma list, None: not given, the
+    option's single value is used)."""
+    axes: dict[str, list[Any]] = {}
+    for name, text in lists.items():
+        values = parse_list(text, AXIS_TYPES[name], SWEEP_AXES[name])
+        if values is not None:
+            axes[name] = values
+    return axes
+
+
+def cells(base: RunOptions, axes: Mapping[str, Iterable[Any]]) -> list[RunOptions]:
+    """The cross product of `axes` (option name -> values) applied to `base`, in order; every
+    cell is validated as it is built, so a bad value fails before anything runs."""
+    names = list(axes)
+    return [RunOptions.from_mapping(dict(zip(names, combo, strict=True)), base)
+            for combo in itertools.product(*(list(axes[n]) for n in names))]
+
+
+__all__ = ["AXIS_PARAMS", "DEFAULT_PAGE_SIZES", "SWEEP_AXES", "cells", "parse_list",
+           "sweep_axes"]

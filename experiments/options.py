@@ -1,0 +1,274 @@
+"""`RunOptions`: the options of one simulation, composed of one frozen spec per concern.
+
+| attribute  | spec           | defined in         | holds                                       |
+|------------|----------------|--------------------|---------------------------------------------|
+| `workload` | `WorkloadSpec` | workloads/spec.py  | trace or generator, arrivals, lengths       |
+| `policy`   | `PolicySpec`   | simulator/specs.py | policy, placement, eviction, page size      |
+| `memory`   | `MemorySpec`   | kvcore/memory.py   | model, GPU, TP, KV dtype, pool size or rule |
+| `engine`   | `EngineSpec`   | simulator/specs.py | admission, batches, latency, window, seed   |
+| `output`   | `OutputSpec`   | here               | output directory, SLO marks                 |
+
+Every field declared with `kvcore.fields.spec_field` is an option. `OPTIONS` lists them, in
+the order summary.csv shows them, under their one name: the command-line flag (`page_size` is
+`--page-size`), the experiment-file key (`page_size` or `page-size`) and the summary column.
+The CLI generates its options from `OPTIONS`; each spec validates its own fields when it is
+built; nothing else holds a name, a default or a check. Extra spellings declared on a field
+(old names such as `--think-time`, vLLM's `--num-gpu-blocks-override`) are accepted wherever
+the name is.
+
+`sim_config()` builds the engine's flat `SimConfig` from the resolved options by field name (no
+field is copied by hand); `workload_spec()` is the workload with its two derived fields (seed,
+maximum context) filled in. Memory is resolved by `kvcore.planner.resolve_kv_tokens`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from kvcore.fields import (
+    MAX_I32,
+    Domain,
+    allowed_values,
+    check_fields,
+    field_types,
+    flag,
+    is_option,
+    option_name,
+    spec_field,
+)
+from kvcore.memory import MemorySpec
+from kvcore.planner import resolve_kv_tokens
+from simulator.config import SimConfig
+from simulator.specs import EngineSpec, PolicySpec
+from workloads.spec import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """Where results go and what the figures mark; nothing here changes the numbers."""
+
+    out: str | None = spec_field(None, "output directory", path=True, hashed=False)
+    slo_ttft: float | None = spec_field(None, "TTFT p99 target (s) marked on the rate plot",
+                                        domain=Domain(0, lo_inclusive=False), hashed=False)
+    slo_tpot: float | None = spec_field(None, "TPOT p99 target (s) marked on the rate plot",
+                                        domain=Domain(0, lo_inclusive=False), hashed=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.out is not None and Path(self.out).exists() and not Path(self.out).is_dir():
+            raise ValueError(f"--out {self.out!r} exists and is not a directory")
+
+
+# RunOptions attribute -> its spec class, in the order of the options (and summary columns)
+SPECS: dict[str, type] = {"workload": WorkloadSpec, "policy": PolicySpec, "memory": MemorySpec,
+                          "engine": EngineSpec, "output": OutputSpec}
+# the help panel each spec's options are listed under
+PANELS = {"workload": "Workload", "policy": "Engine", "memory": "Engine", "engine": "Engine",
+          "output": "Output"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its name, the RunOptions attribute (spec) holding it, and that field."""
+
+    name: str
+    spec: str
+    field: Field
+
+    @property
+    def type(self) -> type:
+        """int, float, str or bool."""
+        return field_types(SPECS[self.spec])[self.field.name][0]
+
+    @property
+    def default(self) -> Any:
+        return self.field.default
+
+    @property
+    def help(self) -> str:
+        return self.field.metadata["help"]
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Extra command-line spellings (aliases)."""
+        return self.field.metadata["flags"]
+
+    @property
+    def hashed(self) -> bool:
+        return self.field.metadata["hashed"]
+
+    @property
+    def panel(self) -> str:
+        return PANELS[self.spec]
+
+    @property
+    def flag(self) -> str:
+        return flag(self.name)
+
+    def allowed(self) -> list[str] | None:
+        return allowed_values(self.field)
+
+
+OPTIONS: dict[str, Option] = {
+    option_name(f): Option(option_name(f), attr, f)
+    for attr, cls in SPECS.items() for f in fields(cls) if is_option(f)
+}
+# another spelling (an extra flag without its dashes, underscored) -> the option's name
+ALIASES: dict[str, str] = {a.lstrip("-").replace("-", "_"): o.name
+                           for o in OPTIONS.values() for a in o.flags}
+_SIM_FIELDS = frozenset(f.name for f in fields(SimConfig))
+
+
+def option_key(key: str) -> str | None:
+    """The option a file key or parameter name means (dashes or underscores, aliases), or
+    None."""
+    name = key.replace("-", "_")
+    name = ALIASES.get(name, name)
+    return name if name in OPTIONS else None
+
+
+def coerce(option: Option, value: Any) -> Any:
+    """A TOML / JSON value as the option's type, or ValueError naming the option."""
+    if value is None:
+        return None
+    t = option.type
+    if t is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{option.flag} must be true or false, got {value!r}")
+    try:
+        if t is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError
+            return int(value)
+        if t is float:
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{option.flag} must be {t.__name__}, got {value!r}") from None
+
+
+def normalize(values: Mapping[str, Any], where: str = "option") -> dict[str, Any]:
+    """Keys as option names, values as the options' types; ValueError for an unknown key."""
+    clean: dict[str, Any] = {}
+    for key, value in values.items():
+        name = option_key(key)
+        if name is None:
+            raise ValueError(f"unknown {where} {key!r}; known: {', '.join(OPTIONS)}")
+        clean[name] = coerce(OPTIONS[name], value)
+    return clean
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Every option of one simulation (and of the planner), one spec per concern."""
+
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    memory: MemorySpec = field(default_factory=MemorySpec)
+    engine: EngineSpec = field(default_factory=EngineSpec)
+    output: OutputSpec = field(default_factory=OutputSpec)
+
+    def __post_init__(self) -> None:
+        """The one rule across specs: a page count must stay a slot count the page table
+        can address."""
+        pages, ps = self.memory.num_pages, self.policy.page_size
+        if pages is not None and pages * ps > MAX_I32:
+            raise ValueError(f"--num-pages {pages} x --page-size {ps} is more than "
+                             f"{MAX_I32:,} slots")
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], base: RunOptions | None = None,
+                     where: str = "option") -> RunOptions:
+        """`base` (or the defaults) with `values` (option names or aliases, dashes or
+        underscores) applied; each spec that changes is rebuilt, and so validated."""
+        base = base or cls()
+        changed: dict[str, dict[str, Any]] = {}
+        for name, value in normalize(values, where).items():
+            o = OPTIONS[name]
+            changed.setdefault(o.spec, {})[o.field.name] = value
+        if not changed:
+            return base
+        return replace(base, **{attr: replace(getattr(base, attr), **vals)
+                                for attr, vals in changed.items()})
+
+    def get(self, name: str) -> Any:
+        """An option's value by its name."""
+        o = OPTIONS[name]
+        return getattr(getattr(self, o.spec), o.field.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as given, flat, by name (config.json's `options`, a sweep cell)."""
+        return {name: self.get(name) for name in OPTIONS}
+
+    # -- resolution ------------------------------------------------------------------------
+    def resolved_kv_tokens(self) -> int:
+        return resolve_kv_tokens(self.memory, self.policy.page_size)
+
+    def resolved(self) -> dict[str, Any]:
+        """Every option with memory, context length and model resolved: the columns that
+        lead each summary row, and what config.json stores."""
+        d = self.to_dict()
+        d["model"] = self.memory.model_preset().id
+        d["max_context_len"] = self.memory.resolved_max_context_len()
+        d["memory_rule"] = self.memory.rule
+        d["kv_tokens"] = self.resolved_kv_tokens()
+        return d
+
+    def workload_spec(self) -> WorkloadSpec:
+        """The workload to build: the spec with the fields a run derives filled in."""
+        return replace(self.workload, seed=self.engine.seed,
+                       max_context_len=self.memory.resolved_max_context_len())
+
+    def sim_config(self) -> SimConfig:
+        """The engine's flat configuration: every resolved option that is a SimConfig field,
+        by name (None: SimConfig's default, e.g. no --duration-s ends the window at the last
+        arrival). SimConfig's remaining fields are engine internals with their defaults."""
+        return SimConfig(**{k: v for k, v in self.resolved().items()
+                            if k in _SIM_FIELDS and v is not None})
+
+    def config_hash(self) -> str:
+        """Hash of everything that changes the simulation (not output paths, plot targets,
+        devices, checks, or the memory inputs whose resolved kv_tokens is hashed instead): two
+        runs with the same hash give the same numbers."""
+        d = {k: v for k, v in self.resolved().items() if k in OPTIONS and OPTIONS[k].hashed}
+        if self.memory.model_config:
+            d["model_config"] = hashlib.sha256(
+                Path(self.memory.model_config).read_bytes()).hexdigest()
+        blob = json.dumps(d, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def option_reference() -> str:
+    """docs/cli.md's option tables, from the same metadata as `--help` (a test keeps the
+    document equal to this)."""
+    headings = {"Workload": "Workload", "Engine": "Engine, memory and model",
+                "Output": "Output"}
+    lines: list[str] = []
+    for panel, heading in headings.items():
+        lines += [f"#### {heading}", "", "| option | default | meaning |", "|---|---|---|"]
+        for o in OPTIONS.values():
+            if o.panel != panel:
+                continue
+            names = (f"`{o.flag}` / `--no-{o.flag[2:]}`" if o.type is bool
+                     else ", ".join(f"`{f}`" for f in (o.flag, *o.flags)))
+            default = "-" if o.default is None else f"`{o.default}`"
+            meaning = o.help
+            allowed = o.allowed()
+            if allowed:
+                meaning += ": " + ", ".join(f"`{a}`" for a in allowed)
+            lines.append(f"| {names} | {default} | {meaning} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+__all__ = ["ALIASES", "OPTIONS", "SPECS", "Option", "OutputSpec", "RunOptions", "coerce",
+           "normalize", "option_key", "option_reference"]

@@ -1,0 +1,50 @@
+"""The `kvsim plan` experiment: the static memory plan of a run's options and, for a workload,
+a page-size study (the same options simulated at each page size, as a resumable sweep).
+
+The recommendation itself is read from the study's rows by reports.recommend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from experiments.grid import cells
+from experiments.options import RunOptions
+from kvcore.planner import PlanResult, plan
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def static_plan(opts: RunOptions, context_len: int | None = None) -> PlanResult:
+    """The planner's figures for the options' memory, page size and batch limit;
+    `context_len` (default: the maximum context) sizes the page-table figure."""
+    return plan(opts.memory, page_size=opts.policy.page_size,
+                max_running_requests=opts.engine.max_running_requests, context_len=context_len)
+
+
+def page_size_grid(opts: RunOptions, sizes: Sequence[int]) -> list[RunOptions]:
+    """The options at each page size, every one validated."""
+    return cells(opts, {"page_size": list(sizes)})
+
+
+def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 1,
+                    progress: bool = True) -> tuple[Path, pd.DataFrame]:
+    """Simulate the options at each page size into --out (default kvsim-plan); returns the
+    directory and the study's rows (a resumed directory may hold other rows too)."""
+    from experiments.runner import config_document, run_sweep
+    from reports.results import write_config
+
+    out = Path(opts.output.out or "kvsim-plan")
+    grid = page_size_grid(opts, sizes)
+    for c in grid:  # every user mistake before the first simulation
+        c.sim_config()
+    write_config(out, config_document("plan", opts, axes={"page_size": list(sizes)}))
+    df = run_sweep(grid, out, jobs=jobs, progress=progress)
+    hashes = {c.config_hash() for c in grid}
+    return out, df[df["config_hash"].astype(str).isin(hashes)]
+
+
+__all__ = ["page_size_grid", "page_size_study", "static_plan"]

@@ -1,0 +1,157 @@
+"""`MemorySpec`: the memory one run is given, and the engines' budget rules that size it.
+
+One frozen spec holds everything that decides how much KV memory there is: the model (a preset
+or a Hugging Face config), the GPU (a preset, or any memory size), the tensor-parallel degree,
+the KV dtype, the model's maximum context, and how the KV pool is sized: a direct size
+(`kv_tokens` slots, `num_pages` pages, or `kv_mem_gib` of KV for the whole tensor-parallel
+group), or else a budget rule (`vllm`, `sglang`, `trtllm`, `lmdeploy`) with its fraction, the
+activation peak and the non-torch memory. `kvcore.planner.plan` and `resolve_kv_tokens` take
+it whole.
+
+The budget rules live here rather than in the planner because the spec validates `--budget`
+against them; the planner does the arithmetic. Each field is validated once, when the spec is
+built (kvcore.fields.check_fields plus the cross-field rules below).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from kvcore.fields import MAX_I32, MAX_TOKENS, Domain, check_fields, flag, spec_field
+from kvcore.presets import ALIASES, DTYPE_BYTES, GPUS, MODELS, ModelPreset, get_model
+
+DEFAULT_ACTIVATION_PEAK_GIB = 2.0
+DEFAULT_NON_TORCH_GIB = 0.5
+DEFAULT_BUDGET = "sglang"  # the rule used when no pool size and no rule is given
+DIRECT_SIZES: tuple[str, ...] = ("kv_tokens", "num_pages", "kv_mem_gib")
+
+
+def _sglang_fraction(tp: int) -> float:
+    """mem_fraction_static as older SGLang releases picked it by TP size (more ranks, more
+    headroom for communication buffers)."""
+    if tp >= 16:
+        return 0.79
+    if tp >= 8:
+        return 0.81
+    if tp >= 4:
+        return 0.85
+    if tp >= 2:
+        return 0.87
+    return 0.88
+
+
+@dataclass(frozen=True)
+class BudgetRule:
+    """One engine's way to size the KV pool; `budget` returns bytes per rank (may be < 0)."""
+
+    name: str
+    knob: str
+    default_fraction: Callable[[int], float]
+    formula: str
+    budget: Callable[[float, float, float, float, float], float]  # total, w, act, nt, f
+    native_page_size: int
+
+
+BUDGET_RULES: dict[str, BudgetRule] = {r.name: r for r in [
+    BudgetRule("vllm", "gpu_memory_utilization", lambda tp: 0.9,
+               "f x total - weights - activation_peak - non_torch",
+               lambda t, w, a, n, f: f * t - w - a - n, 16),
+    BudgetRule("sglang", "mem_fraction_static", _sglang_fraction,
+               "(total - weights - non_torch) - total x (1 - f)",
+               lambda t, w, a, n, f: (t - w - n) - t * (1 - f), 1),
+    BudgetRule("trtllm", "free_gpu_memory_fraction", lambda tp: 0.9,
+               "f x (total - weights - activation_peak - non_torch)",
+               lambda t, w, a, n, f: f * (t - w - a - n), 32),
+    BudgetRule("lmdeploy", "cache_max_entry_count", lambda tp: 0.8,
+               "f x (total - weights - non_torch)",
+               lambda t, w, a, n, f: f * (t - w - n), 64),
+]}
+
+
+def _preset_key(name: str) -> str:
+    """How a model or GPU name is looked up: case-insensitive, aliases resolved."""
+    key = name.lower()
+    return ALIASES.get(key, key)
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    """Model, GPUs, KV dtype, maximum context and the KV pool's size (direct or by a rule)."""
+
+    model: str = spec_field("llama-3.1-8b", "model preset (see `kvsim models`)",
+                            choices=lambda: sorted(MODELS), normalize=_preset_key)
+    model_config: str | None = spec_field(
+        None, "Hugging Face config.json to use instead of --model", path=True)
+    gpu: str = spec_field("h100", "GPU preset (see `kvsim gpus`)", choices=lambda: sorted(GPUS),
+                          normalize=_preset_key)
+    gpu_mem_gib: float | None = spec_field(
+        None, "GPU memory in GiB (any GPU; overrides the preset's)",
+        domain=Domain(0, lo_inclusive=False), hashed=False)
+    tp: int = spec_field(1, "tensor-parallel degree", domain=Domain(1, 1 << 16))
+    kv_dtype: str = spec_field("bf16", "KV cache dtype", choices=lambda: sorted(DTYPE_BYTES))
+    max_context_len: int | None = spec_field(
+        None, "max context length (default: the model's maximum position)",
+        domain=Domain(1, MAX_TOKENS))
+    # the pool size: at most one direct size, or a budget rule
+    kv_tokens: int | None = spec_field(None, "KV pool size in slots (tokens)",
+                                       domain=Domain(1, MAX_I32))
+    num_pages: int | None = spec_field(
+        None, "KV pool size in pages of --page-size", flags=("--num-gpu-blocks-override",),
+        domain=Domain(1, MAX_I32), hashed=False)
+    kv_mem_gib: float | None = spec_field(
+        None, "KV memory of the TP group in GiB", domain=Domain(0, lo_inclusive=False),
+        hashed=False)
+    budget: str | None = spec_field(
+        None, f"budget rule sizing the KV pool (default {DEFAULT_BUDGET} when no size is given)",
+        choices=lambda: list(BUDGET_RULES), hashed=False)
+    mem_fraction: float | None = spec_field(
+        None, "the budget rule's fraction (default: the engine's)",
+        domain=Domain(0, 1, lo_inclusive=False), hashed=False)
+    activation_peak_gib: float = spec_field(
+        DEFAULT_ACTIVATION_PEAK_GIB, "activation peak (GiB) for the vllm/trtllm rules",
+        domain=Domain(0), hashed=False)
+    non_torch_gib: float = spec_field(DEFAULT_NON_TORCH_GIB, "non-torch memory (GiB) per GPU",
+                                      domain=Domain(0), hashed=False)
+
+    def __post_init__(self) -> None:
+        # a Hugging Face config replaces the preset: --model is then not looked up
+        check_fields(self, skip=("model",) if self.model_config else ())
+        direct = self.direct_sizes()
+        if len(direct) > 1:
+            raise ValueError(f"give at most one of --kv-tokens, --num-pages, --kv-mem-gib "
+                             f"(got {', '.join(flag(n) for n in direct)})")
+        if direct and (self.budget is not None or self.mem_fraction is not None):
+            raise ValueError(f"{flag(direct[0])} sets the pool size directly; drop --budget / "
+                             "--mem-fraction (allowed: one of --kv-tokens, --num-pages, "
+                             "--kv-mem-gib, or --budget with --mem-fraction)")
+
+    def direct_sizes(self) -> list[str]:
+        """The direct pool sizes given (at most one in a valid spec)."""
+        return [n for n in DIRECT_SIZES if getattr(self, n) is not None]
+
+    @property
+    def rule(self) -> str:
+        """Where the pool size comes from: a direct size's name or the budget rule's."""
+        direct = self.direct_sizes()
+        return direct[0] if direct else (self.budget or DEFAULT_BUDGET)
+
+    def model_preset(self) -> ModelPreset:
+        """The model; `model_config` is loaded and registered in the preset table under its id
+        (so configurations that name models by id find it), in every process that asks."""
+        if self.model_config:
+            preset = ModelPreset.from_hf_config(self.model_config)
+            key = preset.id
+            if key in MODELS and MODELS[key] != preset:
+                key = f"{key}-config"
+                preset = replace(preset, id=key)
+            MODELS[key] = preset
+            return preset
+        return get_model(self.model)
+
+    def resolved_max_context_len(self) -> int:
+        return self.max_context_len or self.model_preset().max_position
+
+
+__all__ = ["BUDGET_RULES", "DEFAULT_ACTIVATION_PEAK_GIB", "DEFAULT_BUDGET",
+           "DEFAULT_NON_TORCH_GIB", "DIRECT_SIZES", "BudgetRule", "MemorySpec"]

@@ -1,0 +1,112 @@
+"""`PolicySpec` and `EngineSpec`: what a user chooses about the KV policy and the engine.
+
+Two of the frozen specs a run is composed of (with kvcore.memory.MemorySpec,
+workloads.spec.WorkloadSpec and experiments.options.OutputSpec). Every field is one
+command-line option and experiment-file key, declared with its help, allowed values and domain
+(kvcore.fields.spec_field) and validated once, when the spec is built.
+
+They live in the simulator because they are the engine's configuration: `SimConfig` (the flat
+form the engine reads today) is built from them, and is meant to become their composition.
+Field names equal SimConfig's, so that construction is generic (experiments.options).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
+from simulator.config import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES
+
+
+def _policies() -> list[str]:
+    from kvcore.policies import policy_names
+
+    return list(policy_names())
+
+
+def _placements() -> list[str]:
+    from kvcore.policies.placement import placement_names
+
+    return list(placement_names())
+
+
+def _evictions() -> list[str]:
+    from kvcore.radix_cache import EVICTION_PRIORITIES
+
+    return list(EVICTION_PRIORITIES)
+
+
+def _latencies() -> list[str]:
+    from simulator.latency import LATENCY_MODELS
+
+    return list(LATENCY_MODELS)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """The KV allocation policy and its knobs."""
+
+    policy: str = spec_field("paged", "KV allocation policy (see `kvsim policies`)",
+                             choices=_policies)
+    placement: str = spec_field("first-fit", "address-space placement of contiguous policies",
+                                choices=_placements)
+    eviction: str = spec_field("lru", "prefix-cache eviction order", choices=_evictions)
+    page_size: int = spec_field(16, "tokens per page (block)", domain=Domain(1, MAX_TOKENS))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Scheduler, batch limits, latency model, measurement window, seed and checks."""
+
+    admission: str = spec_field("sglang", "admission / preemption mode",
+                                choices=ADMISSION_MODES)
+    schedule: str = spec_field("fcfs", "queue order", choices=SCHEDULES)
+    preempt: str = spec_field("recompute", "what a preempted request does",
+                              choices=PREEMPT_MODES)
+    max_running_requests: int = spec_field(256, "max requests in a batch",
+                                           domain=Domain(1, 1 << 20))
+    max_prefill_tokens: int = spec_field(16384, "max prefill tokens per iteration",
+                                         domain=Domain(1, MAX_I32))
+    chunked_prefill_size: int = spec_field(8192, "prefill chunk size (0: no chunking)",
+                                           domain=Domain(0, MAX_I32))
+    latency: str = spec_field("roofline", "latency model", choices=_latencies)
+    # measurement window (its end is the workload's --duration-s, when given)
+    warmup_s: float = spec_field(0.0, "seconds after the first arrival excluded from averages",
+                                 flags=("--warmup",), domain=Domain(0))
+    drain: bool = spec_field(True, "run until every request finished (--no-drain stops at "
+                             "the window end)")
+    timeline_interval_s: float = spec_field(
+        0.0, "timeline sampling interval in s (0: per iteration)",
+        flags=("--timeline-interval",), domain=Domain(0))
+    seed: int = spec_field(0, "random seed (workload and engine)", domain=Domain(0, MAX_SEED))
+    device: str = spec_field("cpu", "torch device for the page tables", hashed=False)
+    check_invariants: bool = spec_field(False, "check every kvcore invariant after each "
+                                        "iteration (slow)", hashed=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        check_device(self.device)
+
+
+def check_device(device: str) -> None:
+    """cpu, or cuda[:N] with such a device present (torch's own errors are not one line)."""
+    if device == "cpu":  # the default: no need to load torch to know it
+        return
+    import torch
+
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        d = None
+    if d is None or d.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {device!r} is not one of: cpu, cuda, cuda:N")
+    if d.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0 or (d.index is not None and d.index >= n):
+            raise ValueError(f"--device {device!r}: no such CUDA device here ({n} found)")
+
+
+__all__ = ["EngineSpec", "PolicySpec", "check_device"]
