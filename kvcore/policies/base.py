@@ -1,8 +1,10 @@
-"""The one interface every KV allocation policy implements, and the memory breakdown it reports.
+"""The one interface every KV allocation policy implements.
 
 The simulator, the CLI and the reports only ever talk to `KVPolicy`, so a new policy is a new
 class plus one `register_policy` line. All quantities are in KV *slots* (one token of KV in
-every layer), never bytes: bytes are capacity x the model's KV bytes per token.
+every layer), never bytes: bytes are capacity x the model's KV bytes per token. What a policy
+reports, `MemoryBreakdown`, and the fragmentation metrics live in kvcore/breakdown.py (this
+module imports `MemoryBreakdown` and `PARTS` from there, so they stay importable from here).
 
 Conventions shared by all policies
 ----------------------------------
@@ -19,77 +21,28 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from kvcore.breakdown import PARTS, MemoryBreakdown
 from kvcore.validation import InvariantError
 
+__all__ = [
+    "PARTS",
+    "AdmitResult",
+    "InvariantError",
+    "KVPolicy",
+    "MemoryBreakdown",
+    "PolicyConfig",
+    "PrefixPeek",
+    "make_policy",
+    "policy_help",
+    "policy_names",
+    "register_policy",
+]
 
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Where every slot of the pool is at one instant; the six parts add up to `capacity`.
-
-    internal fragmentation = over_reservation + rounding.
-    """
-
-    capacity: int
-    token_states: int  # KV written for live requests (shared slots counted once)
-    cached: int  # held only by the prefix cache: evictable, reusable by a future match
-    reserved: int  # allocated, not yet written, will be written before its request ends
-    over_reservation: int  # reserved beyond L by the policy (contiguous max / pow2)
-    rounding: int  # allocator granularity: a last page's unused tail, a buddy block's slack
-    external: int  # free slots in holes too small for the waiting head's reservation
-    free: int  # the rest of the free memory
-    largest_free_hole: int  # contiguous free slots in the largest hole (all free for paged)
-    failed_allocs: int  # allocations refused while the total free memory would have sufficed
-
-    @classmethod
-    def for_pages(cls, capacity: int, token_states: int, cached: int, reserved: int,
-                  rounding: int, free: int) -> MemoryBreakdown:
-        """A paged pool's breakdown: no over-reservation, no external fragmentation (any
-        free page serves), so the largest free hole is all free memory."""
-        return cls(capacity, token_states, cached, reserved, 0, rounding, 0, free, free, 0)
-
-    @property
-    def internal(self) -> int:
-        return self.over_reservation + self.rounding
-
-    @property
-    def free_total(self) -> int:
-        return self.external + self.free
-
-    @property
-    def frag_index(self) -> float:
-        """1 - largest free hole / total free memory (0 when nothing is free)."""
-        total = self.free_total
-        return 0.0 if total == 0 else 1.0 - self.largest_free_hole / total
-
-    def parts(self) -> dict[str, int]:
-        """The six parts, in the order reports stack them."""
-        return {
-            "token_states": self.token_states,
-            "cached": self.cached,
-            "reserved": self.reserved,
-            "internal": self.internal,
-            "external": self.external,
-            "free": self.free,
-        }
-
-    def as_array(self) -> np.ndarray:
-        """The six parts as an int64 array in PARTS order (a profile row)."""
-        return np.array((self.token_states, self.cached, self.reserved, self.internal,
-                         self.external, self.free), dtype=np.int64)
-
-    def check(self) -> None:
-        names = [f.name for f in fields(self)]
-        for name in names:
-            if getattr(self, name) < 0:
-                raise InvariantError(f"breakdown part {name} is negative: {self}")
-        total = sum(self.parts().values())
-        if total != self.capacity:
-            raise InvariantError(f"breakdown sums to {total}, capacity is {self.capacity}: {self}")
 
 
 @dataclass(frozen=True)
@@ -117,43 +70,6 @@ class PrefixPeek(NamedTuple):
 
     hit: int
     evictable: int
-
-
-#: order of the breakdown parts in profiles and reports
-PARTS = ("token_states", "cached", "reserved", "internal", "external", "free")
-
-
-def tail_split(end: np.ndarray, final: np.ndarray, written: np.ndarray):
-    """Split each request's allocated-but-unwritten tail [written, end) into reserved (it will
-    be written: up to the final length) and rounding (it never will). Elementwise."""
-    reserved = np.maximum(np.minimum(end, final) - written, 0)
-    rounding = np.maximum(end - np.maximum(final, written), 0)
-    return reserved, rounding
-
-
-def page_growth_profile(
-    base: MemoryBreakdown, written: np.ndarray, final: np.ndarray, alloc_end: np.ndarray,
-    page_size: int, n: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The breakdown (PARTS columns) after each of n decode steps of requests that grow page
-    by page, taking new pages from free memory; also the new slots taken through each step.
-    Policies that take pages from elsewhere (cache eviction) adjust the two columns after.
-
-    A request never writes past its final length, so its unwritten tail (end - written) is
-    reserved up to the final length and rounding beyond it: only rounding needs a max."""
-    steps = np.arange(1, n + 1, dtype=np.int64)
-    wj = written[None, :] + steps[:, None]
-    aj = np.maximum(alloc_end[None, :], (wj + (page_size - 1)) // page_size * page_size)
-    rounding = np.maximum(aj - final, 0).sum(axis=1) - np.maximum(alloc_end - final, 0).sum()
-    new_slots = aj.sum(axis=1) - alloc_end.sum()
-    out = np.empty((n, len(PARTS)), dtype=np.int64)
-    out[:] = base.as_array()
-    token_growth = steps * len(written)
-    out[:, 0] += token_growth
-    out[:, 2] += new_slots - token_growth - rounding
-    out[:, 3] += rounding
-    out[:, 5] -= new_slots
-    return out, new_slots
 
 
 class KVPolicy(ABC):
@@ -243,8 +159,7 @@ class KVPolicy(ABC):
         steps of `rids`, without changing anything; lets the engine keep exact time-weighted
         averages when it advances many steps at once. Default: reserving policies, where a step
         only turns one reserved slot per request into token state."""
-        b = self.breakdown(head_reservation)
-        row = np.array([b.parts()[p] for p in PARTS], dtype=np.int64)
+        row = self.breakdown(head_reservation).as_array()
         out = np.repeat(row[None, :], n, axis=0)
         steps = np.arange(1, n + 1, dtype=np.int64) * len(rids)
         out[:, 0] += steps

@@ -26,13 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kvcore.policies.base import (
-    AdmitResult,
-    KVPolicy,
-    MemoryBreakdown,
-    PolicyConfig,
-    register_policy,
-)
+from kvcore.breakdown import MemoryBreakdown
+from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
 from kvcore.policies.placement import make_placement
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (

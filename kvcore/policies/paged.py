@@ -18,15 +18,13 @@ import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
+from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile
 from kvcore.kv_pool import MHATokenToKVPool
 from kvcore.policies.base import (
-    PARTS,
     AdmitResult,
     KVPolicy,
-    MemoryBreakdown,
     PolicyConfig,
     PrefixPeek,
-    page_growth_profile,
     register_policy,
 )
 from kvcore.radix_cache import RadixCache, TreeNode, as_key

@@ -35,14 +35,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile
 from kvcore.policies.base import (
-    PARTS,
     AdmitResult,
     KVPolicy,
-    MemoryBreakdown,
     PolicyConfig,
     PrefixPeek,
-    page_growth_profile,
     register_policy,
 )
 from kvcore.req_to_token_pool import ReqToTokenPool
