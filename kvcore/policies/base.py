@@ -13,6 +13,9 @@ Conventions shared by all policies
 * `written` is how many of the request's tokens have KV in the pool (its device length).
 * Every operation that can fail for lack of memory is all-or-nothing: on failure it returns
   False/None and no request's state changes (a policy may still have evicted cache to try).
+* Bad arguments to `extend` / `decode` are checked by one implementation here
+  (`check_extend_args`, `check_decode_args`, `check_distinct`) before anything changes, so
+  every policy rejects them with the same one-line ValueError.
 * `check_invariants()` raises `InvariantError` naming the broken rule; it is cheap enough to call
   after every operation in tests and with `--check-invariants`.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -43,6 +47,11 @@ __all__ = [
     "register_policy",
 ]
 
+#: how an extend/decode past the model's context is worded (policies with per-request
+#: reservations pass their own phrase)
+BEYOND_CONTEXT = "exceeds max_context_len"
+
+Ints = Sequence[int] | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,59 @@ class KVPolicy(ABC):
     def __init__(self, capacity: int, page_size: int) -> None:
         self.capacity = capacity
         self.page_size = page_size
+
+    # -- argument checks shared by every policy ----------------------------------------------
+    @staticmethod
+    def check_distinct(op: str, rids: Sequence[int]) -> None:
+        """A batch names each request once (a repeat would allocate for it twice)."""
+        if len(set(rids)) != len(rids):
+            raise ValueError(f"{op} got the same request twice")
+
+    @staticmethod
+    def check_extend_args(rids: Sequence[int], targets: Ints, written: Ints,
+                          limit: int | Ints, beyond: str = BEYOND_CONTEXT) -> None:
+        """`extend(rids, targets)` is well formed: as many targets as requests, no request
+        twice, and written[i] <= targets[i] <= limit (one limit, or one per request: the
+        context length, or a reservation). A bad target names the first offending request.
+        One request (a prefill chunk, the common call) is checked with plain comparisons."""
+        n = len(rids)
+        if len(targets) != n:
+            raise ValueError(f"rids and target_lens differ in length: {n} != {len(targets)}")
+        if n == 1:
+            if written[0] <= targets[0] <= (limit if isinstance(limit, int) else limit[0]):
+                return
+        else:
+            KVPolicy.check_distinct("extend", rids)
+            t = np.asarray(targets, dtype=np.int64)
+            if ((np.asarray(written) <= t) & (t <= np.asarray(limit))).all():
+                return
+        limits = repeat(limit) if isinstance(limit, int) else limit
+        for rid, t, w, lim in zip(rids, targets, written, limits, strict=False):
+            if t < w:
+                raise ValueError(f"target_len {t} of request {rid} is below written {w}")
+            if t > lim:
+                raise ValueError(f"target_len {t} of request {rid} {beyond} {lim}")
+
+    @staticmethod
+    def check_decode_args(rids: Sequence[int], written: Ints, limit: int | Ints,
+                          beyond: str = BEYOND_CONTEXT, steps: int = 1) -> None:
+        """`steps` more tokens fit every request: written[i] + steps <= limit (one limit, or
+        one per request). The caller checks repeats (`check_distinct`) where it has none
+        memoised. With one limit this is one reduction over the batch."""
+        if isinstance(limit, int):
+            if not len(written):
+                return
+            top = max(written) if isinstance(written, list) else int(np.max(written))
+            if top + steps <= limit:
+                return
+            limits: Ints | repeat[int] = repeat(limit)
+        else:
+            if all(w + steps <= lim for w, lim in zip(written, limit, strict=True)):
+                return
+            limits = limit
+        for rid, w, lim in zip(rids, written, limits, strict=False):
+            if w + steps > lim:
+                raise ValueError(f"decode of request {rid} {beyond} {lim}")
 
     # -- admission -------------------------------------------------------------------------
     @abstractmethod

@@ -145,7 +145,6 @@ class VLLMBlockPolicy(KVPolicy):
         self.req_to_token_pool = ReqToTokenPool(
             config.max_requests, self.max_context_len, config.device
         )
-        self._table = self.req_to_token_pool.req_to_token
         nb = self.num_pages + 1  # block 0 = null block
         ps = self.page_size
         self._ref = np.zeros(nb, dtype=np.int64)
@@ -393,10 +392,10 @@ class VLLMBlockPolicy(KVPolicy):
         ids = _ids(token_ids)
         self._check_lengths(len(ids), final_len)
         non_negative_int("max_new_tokens", max_new_tokens)
-        rows = self.req_to_token_pool.alloc(1)
-        if rows is None:
+        row = self.req_to_token_pool.alloc_row()
+        if row is None:
             return None
-        req = _Req(rows[0], ids, final_len)
+        req = _Req(row, ids, final_len)
         blocks, hashes = self._match(ids, (len(ids) - 1) // self.page_size)
         if blocks:  # touch: take hits off the free queue
             bl = np.array(blocks, dtype=np.int64)
@@ -426,27 +425,15 @@ class VLLMBlockPolicy(KVPolicy):
         first = start // ps
         bt = np.asarray(req.blocks[first : cdiv(end, ps)], dtype=np.int64)
         pos = np.arange(start, end, dtype=np.int64)
-        slots = bt[pos // ps - first] * ps + pos % ps
-        self._table[req.row, start:end] = torch.from_numpy(slots).to(torch.int32)
+        self.req_to_token_pool.write_range(req.row, start, bt[pos // ps - first] * ps + pos % ps)
 
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
-        if len(rids) != len(target_lens):
-            raise ValueError(
-                f"rids and target_lens differ in length: {len(rids)} != {len(target_lens)}"
-            )
         reqs = [self._req(r) for r in rids]
-        if len(set(rids)) != len(reqs):
-            raise ValueError("extend got the same request twice")
+        self.check_extend_args(rids, target_lens, [r.written for r in reqs],
+                               self.max_context_len)
         ps = self.page_size
         need = 0
-        for rid, req, t in zip(rids, reqs, target_lens, strict=True):
-            if t < req.written:
-                raise ValueError(f"target_len {t} of request {rid} is below written {req.written}")
-            if t > self.max_context_len:
-                raise ValueError(
-                    f"target_len {t} of request {rid} exceeds max_context_len "
-                    f"{self.max_context_len}"
-                )
+        for req, t in zip(reqs, target_lens, strict=True):
             need += cdiv(int(t), ps) - len(req.blocks)
         if need > self._num_free:
             return False
@@ -466,29 +453,28 @@ class VLLMBlockPolicy(KVPolicy):
 
     def decode(self, rids: Sequence[int]) -> bool:
         reqs = [self._req(r) for r in rids]
-        if len(set(rids)) != len(reqs):
-            raise ValueError("decode got the same request twice")
+        self.check_distinct("decode", rids)
+        written = [r.written for r in reqs]
+        self.check_decode_args(rids, written, self.max_context_len)
         ps = self.page_size
         need = 0
-        for rid, req in zip(rids, reqs, strict=True):
-            if req.written >= self.max_context_len:
-                raise ValueError(f"decode of request {rid} exceeds max_context_len")
-            need += req.written == len(req.blocks) * ps
+        for req, w in zip(reqs, written, strict=True):
+            need += w == len(req.blocks) * ps
         if need > self._num_free:
             return False
         if not reqs:
             return True
         new = iter(self._pop_free(need).tolist())
-        rows, pos, slots = [], [], []
+        slots = []
         for req in reqs:
             w = req.written
             if w == len(req.blocks) * ps:
                 req.blocks.append(next(new))
-            rows.append(req.row)
-            pos.append(w)
             slots.append(req.blocks[w // ps] * ps + w % ps)
             req.written = w + 1
-        self._table[torch.tensor(rows), torch.tensor(pos)] = torch.tensor(slots, dtype=torch.int32)
+        self.req_to_token_pool.write_at(
+            np.array([r.row for r in reqs], dtype=np.int64), np.array(written, dtype=np.int64),
+            np.array(slots, dtype=np.int64))
         for rid, req in zip(rids, reqs, strict=True):
             if req.written % ps == 0:
                 self._register_full(rid, req)
@@ -550,7 +536,7 @@ class VLLMBlockPolicy(KVPolicy):
         idle = bl[ref[bl] == 0]
         self._q_append(idle)
         self._num_free_hashed += int(np.count_nonzero(self._hashed[idle]))
-        self.req_to_token_pool.free(req.row)
+        self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
 
     # -- observation -----------------------------------------------------------------------
@@ -668,14 +654,14 @@ class VLLMBlockPolicy(KVPolicy):
             raise InvariantError("vllm: cached-block counter out of sync")
         # page table
         ps = self.page_size
+        table = self.req_to_token_pool.req_to_token
         for rid, r in self._reqs.items():
             pos = torch.arange(r.written)
             bt = torch.tensor(r.blocks, dtype=torch.int64)
             want = (bt[pos // ps] * ps + pos % ps).to(torch.int32) if r.written else pos.int()
-            if not torch.equal(self._table[r.row, : r.written], want):
+            if not torch.equal(table[r.row, : r.written].cpu(), want):
                 raise InvariantError(f"vllm: page-table row of request {rid} is wrong")
-        bd = self.breakdown(self.max_context_len)
-        bd.check()
+        self.breakdown(self.max_context_len).check_invariants()
         if self.num_pages * ps != self.capacity:
             raise InvariantError("vllm: capacity is not num_pages * page_size")
 
