@@ -319,7 +319,9 @@ class PagedPolicy(KVPolicy):
             self.req_to_token_pool.write_range(row, 0, match.indices)
             node = match.last_node
         self.tree.inc_lock_ref(node)
-        self.tree.dec_lock_ref(self._node[row])
+        old = self._node[row]
+        if old is not None:  # always, for an admitted row (the root when nothing matched)
+            self.tree.dec_lock_ref(old)
         self._node[row] = node
         self._cached[row] = n
 
