@@ -408,6 +408,7 @@ class PagedPolicy(KVPolicy):
         self.allocator.check_invariants()
         self.tree.check_invariants()
         self.req_to_token_pool.check_invariants()
+        self.kv_pool.check_invariants()
         owned = [self.allocator.free_pages_view(), self.tree.all_values()[::ps] // ps]
         for rid, row in self._row_of.items():
             w, c = int(self._written[row]), int(self._cached[row])
