@@ -417,7 +417,7 @@ class PagedPolicy(KVPolicy):
             if w > self._final[row]:
                 raise InvariantError(f"request {rid}: wrote {w} > final length {self._final[row]}")
             slots = self.req_to_token_pool.req_to_token[row, :w].to(_I64)
-            pos = torch.arange(w)
+            pos = torch.arange(w, device=slots.device)
             if bool((slots % ps != pos % ps).any()) or bool((slots < ps).any()):
                 raise InvariantError(f"request {rid}: slot not at its page offset (or dummy)")
             owned.append(slots[c:][(pos[c:] % ps) == 0] // ps)
