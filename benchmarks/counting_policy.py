@@ -8,14 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvcore.policies.base import (
-    AdmitResult,
-    KVPolicy,
-    MemoryBreakdown,
-    PolicyConfig,
-    page_growth_profile,
-    tail_split,
-)
+from kvcore.breakdown import MemoryBreakdown, page_growth_profile, tail_split
+from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig
 
 
 class CountingPolicy(KVPolicy):

@@ -4,6 +4,12 @@ One tensor `(2, layers, num_pages + 1, page_size, kv_heads, head_dim)` (mini-sgl
 page 0 is the dummy page that padded tokens write into. With `store=False` no buffer is
 allocated but every shape and byte count stays exact, so an 80 GB pool can be simulated on a
 laptop. fp8 is stored as uint8 bytes because index_put does not support float8 types.
+
+Invariants (`check_invariants`):
+
+    slots      = (num_pages + 1) * page_size
+    size_bytes = bytes_per_token * slots = pairs * layers * prod(token shape) * elem * slots
+    buffer (when stored): shape, dtype and device as declared, numel * elem == size_bytes
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import math
 
 import torch
 
-from kvcore.validation import positive_int
+from kvcore.validation import InvariantError, positive_int
 
 _TORCH_DTYPES = {
     "fp32": torch.float32,
@@ -69,6 +75,22 @@ class _TokenToKVPool:
     def size_bytes(self) -> int:
         """Bytes of the whole buffer (dummy page included), whether or not it is stored."""
         return self.bytes_per_token * self.slots
+
+    def check_invariants(self) -> None:
+        if self.slots != (self.num_pages + 1) * self.page_size:
+            raise InvariantError("kv pool: slots != (num_pages + 1) * page_size")
+        buf = self.buffer
+        if buf is None:
+            return
+        on_device = buf.device.type == self.device.type and self.device.index in (
+            None, buf.device.index)  # "cuda" means the current device, whichever index
+        if tuple(buf.shape) != self.shape or buf.dtype != self.store_dtype or not on_device:
+            raise InvariantError(
+                f"kv pool: buffer {tuple(buf.shape)} {buf.dtype} on {buf.device}, declared "
+                f"{self.shape} {self.store_dtype} on {self.device}"
+            )
+        if buf.numel() * buf.element_size() != self.size_bytes:
+            raise InvariantError("kv pool: buffer bytes != size_bytes")
 
     def _check_slots(self, layer: int, slots: torch.Tensor) -> None:
         if not 0 <= layer < self.num_layers:

@@ -11,111 +11,38 @@ Why it looks the way it does:
   node with lock_ref 0 is evictable; only unlocked *leaves* are actually evicted, so shared
   ancestors stay until nothing below them is left.
 * The LRU clock is a counter, not wall time, so runs are deterministic.
+* The node, the eviction priorities and the key helpers live in kvcore/radix_node.py.
+
+Invariants (`check_invariants`), besides the nodes' own (kvcore/radix_node.py):
+
+    evictable_size() == sum of len(n) over nodes with lock_ref == 0
+    protected_size() == sum of len(n) over nodes with lock_ref > 0
+    evictable-leaf set == {non-root n : n has no children and lock_ref == 0}
+    no slot is held by two nodes; every node's value is whole, aligned pages, none free
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
-from kvcore.validation import InvariantError, int_array, positive_int
+from kvcore.radix_node import (
+    EVICTION_PRIORITIES,
+    ChildKey,
+    MatchResult,
+    TreeNode,
+    as_key,
+    common_prefix_len,
+    frozen,
+)
+from kvcore.validation import InvariantError, positive_int
+
+__all__ = ["EVICTION_PRIORITIES", "MatchResult", "RadixCache", "TreeNode", "as_key"]
 
 _EMPTY_KEY = np.zeros(0, dtype=np.int64)
-# Shared by every node without children (most nodes are leaves): a read-only empty mapping,
-# replaced by a dict of its own at a node's first child. Two fewer containers per node also
-# means fewer of the garbage collector's passes, which scan every container alive.
-_NONE: Mapping = MappingProxyType({})
-
-
-class TreeNode:
-    __slots__ = (
-        "by_first_token",
-        "children",
-        "ckey",
-        "created",
-        "first",
-        "hit_count",
-        "host",
-        "id",
-        "key",
-        "last_access",
-        "lock_ref",
-        "own_locks",
-        "parent",
-        "value",
-    )
-
-    def __init__(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None, nid: int):
-        self.key = key
-        self.value = value
-        self.parent = parent
-        self.children: Mapping = _NONE
-        self.by_first_token: Mapping[int, list[TreeNode]] = _NONE
-        self.lock_ref = 0
-        self.own_locks = 0
-        self.last_access = 0
-        self.created = 0
-        self.hit_count = 0
-        self.id = nid
-        # set by the tree: the key of this node in its parent's `children`, its first token,
-        # and (on CPU) a numpy view of `value` for eviction's host-side frees
-        self.ckey: object = None
-        self.first = 0
-        self.host: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.key)
-
-    def __repr__(self) -> str:
-        return f"TreeNode(id={self.id}, len={len(self.key)}, lock={self.lock_ref})"
-
-
-class MatchResult(NamedTuple):
-    """`indices`: the slots of the matched prefix (page-aligned); `last_node`: where it ends
-    (lock it while the request runs)."""
-
-    indices: torch.Tensor
-    last_node: TreeNode
-
-
-# Each priority is one int (lower goes first), the node id in the low bits breaking ties, so
-# that heap entries compare by a single int: LRU by last access, LFU by hits then last access,
-# FIFO by creation. Clocks and ids stay far below 2**40 in any run.
-EVICTION_PRIORITIES: dict[str, Callable[[TreeNode], int]] = {
-    "lru": lambda n: (n.last_access << 40) | n.id,
-    "lfu": lambda n: (n.hit_count << 80) | (n.last_access << 40) | n.id,
-    "fifo": lambda n: (n.created << 40) | n.id,
-}
-
-
-def as_key(key: object) -> np.ndarray:
-    """Token ids as a 1-D int64 numpy array (no copy when already one)."""
-    return int_array("a key", key)
-
-
-def _frozen(key: np.ndarray) -> np.ndarray:
-    """A read-only view of the caller's token ids: a node keeps the ids it was inserted with
-    instead of copying them (a 12 k-token prompt is a 96 KB copy, and fresh memory faults in
-    page by page). Token ids are immutable by convention (the simulator builds a new array
-    per call); the view cannot be written through, and a caller must not write the base."""
-    view = key.view()
-    view.flags.writeable = False
-    return view
-
-
-def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    ne = a[:n] != b[:n]
-    i = int(ne.argmax())
-    return i if ne[i] else n
 
 
 class RadixCache:
@@ -125,7 +52,6 @@ class RadixCache:
         self,
         page_size: int,
         allocator: PagedAllocator | None = None,
-        req_to_token_pool: object | None = None,
         eviction: str = "lru",
         disable: bool = False,
         device: str | torch.device | None = None,
@@ -140,7 +66,6 @@ class RadixCache:
                 f"unknown eviction policy {eviction!r}; known: {', '.join(EVICTION_PRIORITIES)}"
             )
         self.allocator = allocator
-        self.req_to_token_pool = req_to_token_pool
         self.disable = disable
         self.eviction = eviction
         self._priority = EVICTION_PRIORITIES[eviction]
@@ -188,7 +113,7 @@ class RadixCache:
             node.host = value.numpy() if host is None else host
         return node
 
-    def _child_key(self, key: np.ndarray, pos: int = 0) -> object:
+    def _child_key(self, key: np.ndarray, pos: int = 0) -> ChildKey:
         if self.page_size == 1:
             return int(key[pos])
         return key[pos : pos + self.page_size].tobytes()
@@ -198,22 +123,30 @@ class RadixCache:
         return m if self.page_size == 1 else m - m % self.page_size
 
     def _add_child(self, parent: TreeNode, child: TreeNode) -> None:
-        if parent.children is _NONE:
+        if parent.children is None:
             parent.children = {}
         parent.children[child.ckey] = child
         if self.page_size > 1:
-            if parent.by_first_token is _NONE:
+            if parent.by_first_token is None:
                 parent.by_first_token = {}
             parent.by_first_token.setdefault(child.first, []).append(child)
 
     def _remove_child(self, parent: TreeNode, child: TreeNode) -> None:
-        del parent.children[child.ckey]
+        """Unlink `child`; a parent left without children holds no empty containers."""
+        children = parent.children
+        assert children is not None  # `child` is one of them
+        del children[child.ckey]
+        if not children:
+            parent.children = None
         if self.page_size > 1:
-            first = child.first
-            siblings = parent.by_first_token[first]
+            by_first = parent.by_first_token
+            assert by_first is not None
+            siblings = by_first[child.first]
             siblings.remove(child)
             if not siblings:
-                del parent.by_first_token[first]
+                del by_first[child.first]
+                if not by_first:
+                    parent.by_first_token = None
 
     def _split(self, child: TreeNode, m: int) -> TreeNode:
         """Cut `child` after m tokens; the new upper node takes its place under the parent.
@@ -262,22 +195,22 @@ class RadixCache:
         self._clock += 1
         node, pos, values = self.root, 0, []
         while pos < n:
-            child = node.children.get(self._child_key(key, pos))
+            children = node.children
+            child = children.get(self._child_key(key, pos)) if children is not None else None
             if child is None:
                 break
             m = self._match_len(child.key, key[pos:n])
             child.last_access = self._clock
             child.hit_count += 1
-            partial = m < len(child.key)
-            if partial:
-                child = self._split(child, m)
+            if m < len(child.key):  # ends inside: split, and the lower part is touched too
+                upper = self._split(child, m)
+                values.append(upper.value)
+                node, pos = upper, pos + m
+                if self._is_evictable_leaf(child):
+                    self._mark_leaf(child)
+                break
             values.append(child.value)
             node, pos = child, pos + m
-            if partial:
-                lower = next(iter(child.children.values()))
-                if self._is_evictable_leaf(lower):
-                    self._mark_leaf(lower)
-                break
         if self._is_evictable_leaf(node):
             self._mark_leaf(node)
         if not values:
@@ -313,14 +246,16 @@ class RadixCache:
             return 0, 0, 0
         node, pos, evictable = self.root, 0, 0
         while pos < len(key):
-            child = node.children.get(self._child_key(key, pos)) if (
+            children = node.children
+            child = children.get(self._child_key(key, pos)) if children is not None and (
                 self.page_size == 1 or pos + self.page_size <= len(key)
             ) else None
             if child is None:
                 # no whole-page match: the best partial first page among the children
                 best = 0
-                if self.page_size > 1:
-                    for cand in node.by_first_token.get(int(key[pos]), ()):
+                by_first = node.by_first_token
+                if by_first is not None:  # only kept for page_size > 1
+                    for cand in by_first.get(int(key[pos]), ()):
                         best = max(best, common_prefix_len(cand.key, key[pos:]))
                 return pos, pos + best, evictable
             m = common_prefix_len(child.key, key[pos:])
@@ -357,10 +292,11 @@ class RadixCache:
         self._clock += 1
         node, pos = self.root, 0
         while pos < n:
-            child = node.children.get(self._child_key(key, pos))
+            children = node.children
+            child = children.get(self._child_key(key, pos)) if children is not None else None
             if child is None:
                 slots, host = self._own_copy(value, pos, n)
-                leaf = self._new_node(_frozen(key[pos:n]), slots, node, host)
+                leaf = self._new_node(frozen(key[pos:n]), slots, node, host)
                 if self._is_evictable_leaf(node):
                     self._evictable_leaves.discard(node)
                 self._add_child(node, leaf)
@@ -370,10 +306,10 @@ class RadixCache:
             m = self._match_len(child.key, key[pos:n])
             child.last_access = self._clock
             if m < len(child.key):
-                child = self._split(child, m)
-                lower = next(iter(child.children.values()))  # touched too: re-key its entry
-                if self._is_evictable_leaf(lower):
-                    self._mark_leaf(lower)
+                upper = self._split(child, m)
+                if self._is_evictable_leaf(child):  # touched too: re-key its heap entry
+                    self._mark_leaf(child)
+                child = upper
             node, pos = child, pos + m
         if self._is_evictable_leaf(node):
             self._mark_leaf(node)
@@ -400,15 +336,12 @@ class RadixCache:
         if self.disable or node is self.root:
             return
         self._clock += 1
-        if self._is_evictable_leaf(node):
-            node.last_access = self._clock  # before _mark_leaf reads the priority
-            node.hit_count += 1
+        leaf = self._is_evictable_leaf(node)
+        for n in node.path_to_root():
+            n.last_access = self._clock
+            n.hit_count += 1
+        if leaf:  # after the touch: the heap entry carries the new priority
             self._mark_leaf(node)
-            node = node.parent
-        while node is not self.root:
-            node.last_access = self._clock
-            node.hit_count += 1
-            node = node.parent
 
     # -- locks -----------------------------------------------------------------------------
     def inc_lock_ref(self, node: TreeNode) -> None:
@@ -416,13 +349,12 @@ class RadixCache:
         if self.disable or node is self.root:
             return
         node.own_locks += 1
-        while node is not self.root:
-            if node.lock_ref == 0:
-                self._evictable -= len(node.key)
-                self._protected += len(node.key)
-                self._evictable_leaves.discard(node)
-            node.lock_ref += 1
-            node = node.parent
+        for n in node.path_to_root():
+            if n.lock_ref == 0:
+                self._evictable -= len(n.key)
+                self._protected += len(n.key)
+                self._evictable_leaves.discard(n)
+            n.lock_ref += 1
 
     def dec_lock_ref(self, node: TreeNode) -> None:
         if self.disable or node is self.root:
@@ -430,17 +362,13 @@ class RadixCache:
         if node.own_locks <= 0:
             raise ValueError(f"dec_lock_ref on {node!r}, which holds no lock")
         node.own_locks -= 1
-        while node is not self.root:
-            if node.lock_ref == 1:
-                self._evictable += len(node.key)
-                self._protected -= len(node.key)
-                if not node.children:
-                    node.lock_ref -= 1
-                    self._mark_leaf(node)
-                    node = node.parent
-                    continue
-            node.lock_ref -= 1
-            node = node.parent
+        for n in node.path_to_root():
+            n.lock_ref -= 1
+            if n.lock_ref == 0:
+                self._evictable += len(n.key)
+                self._protected -= len(n.key)
+                if not n.children:
+                    self._mark_leaf(n)
 
     # -- eviction --------------------------------------------------------------------------
     def evict(self, num_tokens: int, sizes: list[int] | None = None) -> int:
@@ -453,40 +381,45 @@ class RadixCache:
         prio = self._priority
         heap = self._heap
         on_cpu, ps = self._on_cpu, self.page_size
-        freed: list = []
+        freed_host: list[np.ndarray] = []  # on CPU: the first slot of each page
+        freed: list[torch.Tensor] = []  # on a device: the slots
         evicted = 0
         while evicted < num_tokens and heap:
             key, leaf = heapq.heappop(heap)
             if leaf not in self._evictable_leaves or key != prio(leaf):
                 continue  # stale entry
             # each page_size-th slot starts one of the node's whole pages
-            freed.append(leaf.host[::ps] if on_cpu else leaf.value)
+            if on_cpu and leaf.host is not None:
+                freed_host.append(leaf.host[::ps])
+            else:
+                freed.append(leaf.value)
             evicted += len(leaf.key)
             if sizes is not None:
                 sizes.append(len(leaf.key))
             parent = leaf.parent
+            assert parent is not None  # an evictable leaf is never the root
             self._remove_child(parent, leaf)
             self._evictable_leaves.discard(leaf)
             self._evictable -= len(leaf.key)
             if self._is_evictable_leaf(parent):
                 self._mark_leaf(parent)
-        if self.allocator is not None and freed:
+        if self.allocator is not None:
             # node values are runs of whole pages owned by the tree alone
-            if on_cpu:
-                starts = freed[0] if len(freed) == 1 else np.concatenate(freed)
+            if freed_host:
+                starts = freed_host[0] if len(freed_host) == 1 else np.concatenate(freed_host)
                 self.allocator.push_host(starts // ps if ps > 1 else starts)
-            else:
+            if freed:
                 self.allocator.free_segments(torch.cat(freed))
         return evicted
 
     # -- introspection -----------------------------------------------------------------------
     def nodes(self) -> list[TreeNode]:
         """All non-root nodes (DFS order)."""
-        out, stack = [], list(self.root.children.values())
+        out, stack = [], list(self.root.child_nodes())
         while stack:
             node = stack.pop()
             out.append(node)
-            stack.extend(node.children.values())
+            stack.extend(node.child_nodes())
         return out
 
     def all_values(self) -> torch.Tensor:
@@ -505,13 +438,15 @@ class RadixCache:
                 raise InvariantError(f"{node!r}: key length {len(node.key)} != value length")
             if len(node.key) % ps:
                 raise InvariantError(f"{node!r}: length not a multiple of page_size {ps}")
-            parent = node.parent
-            if (parent is None or node.ckey != self._child_key(node.key)
-                    or parent.children.get(node.ckey) is not node):
+            siblings = None if node.parent is None else node.parent.children
+            if (siblings is None or node.ckey != self._child_key(node.key)
+                    or siblings.get(node.ckey) is not node):
                 raise InvariantError(f"{node!r}: parent's child entry does not point to it")
+            if node.children == {} or node.by_first_token == {}:
+                raise InvariantError(f"{node!r}: keeps an empty child map (None until a child)")
             if node.lock_ref < 0 or node.own_locks < 0:
                 raise InvariantError(f"{node!r}: negative lock count")
-            below = sum(c.lock_ref for c in node.children.values())
+            below = sum(c.lock_ref for c in node.child_nodes())
             if node.lock_ref != node.own_locks + below:
                 raise InvariantError(
                     f"{node!r}: lock_ref {node.lock_ref} != own {node.own_locks} + children {below}"

@@ -3,6 +3,22 @@
 It is token-granular even when pages are larger (as in SGLang and mini-sglang): entry
 `[row, i]` is the slot of logical token i, and the page of that token is `slot // page_size`.
 Row 0 is the dummy/padding row that batched kernels write garbage into; it is never handed out.
+
+Why the API looks as it does:
+* It is the only writer of the table: every policy writes through `write_range` /
+  `write_at`, so the bounds checks below run on the production path, not only in tests.
+* Lengths and positions are host data, so the policies' form takes and returns numpy arrays.
+  On CPU the table is also reached through a numpy view of the same memory (`host`): numpy's
+  per-call cost is a fraction of torch's for these small scatters. On a device (or with `host`
+  set to None, which tests use to run the device path on CPU) the same calls index the tensor.
+* The checks are one scalar comparison per range write and one reduction per scatter, so the
+  policies' per-step cost barely moves. Reads are not checked: a policy may gather position
+  -1 of a row that wrote nothing and ignore the value (a batch needs no branch for it).
+* `write`, `write_batch`, `read` keep SGLang's tensor shape (tests and the reference model).
+
+Invariants (`check_invariants`): free rows + rows in use == size; no row is free twice; row 0
+is never free nor in use; every written position p of a live row satisfies 0 <= p <
+max_context_len (enforced at write time).
 """
 
 from __future__ import annotations
@@ -14,6 +30,9 @@ import numpy as np
 import torch
 
 from kvcore.validation import InvariantError, non_negative_int, positive_int
+
+#: numpy-style indices: a row or rows, a position, positions or a slice of them
+Index = int | slice | np.ndarray
 
 
 class ReqToTokenPool:
@@ -37,6 +56,10 @@ class ReqToTokenPool:
                 "max_running_requests or max_context_len"
             ) from None
         self.req_to_token[0].zero_()
+        #: the table as a numpy view on CPU; None on a device (writes index the tensor)
+        self.host: np.ndarray | None = (
+            self.req_to_token.numpy() if self.device.type == "cpu" else None
+        )
         # A stack of free rows: alloc pops from the end, free appends, both O(rows).
         self._free_rows: list[int] = list(range(self.size, 0, -1))
         self._in_use = bytearray(self.size + 1)
@@ -65,7 +88,7 @@ class ReqToTokenPool:
 
     def free(self, rows: int | Iterable[int]) -> None:
         """Return rows to the pool; a row that is not in use is a ValueError (nothing freed)."""
-        if isinstance(rows, numbers.Integral):
+        if isinstance(rows, (int, numbers.Integral)):
             self.free_row(int(rows))
             return
         rows = [int(r) for r in rows]
@@ -88,18 +111,73 @@ class ReqToTokenPool:
     def in_use(self, row: int) -> bool:
         return 1 <= row <= self.size and bool(self._in_use[row])
 
-    # -- slots -----------------------------------------------------------------------------
-    def write(self, row: int, start: int, slots: torch.Tensor) -> None:
-        """req_to_token[row, start:start+len(slots)] = slots."""
+    # -- host API: what the policies call ----------------------------------------------------
+    def write_range(self, row: int, start: int, slots: np.ndarray | torch.Tensor) -> None:
+        """req_to_token[row, start:start+len(slots)] = slots. `row` must be in use and the
+        positions inside the table (else ValueError, nothing written)."""
         end = start + len(slots)
-        if not self.in_use(row):
+        if not (start >= 0 and end <= self.max_context_len and 1 <= row <= self.size
+                and self._in_use[row]):
+            self._bad_range(row, start, end)
+        host = self.host
+        if host is not None:
+            host[row, start:end] = slots.numpy() if isinstance(slots, torch.Tensor) else slots
+        else:
+            self.req_to_token[row, start:end] = self._as_table_tensor(slots)
+
+    def write_at(self, rows: int | np.ndarray, cols: int | np.ndarray, slots: np.ndarray) -> None:
+        """req_to_token[rows, cols] = slots with numpy's indexing rules (rows and positions
+        broadcast): a decode step's one entry per request, or a stretch's (steps x batch).
+        Positions outside the table are a ValueError, nothing written."""
+        if isinstance(cols, np.ndarray):
+            if cols.size and cols.astype(np.int64, copy=False).view(np.uint64).max() \
+                    >= self.max_context_len:  # a negative position wraps to a huge one
+                bad = cols[(cols < 0) | (cols >= self.max_context_len)].flat[0]
+                raise ValueError(f"position {bad} outside the page table (max_context_len "
+                                 f"{self.max_context_len})")
+        elif not 0 <= cols < self.max_context_len:
+            self._bad_range(rows, cols, cols + 1)
+        host = self.host
+        if host is not None:
+            host[rows, cols] = slots
+        else:
+            self.req_to_token[self._device_index(rows, cols)] = self._as_table_tensor(slots)
+
+    def read_at(self, rows: Index, cols: Index) -> np.ndarray:
+        """req_to_token[rows, cols] on the host (int32, numpy indexing rules; on CPU a view
+        for a slice). Arithmetic with int64 lengths promotes it. Not checked: see above."""
+        host = self.host
+        if host is not None:
+            return host[rows, cols]
+        return self.req_to_token[self._device_index(rows, cols)].cpu().numpy()
+
+    def row_prefix(self, row: int, end: int) -> np.ndarray | torch.Tensor:
+        """Entries [0, end) of a row without a copy (a numpy view on CPU, a tensor slice on a
+        device): what a cache copies the slots it keeps from."""
+        host = self.host
+        return host[row, :end] if host is not None else self.req_to_token[row, :end]
+
+    def _bad_range(self, row: object, start: int, end: int) -> None:
+        if not (isinstance(row, numbers.Integral) and self.in_use(int(row))):
             raise ValueError(f"row {row} is not in use")
-        if start < 0 or end > self.max_context_len:
-            raise ValueError(
-                f"positions {start}..{end} outside the page table (max_context_len "
-                f"{self.max_context_len})"
-            )
-        self.req_to_token[row, start:end] = slots.to(torch.int32)
+        raise ValueError(
+            f"positions {start}..{end} outside the page table (max_context_len "
+            f"{self.max_context_len})"
+        )
+
+    def _device_index(self, rows: Index, cols: Index) -> tuple:
+        return tuple(torch.from_numpy(i).to(self.device) if isinstance(i, np.ndarray) else i
+                     for i in (rows, cols))
+
+    def _as_table_tensor(self, slots: np.ndarray | torch.Tensor) -> torch.Tensor:
+        t = slots if isinstance(slots, torch.Tensor) else torch.from_numpy(
+            np.ascontiguousarray(slots))
+        return t.to(self.device, torch.int32)
+
+    # -- SGLang-shaped tensor API (tests, the reference model) -----------------------------
+    def write(self, row: int, start: int, slots: torch.Tensor) -> None:
+        """req_to_token[row, start:start+len(slots)] = slots (a tensor), checked."""
+        self.write_range(row, start, slots)
 
     def write_batch(
         self, rows: torch.Tensor, starts: torch.Tensor, lens: torch.Tensor, slots: torch.Tensor
@@ -112,24 +190,17 @@ class ReqToTokenPool:
             return
         if int((starts + lens).max()) > self.max_context_len:
             raise ValueError(f"a write goes past max_context_len {self.max_context_len}")
-        if self.device.type == "cpu":  # index arithmetic on the host, one scatter
-            r, st, ln = rows.numpy(), starts.numpy(), lens.numpy()
-            if len(r) == 1:  # one request: a plain slice
-                self.req_to_token.numpy()[r[0], st[0] : st[0] + ln[0]] = slots.numpy()
-                return
-            pos = np.repeat(st, ln) + np.arange(int(ln.sum())) - np.repeat(np.cumsum(ln) - ln, ln)
-            self.req_to_token.numpy()[np.repeat(r, ln), pos] = slots.numpy()
-            return
         row_of = torch.repeat_interleave(rows, lens)
         offsets = torch.arange(len(slots), device=slots.device) - torch.repeat_interleave(
             torch.cumsum(lens, 0) - lens, lens
         )
         pos = torch.repeat_interleave(starts, lens) + offsets
-        self.req_to_token[row_of, pos] = slots.to(torch.int32)
+        self.write_at(row_of.cpu().numpy(), pos.cpu().numpy(), slots.cpu().numpy())
 
     def read(self, row: int, start: int, end: int) -> torch.Tensor:
         return self.req_to_token[row, start:end]
 
+    # -- size and checks -------------------------------------------------------------------
     @property
     def nbytes(self) -> int:
         return self.req_to_token.numel() * self.req_to_token.element_size()
@@ -138,7 +209,9 @@ class ReqToTokenPool:
         free = self._free_rows
         if len(set(free)) != len(free):
             raise InvariantError("a page-table row is on the free list twice")
-        if 0 in free or any(self._in_use[r] for r in free):
-            raise InvariantError("a row is both free and in use, or the dummy row 0 is free")
+        if 0 in free or any(self._in_use[r] for r in free) or self._in_use[0]:
+            raise InvariantError("a row is both free and in use, or the dummy row 0 is handed out")
         if len(free) + sum(self._in_use) != self.size:
             raise InvariantError("free rows + rows in use != size")
+        if self.host is not None and self.host.ctypes.data != self.req_to_token.data_ptr():
+            raise InvariantError("the page table's host view no longer shares its memory")

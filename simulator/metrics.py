@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvcore.policies.base import PARTS
+from kvcore.breakdown import PARTS, mean_share_pct
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "status", "reject_reason", "arrival_s", "admit_s",
@@ -119,10 +119,7 @@ class Recorder:
 
     def averages(self) -> dict[str, float]:
         """Mean share of capacity per part over the window, in percent."""
-        span = self.window_length
-        if span <= 0:
-            return {p: float("nan") for p in PARTS}
-        shares = self.part_seconds / span / self.capacity * 100.0
+        shares = mean_share_pct(self.part_seconds, self.window_length, self.capacity)
         return dict(zip(PARTS, (float(x) for x in shares), strict=True))
 
 

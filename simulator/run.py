@@ -11,6 +11,7 @@ import pandas as pd
 import simpy
 import torch
 
+from kvcore.breakdown import mean_frag_index, mean_share_pct
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.presets import get_gpu, get_model
 from simulator.config import SimConfig
@@ -126,7 +127,7 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
     avg = rec.averages()
     span = rec.window_length
     cap = policy.capacity
-    over = rec.over_seconds / span / cap * 100.0 if span > 0 else float("nan")
+    over = mean_share_pct(rec.over_seconds, span, cap)
     done = requests[requests.status == "completed"] if len(requests) else requests
     makespan = (engine.last_finish_s - min(
         [r.arrival_s for r in engine.workload.requests] + [s.start_s for s in
@@ -148,7 +149,7 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
         "internal_rounding_pct": avg["internal"] - over,
         "external_frag_pct": avg["external"],
         "free_pct": avg["free"],
-        "frag_index": rec.frag_index_seconds / span if span > 0 else float("nan"),
+        "frag_index": mean_frag_index(rec.frag_index_seconds, span),
         "failed_allocs": b_end.failed_allocs,
         "failed_decode_allocs": engine.failed_decode_allocs,
         "peak_token_states_pct": rec.peak_token_states / cap * 100.0,

@@ -1,8 +1,10 @@
-"""The one interface every KV allocation policy implements, and the memory breakdown it reports.
+"""The one interface every KV allocation policy implements.
 
 The simulator, the CLI and the reports only ever talk to `KVPolicy`, so a new policy is a new
 class plus one `register_policy` line. All quantities are in KV *slots* (one token of KV in
-every layer), never bytes: bytes are capacity x the model's KV bytes per token.
+every layer), never bytes: bytes are capacity x the model's KV bytes per token. What a policy
+reports, `MemoryBreakdown`, and the fragmentation metrics live in kvcore/breakdown.py (this
+module imports `MemoryBreakdown` and `PARTS` from there, so they stay importable from here).
 
 Conventions shared by all policies
 ----------------------------------
@@ -11,6 +13,9 @@ Conventions shared by all policies
 * `written` is how many of the request's tokens have KV in the pool (its device length).
 * Every operation that can fail for lack of memory is all-or-nothing: on failure it returns
   False/None and no request's state changes (a policy may still have evicted cache to try).
+* Bad arguments to `extend` / `decode` are checked by one implementation here
+  (`check_extend_args`, `check_decode_args`, `check_distinct`) before anything changes, so
+  every policy rejects them with the same one-line ValueError.
 * `check_invariants()` raises `InvariantError` naming the broken rule; it is cheap enough to call
   after every operation in tests and with `--check-invariants`.
 """
@@ -19,77 +24,34 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
 
+from kvcore.breakdown import PARTS, MemoryBreakdown
 from kvcore.validation import InvariantError
 
+__all__ = [
+    "PARTS",
+    "AdmitResult",
+    "InvariantError",
+    "KVPolicy",
+    "MemoryBreakdown",
+    "PolicyConfig",
+    "PrefixPeek",
+    "make_policy",
+    "policy_help",
+    "policy_names",
+    "register_policy",
+]
 
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Where every slot of the pool is at one instant; the six parts add up to `capacity`.
+#: how an extend/decode past the model's context is worded (policies with per-request
+#: reservations pass their own phrase)
+BEYOND_CONTEXT = "exceeds max_context_len"
 
-    internal fragmentation = over_reservation + rounding.
-    """
-
-    capacity: int
-    token_states: int  # KV written for live requests (shared slots counted once)
-    cached: int  # held only by the prefix cache: evictable, reusable by a future match
-    reserved: int  # allocated, not yet written, will be written before its request ends
-    over_reservation: int  # reserved beyond L by the policy (contiguous max / pow2)
-    rounding: int  # allocator granularity: a last page's unused tail, a buddy block's slack
-    external: int  # free slots in holes too small for the waiting head's reservation
-    free: int  # the rest of the free memory
-    largest_free_hole: int  # contiguous free slots in the largest hole (all free for paged)
-    failed_allocs: int  # allocations refused while the total free memory would have sufficed
-
-    @classmethod
-    def for_pages(cls, capacity: int, token_states: int, cached: int, reserved: int,
-                  rounding: int, free: int) -> MemoryBreakdown:
-        """A paged pool's breakdown: no over-reservation, no external fragmentation (any
-        free page serves), so the largest free hole is all free memory."""
-        return cls(capacity, token_states, cached, reserved, 0, rounding, 0, free, free, 0)
-
-    @property
-    def internal(self) -> int:
-        return self.over_reservation + self.rounding
-
-    @property
-    def free_total(self) -> int:
-        return self.external + self.free
-
-    @property
-    def frag_index(self) -> float:
-        """1 - largest free hole / total free memory (0 when nothing is free)."""
-        total = self.free_total
-        return 0.0 if total == 0 else 1.0 - self.largest_free_hole / total
-
-    def parts(self) -> dict[str, int]:
-        """The six parts, in the order reports stack them."""
-        return {
-            "token_states": self.token_states,
-            "cached": self.cached,
-            "reserved": self.reserved,
-            "internal": self.internal,
-            "external": self.external,
-            "free": self.free,
-        }
-
-    def as_array(self) -> np.ndarray:
-        """The six parts as an int64 array in PARTS order (a profile row)."""
-        return np.array((self.token_states, self.cached, self.reserved, self.internal,
-                         self.external, self.free), dtype=np.int64)
-
-    def check(self) -> None:
-        names = [f.name for f in fields(self)]
-        for name in names:
-            if getattr(self, name) < 0:
-                raise InvariantError(f"breakdown part {name} is negative: {self}")
-        total = sum(self.parts().values())
-        if total != self.capacity:
-            raise InvariantError(f"breakdown sums to {total}, capacity is {self.capacity}: {self}")
+Ints = Sequence[int] | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -119,43 +81,6 @@ class PrefixPeek(NamedTuple):
     evictable: int
 
 
-#: order of the breakdown parts in profiles and reports
-PARTS = ("token_states", "cached", "reserved", "internal", "external", "free")
-
-
-def tail_split(end: np.ndarray, final: np.ndarray, written: np.ndarray):
-    """Split each request's allocated-but-unwritten tail [written, end) into reserved (it will
-    be written: up to the final length) and rounding (it never will). Elementwise."""
-    reserved = np.maximum(np.minimum(end, final) - written, 0)
-    rounding = np.maximum(end - np.maximum(final, written), 0)
-    return reserved, rounding
-
-
-def page_growth_profile(
-    base: MemoryBreakdown, written: np.ndarray, final: np.ndarray, alloc_end: np.ndarray,
-    page_size: int, n: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The breakdown (PARTS columns) after each of n decode steps of requests that grow page
-    by page, taking new pages from free memory; also the new slots taken through each step.
-    Policies that take pages from elsewhere (cache eviction) adjust the two columns after.
-
-    A request never writes past its final length, so its unwritten tail (end - written) is
-    reserved up to the final length and rounding beyond it: only rounding needs a max."""
-    steps = np.arange(1, n + 1, dtype=np.int64)
-    wj = written[None, :] + steps[:, None]
-    aj = np.maximum(alloc_end[None, :], (wj + (page_size - 1)) // page_size * page_size)
-    rounding = np.maximum(aj - final, 0).sum(axis=1) - np.maximum(alloc_end - final, 0).sum()
-    new_slots = aj.sum(axis=1) - alloc_end.sum()
-    out = np.empty((n, len(PARTS)), dtype=np.int64)
-    out[:] = base.as_array()
-    token_growth = steps * len(written)
-    out[:, 0] += token_growth
-    out[:, 2] += new_slots - token_growth - rounding
-    out[:, 3] += rounding
-    out[:, 5] -= new_slots
-    return out, new_slots
-
-
 class KVPolicy(ABC):
     """A KV allocation policy driven request by request.
 
@@ -176,6 +101,59 @@ class KVPolicy(ABC):
     def __init__(self, capacity: int, page_size: int) -> None:
         self.capacity = capacity
         self.page_size = page_size
+
+    # -- argument checks shared by every policy ----------------------------------------------
+    @staticmethod
+    def check_distinct(op: str, rids: Sequence[int]) -> None:
+        """A batch names each request once (a repeat would allocate for it twice)."""
+        if len(set(rids)) != len(rids):
+            raise ValueError(f"{op} got the same request twice")
+
+    @staticmethod
+    def check_extend_args(rids: Sequence[int], targets: Ints, written: Ints,
+                          limit: int | Ints, beyond: str = BEYOND_CONTEXT) -> None:
+        """`extend(rids, targets)` is well formed: as many targets as requests, no request
+        twice, and written[i] <= targets[i] <= limit (one limit, or one per request: the
+        context length, or a reservation). A bad target names the first offending request.
+        One request (a prefill chunk, the common call) is checked with plain comparisons."""
+        n = len(rids)
+        if len(targets) != n:
+            raise ValueError(f"rids and target_lens differ in length: {n} != {len(targets)}")
+        if n == 1:
+            if written[0] <= targets[0] <= (limit if isinstance(limit, int) else limit[0]):
+                return
+        else:
+            KVPolicy.check_distinct("extend", rids)
+            t = np.asarray(targets, dtype=np.int64)
+            if ((np.asarray(written) <= t) & (t <= np.asarray(limit))).all():
+                return
+        limits = repeat(limit) if isinstance(limit, int) else limit
+        for rid, t, w, lim in zip(rids, targets, written, limits, strict=False):
+            if t < w:
+                raise ValueError(f"target_len {t} of request {rid} is below written {w}")
+            if t > lim:
+                raise ValueError(f"target_len {t} of request {rid} {beyond} {lim}")
+
+    @staticmethod
+    def check_decode_args(rids: Sequence[int], written: Ints, limit: int | Ints,
+                          beyond: str = BEYOND_CONTEXT, steps: int = 1) -> None:
+        """`steps` more tokens fit every request: written[i] + steps <= limit (one limit, or
+        one per request). The caller checks repeats (`check_distinct`) where it has none
+        memoised. With one limit this is one reduction over the batch."""
+        if isinstance(limit, int):
+            if not len(written):
+                return
+            top = max(written) if isinstance(written, list) else int(np.max(written))
+            if top + steps <= limit:
+                return
+            limits: Ints | repeat[int] = repeat(limit)
+        else:
+            if all(w + steps <= lim for w, lim in zip(written, limit, strict=True)):
+                return
+            limits = limit
+        for rid, w, lim in zip(rids, written, limits, strict=False):
+            if w + steps > lim:
+                raise ValueError(f"decode of request {rid} {beyond} {lim}")
 
     # -- admission -------------------------------------------------------------------------
     @abstractmethod
@@ -243,8 +221,7 @@ class KVPolicy(ABC):
         steps of `rids`, without changing anything; lets the engine keep exact time-weighted
         averages when it advances many steps at once. Default: reserving policies, where a step
         only turns one reserved slot per request into token state."""
-        b = self.breakdown(head_reservation)
-        row = np.array([b.parts()[p] for p in PARTS], dtype=np.int64)
+        row = self.breakdown(head_reservation).as_array()
         out = np.repeat(row[None, :], n, axis=0)
         steps = np.arange(1, n + 1, dtype=np.int64) * len(rids)
         out[:, 0] += steps

@@ -26,13 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kvcore.policies.base import (
-    AdmitResult,
-    KVPolicy,
-    MemoryBreakdown,
-    PolicyConfig,
-    register_policy,
-)
+from kvcore.breakdown import MemoryBreakdown
+from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
 from kvcore.policies.placement import make_placement
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
@@ -42,6 +37,9 @@ from kvcore.validation import (
     non_negative_int,
     positive_int,
 )
+
+#: how a write past a request's reservation is worded in errors
+_BEYOND = "is beyond its reservation"
 
 
 def next_pow2(n: int) -> int:
@@ -74,7 +72,6 @@ class ContiguousPolicy(KVPolicy):
         self.req_to_token_pool = ReqToTokenPool(
             config.max_requests, self.max_context_len, config.device
         )
-        self._table = self.req_to_token_pool.req_to_token
         self._reqs: dict[int, _Req] = {}
         self._base = self.page_size  # slot of placement offset 0 (page 0 is the dummy page)
         self.failed_allocs = 0
@@ -123,11 +120,11 @@ class ContiguousPolicy(KVPolicy):
             if self.placement.free_total() >= self.placement.block_size(size):
                 self.failed_allocs += 1
             return None
-        rows = self.req_to_token_pool.alloc(1)
-        assert rows is not None  # checked above
+        row = self.req_to_token_pool.alloc_row()
+        assert row is not None  # checked above
         block = self.placement.size_of(offset)
-        self._reqs[rid] = _Req(rows[0], self._base + offset, final_len, target, block)
-        return AdmitResult(row=rows[0], cached_len=0)
+        self._reqs[rid] = _Req(row, self._base + offset, final_len, target, block)
+        return AdmitResult(row=row, cached_len=0)
 
     # -- growth ----------------------------------------------------------------------------
     def _req(self, rid: int) -> _Req:
@@ -137,20 +134,9 @@ class ContiguousPolicy(KVPolicy):
             raise ValueError(f"request {rid} is not admitted") from None
 
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
-        if len(rids) != len(target_lens):
-            raise ValueError(
-                f"rids and target_lens differ in length: {len(rids)} != {len(target_lens)}"
-            )
         reqs = [self._req(r) for r in rids]
-        if len(set(rids)) != len(reqs):
-            raise ValueError("extend got the same request twice")
-        for rid, req, t in zip(rids, reqs, target_lens, strict=True):
-            if t < req.written:
-                raise ValueError(f"target_len {t} of request {rid} is below written {req.written}")
-            if t > req.reservation:
-                raise ValueError(
-                    f"target_len {t} of request {rid} is beyond its reservation {req.reservation}"
-                )
+        self.check_extend_args(rids, target_lens, [r.written for r in reqs],
+                               [r.reservation for r in reqs], _BEYOND)
         rows, pos, base = [], [], []
         for req, t in zip(reqs, target_lens, strict=True):
             n = int(t) - req.written
@@ -163,9 +149,7 @@ class ContiguousPolicy(KVPolicy):
             p = np.concatenate(pos)
             lens = [len(x) for x in pos]
             slots = p + np.repeat(np.asarray(base, dtype=np.int64), lens)
-            self._table[torch.from_numpy(np.concatenate(rows)), torch.from_numpy(p)] = (
-                torch.from_numpy(slots).to(torch.int32)
-            )
+            self.req_to_token_pool.write_at(np.concatenate(rows), p, slots)
         return True
 
     def decode_cost(self, rids: Sequence[int], n: int) -> int:
@@ -173,19 +157,14 @@ class ContiguousPolicy(KVPolicy):
 
     def decode(self, rids: Sequence[int]) -> bool:
         reqs = [self._req(r) for r in rids]
-        if len(set(rids)) != len(reqs):
-            raise ValueError("decode got the same request twice")
-        for rid, req in zip(rids, reqs, strict=True):
-            if req.written >= req.reservation:
-                raise ValueError(
-                    f"decode of request {rid} goes beyond its reservation {req.reservation}"
-                )
+        self.check_distinct("decode", rids)
+        pos = [r.written for r in reqs]
+        self.check_decode_args(rids, pos, [r.reservation for r in reqs], _BEYOND)
         if not reqs:
             return True
-        rows = [r.row for r in reqs]
-        pos = [r.written for r in reqs]
-        slots = [r.start + r.written for r in reqs]
-        self._table[torch.tensor(rows), torch.tensor(pos)] = torch.tensor(slots, dtype=torch.int32)
+        self.req_to_token_pool.write_at(
+            np.array([r.row for r in reqs], dtype=np.int64), np.array(pos, dtype=np.int64),
+            np.array([r.start + r.written for r in reqs], dtype=np.int64))
         for r in reqs:
             r.written += 1
         return True
@@ -272,7 +251,7 @@ class ContiguousPolicy(KVPolicy):
                 raise InvariantError(f"{self.name}: row {r.row} of request {rid} is bad")
             rows.add(r.row)
             owned += r.block
-            got = self._table[r.row, : r.written]
+            got = self.req_to_token_pool.req_to_token[r.row, : r.written].cpu()
             want = torch.arange(r.start, r.start + r.written, dtype=torch.int32)
             if not torch.equal(got, want):
                 raise InvariantError(f"{self.name}: page-table row of request {rid} is wrong")
@@ -282,7 +261,7 @@ class ContiguousPolicy(KVPolicy):
             )
         if len(rows) != self.req_to_token_pool.size - self.req_to_token_pool.available_size():
             raise InvariantError(f"{self.name}: rows in use do not match live requests")
-        self.breakdown(self.max_context_len).check()
+        self.breakdown(self.max_context_len).check_invariants()
 
 
 class ContiguousMax(ContiguousPolicy):

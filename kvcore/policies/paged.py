@@ -7,26 +7,26 @@ Per request the page table row holds, left to right:
     [written, ceil_ps(written))  the rest of its last private page: its next decode tokens
 
 `cached` is always page-aligned (the tree only holds whole pages). Per-row state lives in numpy
-arrays indexed by row so that batched calls touch the whole batch at once.
+arrays indexed by row so that batched calls touch the whole batch at once. The page table is
+written only through `ReqToTokenPool` (numpy in, a numpy view of the table on CPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
+from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile
 from kvcore.kv_pool import MHATokenToKVPool
 from kvcore.policies.base import (
-    PARTS,
     AdmitResult,
     KVPolicy,
-    MemoryBreakdown,
     PolicyConfig,
     PrefixPeek,
-    page_growth_profile,
     register_policy,
 )
 from kvcore.radix_cache import RadixCache, TreeNode, as_key
@@ -35,17 +35,11 @@ from kvcore.validation import InvariantError, positive_int
 
 _I64 = torch.int64
 _CACHED, _FREE = PARTS.index("cached"), PARTS.index("free")
+_Len = TypeVar("_Len", int, np.ndarray)
 
 
-def _ceil_to(x: np.ndarray, ps: int) -> np.ndarray:
+def _ceil_to(x: _Len, ps: int) -> _Len:
     return (x + (ps - 1)) // ps * ps
-
-
-def _bad_targets(target: np.ndarray, written: np.ndarray, max_len: int) -> None:
-    if np.any(target < written):
-        raise ValueError(f"extend target_lens {target.tolist()} below written "
-                         f"{written.tolist()}")
-    raise ValueError(f"extend target_lens {target.tolist()} past max_context_len {max_len}")
 
 
 class PagedPolicy(KVPolicy):
@@ -70,9 +64,8 @@ class PagedPolicy(KVPolicy):
             num_pages, ps, config.num_layers, config.num_kv_heads, config.head_dim,
             config.kv_dtype, config.device, store=config.store_kv,
         )  # fmt: skip
-        self.tree = RadixCache(
-            ps, self.allocator, self.req_to_token_pool, config.eviction, disable=not cache_enabled
-        )
+        self.tree = RadixCache(ps, self.allocator, eviction=config.eviction,
+                               disable=not cache_enabled)
         rows = config.max_requests + 1
         self._written = np.zeros(rows, dtype=np.int64)
         self._cached = np.zeros(rows, dtype=np.int64)
@@ -81,17 +74,16 @@ class PagedPolicy(KVPolicy):
         self._row_of: dict[int, int] = {}
         self._members = 0  # bumped when the set of admitted requests changes (keys _rows_memo)
         self._rows_memo: tuple[int, list[int], np.ndarray] | None = None
-        self._table = self.req_to_token_pool.req_to_token
         self._epoch = 0  # bumped by every mutating call; keys the breakdown memo
         self._breakdown_cache: tuple[int, MemoryBreakdown] | None = None
         self._entries_cache = (-1, 0)
-        self._table_np = self._table.numpy() if self._table.device.type == "cpu" else None
 
     # -- helpers ---------------------------------------------------------------------------
-    def _rows(self, rids: Sequence[int]) -> np.ndarray:
-        """Page-table rows of `rids`. The engine asks about the same running list several
-        times per pass (cost, profile, steps), so the last answer is kept until the list or
-        the set of admitted requests changes."""
+    def _rows(self, rids: Sequence[int], op: str) -> np.ndarray:
+        """Page-table rows of `rids` (each admitted, none twice: `op` names the call in the
+        error). The engine asks about the same running list several times per pass (cost,
+        profile, steps), so the last answer is kept until the list or the set of admitted
+        requests changes; a kept list was checked when it was first seen."""
         memo = self._rows_memo
         if memo is not None and memo[0] == self._members and type(rids) is list \
                 and memo[1] == rids:
@@ -101,6 +93,7 @@ class PagedPolicy(KVPolicy):
                                count=len(rids))
         except KeyError as e:
             raise ValueError(f"request {e.args[0]} is not admitted") from None
+        self.check_distinct(op, rids)
         self._rows_memo = (self._members, list(rids), rows)
         return rows
 
@@ -116,39 +109,21 @@ class PagedPolicy(KVPolicy):
         if short > 0:
             self.tree.evict(short)
 
-    def _read(self, rows, cols) -> np.ndarray:
-        """req_to_token[rows, cols] on the host (int32; a numpy view on CPU; numpy indexing
-        rules). Arithmetic with the int64 lengths promotes it."""
-        if self._table_np is not None:
-            return self._table_np[rows, cols]
-        return self._table[self._device_index(rows, cols)].cpu().numpy()
-
-    def _device_index(self, rows, cols) -> tuple:
-        return tuple(torch.from_numpy(i).to(self._table.device) if isinstance(i, np.ndarray)
-                     else i for i in (rows, cols))
-
     def _last_loc(self, rows: np.ndarray, written: np.ndarray) -> np.ndarray:
         """Slot of each row's last written token. Where a row wrote none the value is
         meaningless, and no caller reads it: such a row's next token starts a new page."""
-        return self._read(rows, written - 1)
-
-    def _write(self, rows, cols, slots: np.ndarray) -> None:
-        """req_to_token[rows, cols] = slots (numpy indexing rules; through a view on CPU)."""
-        if self._table_np is not None:
-            self._table_np[rows, cols] = slots
-            return
-        self._table[self._device_index(rows, cols)] = torch.from_numpy(
-            np.ascontiguousarray(slots)).to(self._table.device, torch.int32)
+        return self.req_to_token_pool.read_at(rows, written - 1)
 
     def _free_positions(self, row: int, start: int, end: int) -> None:
         """Free the pages behind positions [start, end) of a row. `start` is page-aligned and
         the pages are the row's own, so each page is freed once, with no sort."""
         ps = self.page_size
+        read = self.req_to_token_pool.read_at
         if end - start > ps:
-            firsts = self._read(row, slice(start, end, ps))  # first slot of each page
+            firsts = read(row, slice(start, end, ps))  # first slot of each page
             self.allocator.push_host(firsts // ps if ps > 1 else firsts)
         elif end > start:  # one page (a finished request's partial last page)
-            self.allocator.free_page(int(self._read(row, start)) // ps)
+            self.allocator.free_page(int(read(row, start)) // ps)
 
     # -- admission -------------------------------------------------------------------------
     def peek_prefix(self, token_ids: np.ndarray) -> int:
@@ -180,7 +155,7 @@ class PagedPolicy(KVPolicy):
         cached = len(match.indices)
         self.tree.inc_lock_ref(match.last_node)
         if cached:
-            self._table[row, :cached] = match.indices.to(torch.int32)
+            self.req_to_token_pool.write_range(row, 0, match.indices)
         self._members += 1
         self._row_of[rid] = row
         self._written[row] = cached
@@ -194,38 +169,39 @@ class PagedPolicy(KVPolicy):
         self._epoch += 1
         ps = self.page_size
         max_len = self.req_to_token_pool.max_context_len
+        table = self.req_to_token_pool
         if len(rids) == 1:  # one prefill chunk (the common case): scalar arithmetic
-            row, t = self._row_of_checked(rids[0]), int(target_lens[0])
+            row = self._row_of_checked(rids[0])
             w = int(self._written[row])
-            if not w <= t <= max_len:
-                _bad_targets(np.array([t]), np.array([w]), max_len)
+            self.check_extend_args(rids, target_lens, (w,), max_len)
+            t = int(target_lens[0])
             self._make_room(_ceil_to(t, ps) - _ceil_to(w, ps))
-            last = int(self._read(row, w - 1)) if w else -1
+            last = int(table.read_at(row, w - 1)) if w else -1
             out = self.allocator.alloc_extend_one(w, t, last)
             if out is None:
                 return False
-            self._write(row, slice(w, t), out)
+            table.write_range(row, w, out)
             self._written[row] = t
             return True
-        rows = self._rows(rids)
-        target = np.asarray(target_lens, dtype=np.int64)
+        rows = self._rows(rids, "extend")
         w = self._written[rows]
-        if np.any(target < w) or np.any(target > max_len):
-            _bad_targets(target, w, max_len)
+        self.check_extend_args(rids, target_lens, w, max_len)
+        target = np.asarray(target_lens, dtype=np.int64)
         self._make_room(int((_ceil_to(target, ps) - _ceil_to(w, ps)).sum()))
         out = self.allocator.alloc_extend_host(w, target, self._last_loc(rows, w))
         if out is None:
             return False
         ext = target - w
         pos = np.arange(len(out)) + np.repeat(w - (np.cumsum(ext) - ext), ext)
-        self._write(np.repeat(rows, ext), pos, out)
+        table.write_at(np.repeat(rows, ext), pos, out)
         self._written[rows] = target
         return True
 
     def decode(self, rids: Sequence[int]) -> bool:
         self._epoch += 1
-        rows = self._rows(rids)
+        rows = self._rows(rids, "decode")
         w = self._written[rows]
+        self.check_decode_args(rids, w, self.req_to_token_pool.max_context_len)
         ps = self.page_size
         if len(rows) * ps > self.allocator.available_size():  # else room for any step
             self._make_room(int(np.count_nonzero(w % ps == 0)) * ps)
@@ -235,12 +211,12 @@ class PagedPolicy(KVPolicy):
             out = self.allocator.alloc_decode_host(w + 1, self._last_loc(rows, w))
         if out is None:
             return False
-        self._write(rows, w, out)
+        self.req_to_token_pool.write_at(rows, w, out)
         self._written[rows] = w + 1
         return True
 
     def decode_cost(self, rids: Sequence[int], n: int) -> int:
-        w, ps = self._written[self._rows(rids)], self.page_size
+        w, ps = self._written[self._rows(rids, "decode")], self.page_size
         return int(((w + (n + ps - 1)) // ps - (w + (ps - 1)) // ps).sum()) * ps
 
     def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
@@ -248,8 +224,9 @@ class PagedPolicy(KVPolicy):
         then batch order) so the page table ends up identical to stepping. Cache that stepping
         would evict is evicted up front in the same LRU order; the profile shows it leaving
         at the step where stepping would have evicted it."""
-        rows = self._rows(rids)
+        rows = self._rows(rids, "decode")
         w = self._written[rows]
+        self.check_decode_args(rids, w, self.req_to_token_pool.max_context_len, steps=n)
         ps = self.page_size
         have = _ceil_to(w, ps)  # end of each request's last page
         profile, taken = page_growth_profile(self.breakdown(head_reservation), w,
@@ -275,7 +252,7 @@ class PagedPolicy(KVPolicy):
             slots = pages.reshape(n, len(rows))
         else:
             slots = self._step_pages(rows, w, have, pages, pos) * ps + pos % ps
-        self._write(rows[None, :], pos, slots)
+        self.req_to_token_pool.write_at(rows[None, :], pos, slots)
         self._written[rows] = w + n
         return profile
 
@@ -301,7 +278,7 @@ class PagedPolicy(KVPolicy):
         return np.where(ffill >= 0, page_at[np.maximum(ffill, 0), cols], last_page)
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
-        rows = self._rows(rids)
+        rows = self._rows(rids, "decode")
         w = self._written[rows]
         profile, _ = page_growth_profile(self.breakdown(head_reservation), w, self._final[rows],
                                          _ceil_to(w, self.page_size), self.page_size, n)
@@ -320,7 +297,7 @@ class PagedPolicy(KVPolicy):
         if n <= cached:
             return cached, None, True
         # the int32 row itself: the tree copies (as int64) only the part it did not have
-        row_slots = self._table_np[row, :n] if self._table_np is not None else self._table[row, :n]
+        row_slots = self.req_to_token_pool.row_prefix(row, n)
         already, node = self.tree.insert_path(as_key(token_ids)[:n], row_slots)
         self._free_positions(row, cached, already)
         return n, node, already == cached
@@ -339,10 +316,12 @@ class PagedPolicy(KVPolicy):
             self.tree.touch_path(node)
         else:
             match = self.tree.match_prefix(as_key(token_ids)[:n])
-            self._table[row, :n] = match.indices.to(torch.int32)
+            self.req_to_token_pool.write_range(row, 0, match.indices)
             node = match.last_node
         self.tree.inc_lock_ref(node)
-        self.tree.dec_lock_ref(self._node[row])
+        old = self._node[row]
+        if old is not None:  # always, for an admitted row (the root when nothing matched)
+            self.tree.dec_lock_ref(old)
         self._node[row] = node
         self._cached[row] = n
 
@@ -429,6 +408,7 @@ class PagedPolicy(KVPolicy):
         self.allocator.check_invariants()
         self.tree.check_invariants()
         self.req_to_token_pool.check_invariants()
+        self.kv_pool.check_invariants()
         owned = [self.allocator.free_pages_view(), self.tree.all_values()[::ps] // ps]
         for rid, row in self._row_of.items():
             w, c = int(self._written[row]), int(self._cached[row])
@@ -436,8 +416,8 @@ class PagedPolicy(KVPolicy):
                 raise InvariantError(f"request {rid}: cached {c} / written {w} out of order")
             if w > self._final[row]:
                 raise InvariantError(f"request {rid}: wrote {w} > final length {self._final[row]}")
-            slots = self._table[row, :w].to(_I64)
-            pos = torch.arange(w)
+            slots = self.req_to_token_pool.req_to_token[row, :w].to(_I64)
+            pos = torch.arange(w, device=slots.device)
             if bool((slots % ps != pos % ps).any()) or bool((slots < ps).any()):
                 raise InvariantError(f"request {rid}: slot not at its page offset (or dummy)")
             owned.append(slots[c:][(pos[c:] % ps) == 0] // ps)
@@ -463,6 +443,23 @@ class PagedPolicy(KVPolicy):
         if b != self._compute_breakdown() or entries != self._count_entries():
             raise InvariantError(f"memoised breakdown {b} or page-table entries {entries} "
                                  "disagree with a recomputation")
+
+
+    # -- the page table under the names tests use ---------------------------------------------
+    @property
+    def _table(self) -> torch.Tensor:
+        """The page-table tensor, for reading (writes go through `req_to_token_pool`)."""
+        return self.req_to_token_pool.req_to_token
+
+    @property
+    def _table_np(self) -> np.ndarray | None:
+        """The page table's host view; setting None makes this CPU policy's page-table calls
+        take the device path (tests of the code a CUDA run takes)."""
+        return self.req_to_token_pool.host
+
+    @_table_np.setter
+    def _table_np(self, view: np.ndarray | None) -> None:
+        self.req_to_token_pool.host = view
 
 
 @register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "

@@ -15,7 +15,10 @@ what external fragmentation is measured from:
 
 Free and allocated ranges are kept in plain Python lists sorted by address (bisect), so every
 operation is O(log n) searches plus O(holes) list moves, with holes bounded by the number of
-live requests.
+live requests. External fragmentation is defined once (kvcore/breakdown.py:
+`external(need) = sum of |h| over holes h with |h| < need`); each placement computes it from
+its own index (sizes in order, or free blocks per order) and `check_invariants` compares the
+two.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from abc import ABC, abstractmethod
 from bisect import bisect_left, insort
 from itertools import pairwise
 
+from kvcore.breakdown import external_fragmentation
 from kvcore.validation import InvariantError, positive_int
 
 
@@ -79,7 +83,8 @@ class Placement(ABC):
 
     @abstractmethod
     def external(self, n: int) -> int:
-        """Free slots in holes (buddy: free blocks) too small for an allocation of `n`."""
+        """Free slots in holes (buddy: free blocks) too small for an allocation of `n`:
+        `external_fragmentation(hole sizes, n)`, from the placement's own index."""
 
     @abstractmethod
     def check_invariants(self) -> None:
@@ -100,6 +105,15 @@ class Placement(ABC):
         free = sum(size for _, size in free_ranges)
         if free != self._free_total:
             raise InvariantError(f"{self.name}: free total {self._free_total}, holes sum {free}")
+        sizes = sorted(size for _, size in free_ranges)
+        needs = {1, self.capacity + 1} if not sizes else {
+            1, sizes[0], sizes[0] + 1, sizes[len(sizes) // 2] + 1, sizes[-1], sizes[-1] + 1}
+        for need in needs:
+            if self.external(need) != external_fragmentation(sizes, need):
+                raise InvariantError(
+                    f"{self.name}: external({need}) = {self.external(need)}, but the holes "
+                    f"smaller than {need} hold {external_fragmentation(sizes, need)}"
+                )
 
 
 class _HoleList(Placement):

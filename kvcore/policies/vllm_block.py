@@ -1,31 +1,23 @@
-"""The `vllm` policy: vLLM v1's block pool with hash-chained prefix caching.
+"""The `vllm` policy: vLLM v1's KV cache manager over a `BlockPool` (kvcore/block_pool.py).
 
-Modelled on the design of vLLM v1's KV cache manager (a re-implementation, not a copy):
+Like `paged` (PagedAllocator + RadixCache), this is a thin policy over two structures: the
+block pool (ref counts, free queue, hash index; lazy LRU eviction) and the block hash chain
+(kvcore/block_hash.py). What belongs to the manager, and so lives here:
 
-* A pool of `num_pages` usable blocks of `page_size` slots, ids 1..num_pages; block 0 is the
-  null placeholder (the dummy page of kvsim's address space) and is never handed out, so the
-  capacity is `num_pages * page_size` like the paged policies.
-* Free blocks sit in one FIFO queue with O(1) popleft, append and remove. Allocation pops from
-  the head. The queue is an array of block ids with tombstones (a removed block leaves a 0
-  behind; the array is compacted when it fills), so a request's thousands of blocks are
-  popped, appended or removed in a few numpy operations instead of one Python step each. The
-  order is exactly that of a doubly linked list.
-* Only full blocks are cached. A full block is keyed by a chained 64-bit hash of (parent
-  block's hash, the block's token ids): a polynomial hash of the whole prefix, finalised by an
-  invertible mixer, so it is a function of (parent hash, block tokens) and a request's blocks
-  hash in one vectorised pass (deterministic across runs). Each hashed block keeps its parent
-  hash and token ids, and a lookup compares both, so a hash collision never yields a wrong hit.
-  A block is hashed as soon as it is full and its token ids are known: prompt blocks during
+* Per request the block table (`blocks`), the hashes of its full blocks, and its page-table
+  row, written through `ReqToTokenPool`.
+* A block is hashed as soon as it is full and its token ids are known: prompt blocks during
   prefill; decode blocks during decode when a token source is set (`set_token_source`),
   otherwise at `cache_prefix` / `finish`, whose `token_ids` cover every written token.
-* Blocks are ref-counted; a block with count 0 goes to the tail of the free queue still hashed
-  (cached, reusable). Popping a hashed block for a new allocation drops its hash: eviction is
-  lazy, LRU. A request's blocks are freed in reverse order, so the tail of a chain (the longest,
-  least shareable prefix) is evicted first.
-* The same content may be cached in two blocks (block tables are append-only): duplicates are
-  allowed, the hash maps to every block holding it (oldest first).
 * A lookup matches whole blocks of `prompt[:P-1]`: the last prompt token is always recomputed
-  to get logits, so a block-aligned prompt recomputes its last block.
+  to get logits, so a block-aligned prompt recomputes its last block. Hits are touched (ref
+  count + 1, out of the free queue when idle).
+* Freeing hands the request's blocks to the pool in reverse order, so a chain's tail (the
+  longest, least shareable prefix) is evicted first.
+
+Capacity is `num_pages * page_size` like the paged policies (block 0 is the null block).
+Per request: len(blocks) == ceil(written / page_size), and its row holds
+`blocks[p // ps] * ps + p % ps` at every written position p.
 """
 
 from __future__ import annotations
@@ -35,14 +27,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from kvcore.block_hash import NONE_HASH, ChainHasher
+from kvcore.block_pool import BlockPool
+from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile
 from kvcore.policies.base import (
-    PARTS,
     AdmitResult,
     KVPolicy,
-    MemoryBreakdown,
     PolicyConfig,
     PrefixPeek,
-    page_growth_profile,
     register_policy,
 )
 from kvcore.req_to_token_pool import ReqToTokenPool
@@ -54,69 +46,10 @@ from kvcore.validation import (
     positive_int,
 )
 
-#: parent hash of a request's first block
-NONE_HASH = 0
-
 #: (rid, start, end) -> token ids of positions start..end-1 of that request
 TokenSource = Callable[[int, int, int], np.ndarray]
 
-_MASK = (1 << 64) - 1
-_U64 = np.uint64
-#: polynomial base (odd, hence invertible mod 2**64) and its inverse
-_BASE = 0x9FB21C651E98DF25
-_BASE_INV = pow(_BASE, -1, 1 << 64)
-#: added to a token id before mixing, so token 0 does not map to 0
-_SALT = 0x9E3779B97F4A7C15
-_M1, _M2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53
-_M1_INV, _M2_INV = pow(_M1, -1, 1 << 64), pow(_M2, -1, 1 << 64)
-_S33 = _U64(33)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """Invertible 64-bit finaliser (xor-shift / multiply); maps 0 to 0. uint64 in and out."""
-    x = x ^ (x >> _S33)
-    x = x * _U64(_M1)
-    x = x ^ (x >> _S33)
-    x = x * _U64(_M2)
-    return x ^ (x >> _S33)
-
-
-def _unmix(x: np.ndarray) -> np.ndarray:
-    """Inverse of `_mix` (a shift by 33 >= 32 bits is its own xor-shift inverse)."""
-    x = x ^ (x >> _S33)
-    x = x * _U64(_M2_INV)
-    x = x ^ (x >> _S33)
-    x = x * _U64(_M1_INV)
-    return x ^ (x >> _S33)
-
-
-def _token_words(tokens: np.ndarray) -> np.ndarray:
-    """Token ids (int64) -> the mixed uint64 words the polynomial hash sums."""
-    return _mix(np.ascontiguousarray(tokens, dtype=np.int64).view(_U64) + _U64(_SALT))
-
-
-def _powers(base: int, n: int) -> np.ndarray:
-    """base**0 .. base**(n-1) mod 2**64 (uint64)."""
-    pw = np.full(n, base, dtype=_U64)
-    pw[0] = 1
-    return np.cumprod(pw, dtype=_U64)
-
-
-def block_hashes(parents: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Hashes of blocks given their parent hashes (m,) and token ids (m, page_size):
-    raw(child) = raw(parent) * B**ps + sum_j word_j * B**(ps-1-j), hash = mix(raw)."""
-    tokens = np.atleast_2d(np.asarray(tokens, dtype=np.int64))
-    ps = tokens.shape[1]
-    pw = _powers(_BASE, ps)[::-1]  # B**(ps-1) .. B**0
-    raw = _unmix(np.asarray(parents, dtype=_U64)) * _U64(pow(_BASE, ps, 1 << 64))
-    raw = raw + (_token_words(tokens) * pw[None, :]).sum(axis=1, dtype=_U64)
-    return _mix(raw)
-
-
-def block_hash(parent: int, tokens: bytes) -> int:
-    """Chained hash of one full block from its parent hash and its token ids' int64 bytes."""
-    toks = np.frombuffer(tokens, dtype=np.int64)
-    return int(block_hashes(np.array([parent], dtype=_U64), toks[None, :])[0])
+_CACHED, _FREE = PARTS.index("cached"), PARTS.index("free")
 
 
 def _ids(token_ids: np.ndarray) -> np.ndarray:
@@ -147,182 +80,30 @@ class VLLMBlockPolicy(KVPolicy):
         self.req_to_token_pool = ReqToTokenPool(
             config.max_requests, self.max_context_len, config.device
         )
-        self._table = self.req_to_token_pool.req_to_token
-        nb = self.num_pages + 1  # block 0 = null block
-        ps = self.page_size
-        self._ref = np.zeros(nb, dtype=np.int64)
-        # per block: whether it carries a hash, the hash, its parent hash and its token ids
-        self._hashed = np.zeros(nb, dtype=bool)
-        self._hash = np.zeros(nb, dtype=_U64)
-        self._parent = np.zeros(nb, dtype=_U64)
-        self._tok = np.zeros((nb, ps), dtype=np.int64)
-        # hash index: hash -> oldest block holding it; younger duplicates in _dups, in order
-        self._cached: dict[int, int] = {}
-        self._dups: dict[int, list[int]] = {}
-        # free queue: _q[_qh:_qt] in order, 0 = tombstone; _qpos[b] = index of b or -1
-        self._q = np.zeros(2 * nb + 16, dtype=np.int64)
-        self._q[: nb - 1] = np.arange(1, nb)
-        self._qpos = np.full(nb, -1, dtype=np.int64)
-        self._qpos[1:] = np.arange(nb - 1)
-        self._qh, self._qt = 0, nb - 1
-        self._num_free = nb - 1
-        self._num_free_hashed = 0
-        # powers of the base for the prefix hash: B**k and B**-k, k < max_context_len + 1
-        self._bpow = _powers(_BASE, self.max_context_len + 1)
-        self._binv = _powers(_BASE_INV, self.max_context_len + 1)
+        self.pool = BlockPool(self.num_pages, self.page_size)
+        self.hasher = ChainHasher(self.page_size, self.max_context_len)
         self._reqs: dict[int, _Req] = {}
         self._token_source: TokenSource | None = None
         # statistics
         self.queried_tokens = 0
         self.hit_tokens = 0
-        self.evicted_blocks = 0
 
     def set_token_source(self, source: TokenSource | None) -> None:
         """Let decode hash blocks the moment they fill (as vLLM does) by asking `source` for
         output token ids; without one, decode blocks are hashed at cache_prefix/finish."""
         self._token_source = source
 
-    # -- free queue --------------------------------------------------------------------------
-    def _q_find(self, m: int) -> np.ndarray:
-        """Queue indices of the first m queued blocks (m <= _num_free)."""
-        q, h, t = self._q, self._qh, self._qt
-        size = m + 64
-        while True:
-            e = min(h + size, t)
-            idx = np.flatnonzero(q[h:e])
-            if len(idx) >= m or e == t:
-                return idx[:m] + h
-            size *= 4
+    @property
+    def evicted_blocks(self) -> int:
+        return self.pool.evicted_blocks
 
-    def _q_peek(self, m: int) -> np.ndarray:
-        """The next m blocks a pop would return, head first."""
-        return self._q[self._q_find(m)] if m else np.zeros(0, dtype=np.int64)
-
-    def _q_remove(self, blocks: np.ndarray) -> None:
-        pos = self._qpos[blocks]
-        self._q[pos] = 0
-        self._qpos[blocks] = -1
-        self._num_free -= len(blocks)
-
-    def _q_append(self, blocks: np.ndarray) -> None:
-        k = len(blocks)
-        if not k:
-            return
-        if self._qt + k > len(self._q):  # compact: live entries to the front
-            live = self._q[self._qh : self._qt]
-            live = live[live != 0]
-            n = len(live)
-            if n + k > len(self._q):
-                self._q = np.zeros(2 * (n + k) + 16, dtype=np.int64)
-            self._q[:n] = live
-            self._q[n:] = 0
-            self._qpos[live] = np.arange(n)
-            self._qh, self._qt = 0, n
-        t = self._qt
-        self._q[t : t + k] = blocks
-        self._qpos[blocks] = np.arange(t, t + k)
-        self._qt = t + k
-        self._num_free += k
-
-    def _pop_free(self, m: int) -> np.ndarray:
-        """Pop m blocks off the head (m <= _num_free), evicting the cached ones lazily."""
-        if not m:
-            return np.zeros(0, dtype=np.int64)
-        pos = self._q_find(m)
-        blocks = self._q[pos]
-        self._q[pos] = 0
-        self._qh = int(pos[-1]) + 1
-        self._qpos[blocks] = -1
-        self._num_free -= m
-        ev = blocks[self._hashed[blocks]]
-        if len(ev):  # lazy eviction of cached blocks, in pop order
-            self._num_free_hashed -= len(ev)
-            self.evicted_blocks += len(ev)
-            for b, h in zip(ev.tolist(), self._hash[ev].tolist(), strict=True):
-                self._drop_hash(b, h)
-            self._hashed[ev] = False
-        self._ref[blocks] = 1
-        return blocks
-
-    # -- hash index ------------------------------------------------------------------------
-    def _drop_hash(self, b: int, h: int) -> None:
-        cached, dups = self._cached, self._dups
-        if cached[h] == b:
-            d = dups.get(h)
-            if d:
-                cached[h] = d.pop(0)
-                if not d:
-                    del dups[h]
-            else:
-                del cached[h]
-        else:
-            d = dups[h]
-            d.remove(b)
-            if not d:
-                del dups[h]
-
-    def _holders(self, h: int) -> list[int]:
-        """Blocks indexed under hash h, oldest first."""
-        if h not in self._cached:
-            return []
-        return [self._cached[h], *self._dups.get(h, [])]
-
-    def _chain(self, parent: int, ids: np.ndarray) -> np.ndarray:
-        """Chained hashes (uint64) of the len(ids) // page_size full blocks of `ids`, the first
-        one's parent hash being `parent`: the prefix hash raw_k = raw0 * B**k +
-        sum_{j<k} w_j * B**(k-1-j) at every block end k, as B**(k-1) * (raw0 * B + S_k) with
-        S_k = sum_{j<k} w_j * B**-j (uint64 arithmetic wraps mod 2**64)."""
-        ps = self.page_size
-        m = len(ids) // ps
-        if not m:
-            return np.zeros(0, dtype=_U64)
-        n = m * ps
-        s = np.cumsum(_token_words(ids[:n]) * self._binv[:n], dtype=_U64)
-        raw0 = int(_unmix(np.array([parent], dtype=_U64))[0]) * _BASE & _MASK
-        ends = np.arange(ps - 1, n, ps)
-        return _mix(self._bpow[ends] * (s[ends] + _U64(raw0)))
-
+    # -- hashing -----------------------------------------------------------------------------
     def _match(self, ids: np.ndarray, nblocks: int) -> tuple[list[int], list[int]]:
         """Cached blocks for the first `nblocks` blocks of `ids`, up to the first miss."""
-        if nblocks <= 0 or not self._cached:
+        if nblocks <= 0 or not self.pool.cached_block_hash_to_block:
             return [], []
-        ps = self.page_size
-        hs = self._chain(NONE_HASH, ids[: nblocks * ps])
-        hl = hs.tolist()
-        get = self._cached.get
-        first: list[int] = []
-        k, step = 0, 32
-        while k < nblocks:  # oldest holders up to the first miss, in growing chunks
-            chunk = list(map(get, hl[k : k + step]))
-            if None in chunk:
-                first += chunk[: chunk.index(None)]
-                break
-            first += chunk
-            k += step
-            step *= 4
-        k = len(first)
-        if not k:
-            return [], []
-        cand = np.array(first[:k], dtype=np.int64)
-        parents = np.empty(k, dtype=_U64)
-        parents[0] = NONE_HASH
-        parents[1:] = hs[: k - 1]
-        tok = ids[: k * ps].reshape(k, ps)
-        ok = (self._tok[cand] == tok).all(axis=1) & (self._parent[cand] == parents)
-        if ok.all():
-            return first[:k], hl[:k]
-        # a collision with the oldest holder: check the other holders, block by block
-        blocks = first[: int(np.argmin(ok))]
-        for i in range(len(blocks), k):
-            found = None
-            for b in self._holders(hl[i]):
-                if self._parent[b] == parents[i] and np.array_equal(self._tok[b], tok[i]):
-                    found = b
-                    break
-            if found is None:
-                break
-            blocks.append(found)
-        return blocks, hl[: len(blocks)]
+        hashes = self.hasher.chain(NONE_HASH, ids[: nblocks * self.page_size])
+        return self.pool.find_longest_cache_hit(hashes, ids)
 
     def _register_full(self, rid: int, req: _Req) -> None:
         """Hash every full block of `req` whose token ids are known."""
@@ -344,24 +125,9 @@ class VLLMBlockPolicy(KVPolicy):
             return
         parent = req.hashes[-1] if req.hashes else NONE_HASH
         toks = req.ids[done * ps : full * ps]
-        hs = self._chain(parent, toks)
         blocks = np.array(req.blocks[done:full], dtype=np.int64)
-        self._hashed[blocks] = True
-        self._hash[blocks] = hs
-        self._parent[blocks[0]] = parent
-        self._parent[blocks[1:]] = hs[:-1]
-        self._tok[blocks] = toks.reshape(-1, ps)
-        hl = hs.tolist()
-        cached, dups = self._cached, self._dups
-        setdefault = cached.setdefault
-        for b, h in zip(blocks.tolist(), hl, strict=True):
-            if setdefault(h, b) != b:  # duplicates allowed
-                d = dups.get(h)
-                if d is None:
-                    dups[h] = [b]
-                else:
-                    d.append(b)
-        req.hashes.extend(hl)
+        req.hashes.extend(self.pool.cache_full_blocks(
+            blocks, self.hasher.chain(parent, toks), parent, toks.reshape(-1, ps)))
 
     # -- admission -------------------------------------------------------------------------
     def peek_prefix(self, token_ids: np.ndarray) -> int:
@@ -377,7 +143,7 @@ class VLLMBlockPolicy(KVPolicy):
         blocks, _ = self._match(ids, len(ids) // self.page_size)
         if not blocks:
             return PrefixPeek(0, 0)
-        idle = int((self._ref[np.array(blocks, dtype=np.int64)] == 0).sum())
+        idle = int((self.pool.ref_cnt[np.array(blocks, dtype=np.int64)] == 0).sum())
         return PrefixPeek(len(blocks) * self.page_size, idle * self.page_size)
 
     def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
@@ -395,17 +161,13 @@ class VLLMBlockPolicy(KVPolicy):
         ids = _ids(token_ids)
         self._check_lengths(len(ids), final_len)
         non_negative_int("max_new_tokens", max_new_tokens)
-        rows = self.req_to_token_pool.alloc(1)
-        if rows is None:
+        row = self.req_to_token_pool.alloc_row()
+        if row is None:
             return None
-        req = _Req(rows[0], ids, final_len)
+        req = _Req(row, ids, final_len)
         blocks, hashes = self._match(ids, (len(ids) - 1) // self.page_size)
-        if blocks:  # touch: take hits off the free queue
-            bl = np.array(blocks, dtype=np.int64)
-            idle = bl[self._ref[bl] == 0]
-            self._q_remove(idle)
-            self._num_free_hashed -= len(idle)
-            self._ref[bl] += 1
+        if blocks:
+            self.pool.touch(np.array(blocks, dtype=np.int64))
         req.blocks, req.hashes = blocks, hashes
         req.written = cached = len(blocks) * self.page_size
         if cached:
@@ -428,31 +190,19 @@ class VLLMBlockPolicy(KVPolicy):
         first = start // ps
         bt = np.asarray(req.blocks[first : cdiv(end, ps)], dtype=np.int64)
         pos = np.arange(start, end, dtype=np.int64)
-        slots = bt[pos // ps - first] * ps + pos % ps
-        self._table[req.row, start:end] = torch.from_numpy(slots).to(torch.int32)
+        self.req_to_token_pool.write_range(req.row, start, bt[pos // ps - first] * ps + pos % ps)
 
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
-        if len(rids) != len(target_lens):
-            raise ValueError(
-                f"rids and target_lens differ in length: {len(rids)} != {len(target_lens)}"
-            )
         reqs = [self._req(r) for r in rids]
-        if len(set(rids)) != len(reqs):
-            raise ValueError("extend got the same request twice")
+        self.check_extend_args(rids, target_lens, [r.written for r in reqs],
+                               self.max_context_len)
         ps = self.page_size
         need = 0
-        for rid, req, t in zip(rids, reqs, target_lens, strict=True):
-            if t < req.written:
-                raise ValueError(f"target_len {t} of request {rid} is below written {req.written}")
-            if t > self.max_context_len:
-                raise ValueError(
-                    f"target_len {t} of request {rid} exceeds max_context_len "
-                    f"{self.max_context_len}"
-                )
+        for req, t in zip(reqs, target_lens, strict=True):
             need += cdiv(int(t), ps) - len(req.blocks)
-        if need > self._num_free:
+        if need > self.pool.get_num_free_blocks():
             return False
-        new = self._pop_free(need).tolist()
+        new = self.pool.get_new_blocks(need).tolist()
         at = 0
         for rid, req, t in zip(rids, reqs, target_lens, strict=True):
             t = int(t)
@@ -468,29 +218,28 @@ class VLLMBlockPolicy(KVPolicy):
 
     def decode(self, rids: Sequence[int]) -> bool:
         reqs = [self._req(r) for r in rids]
-        if len(set(rids)) != len(reqs):
-            raise ValueError("decode got the same request twice")
+        self.check_distinct("decode", rids)
+        written = [r.written for r in reqs]
+        self.check_decode_args(rids, written, self.max_context_len)
         ps = self.page_size
         need = 0
-        for rid, req in zip(rids, reqs, strict=True):
-            if req.written >= self.max_context_len:
-                raise ValueError(f"decode of request {rid} exceeds max_context_len")
-            need += req.written == len(req.blocks) * ps
-        if need > self._num_free:
+        for req, w in zip(reqs, written, strict=True):
+            need += w == len(req.blocks) * ps
+        if need > self.pool.get_num_free_blocks():
             return False
         if not reqs:
             return True
-        new = iter(self._pop_free(need).tolist())
-        rows, pos, slots = [], [], []
+        new = iter(self.pool.get_new_blocks(need).tolist())
+        slots = []
         for req in reqs:
             w = req.written
             if w == len(req.blocks) * ps:
                 req.blocks.append(next(new))
-            rows.append(req.row)
-            pos.append(w)
             slots.append(req.blocks[w // ps] * ps + w % ps)
             req.written = w + 1
-        self._table[torch.tensor(rows), torch.tensor(pos)] = torch.tensor(slots, dtype=torch.int32)
+        self.req_to_token_pool.write_at(
+            np.array([r.row for r in reqs], dtype=np.int64), np.array(written, dtype=np.int64),
+            np.array(slots, dtype=np.int64))
         for rid, req in zip(rids, reqs, strict=True):
             if req.written % ps == 0:
                 self._register_full(rid, req)
@@ -507,12 +256,10 @@ class VLLMBlockPolicy(KVPolicy):
         a0 = np.array([len(r.blocks) * ps for r in reqs], dtype=np.int64)
         out, new_slots = page_growth_profile(self.breakdown(head_reservation), w, final, a0, ps, n)
         new_blocks = new_slots // ps
-        ahead = self._q_peek(int(new_blocks[-1]) if n else 0)
-        hashed = np.zeros(len(ahead) + 1, dtype=np.int64)
-        np.cumsum(self._hashed[ahead], out=hashed[1:])
+        hashed = self.pool.cached_among_next(int(new_blocks[-1]) if n else 0)
         evicted = hashed[new_blocks] * ps  # hashed blocks popped: cache, not free, pays
-        out[:, PARTS.index("cached")] -= evicted
-        out[:, PARTS.index("free")] += evicted
+        out[:, _CACHED] -= evicted
+        out[:, _FREE] += evicted
         return out
 
     def decode_cost(self, rids: Sequence[int], n: int) -> int:
@@ -546,13 +293,8 @@ class VLLMBlockPolicy(KVPolicy):
 
     def release(self, rid: int) -> None:
         req = self._req(rid)
-        bl = np.array(req.blocks[::-1], dtype=np.int64)  # chain tail first: evicted first
-        ref = self._ref
-        ref[bl] -= 1
-        idle = bl[ref[bl] == 0]
-        self._q_append(idle)
-        self._num_free_hashed += int(np.count_nonzero(self._hashed[idle]))
-        self.req_to_token_pool.free(req.row)
+        self.pool.free_blocks(np.array(req.blocks[::-1], dtype=np.int64))  # chain tail first
+        self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
 
     # -- observation -----------------------------------------------------------------------
@@ -560,23 +302,19 @@ class VLLMBlockPolicy(KVPolicy):
         return self._req(rid).written
 
     def available_tokens(self) -> int:
-        return self._num_free * self.page_size
+        return self.pool.get_num_free_blocks() * self.page_size
 
     def evictable_tokens(self) -> int:
-        return self._num_free_hashed * self.page_size
+        return self.pool.num_cached_free * self.page_size
 
     def fresh_tokens(self) -> int:
         """Cached blocks sit in the free queue among plain free ones and a pop takes the head
         whatever it holds: the plain free blocks ahead of the first cached one."""
-        if not self._num_free_hashed:
-            return self._num_free * self.page_size
-        hashed = self._hashed[self._q_peek(self._num_free)]
-        return int(hashed.argmax()) * self.page_size
+        return self.pool.fresh_blocks() * self.page_size
 
     def cached_block_ids(self) -> list[int]:
         """Free-queue blocks that still carry a hash, head (next evicted) first."""
-        q = self._q_peek(self._num_free)
-        return q[self._hashed[q]].tolist()
+        return self.pool.cached_free_blocks()
 
     def block_ids(self, rid: int) -> list[int]:
         return list(self._req(rid).blocks)
@@ -587,8 +325,8 @@ class VLLMBlockPolicy(KVPolicy):
         fragmentation: any free block serves."""
         non_negative_int("head_reservation", head_reservation)
         ps = self.page_size
-        owned = self.num_pages - self._num_free
-        tokens = owned * ps
+        pool = self.pool
+        tokens = (self.num_pages - pool.get_num_free_blocks()) * ps
         reserved = rounding = 0
         for r in self._reqs.values():
             w = r.written
@@ -601,85 +339,73 @@ class VLLMBlockPolicy(KVPolicy):
         return MemoryBreakdown.for_pages(
             self.capacity,
             token_states=tokens,
-            cached=self._num_free_hashed * ps,
+            cached=pool.num_cached_free * ps,
             reserved=reserved,
             rounding=rounding,
-            free=(self._num_free - self._num_free_hashed) * ps,
+            free=(pool.get_num_free_blocks() - pool.num_cached_free) * ps,
         )
 
     def page_table_entries(self) -> int:
         return sum(len(r.blocks) for r in self._reqs.values())
 
     def check_invariants(self) -> None:
-        nb = self.num_pages + 1
+        """The pool's equations, plus: ref_cnt[b] == #live requests holding b; a request
+        holds ceil(written / ps) distinct non-null blocks and its hashed blocks keep their
+        hashes; its page-table row matches its block table."""
+        pool, ps = self.pool, self.page_size
         self.req_to_token_pool.check_invariants()
-        # free queue
-        q, h, t = self._q, self._qh, self._qt
-        if not 0 <= h <= t <= len(q) or q[:h].any() or q[t:].any():
-            raise InvariantError("vllm: free queue holds blocks outside its head..tail window")
-        live_pos = np.flatnonzero(q[h:t]) + h
-        live = q[live_pos]
-        if ((live < 1) | (live >= nb)).any() or len(np.unique(live)) != len(live):
-            raise InvariantError("vllm: free queue has a bad or repeated block")
-        if len(live) != self._num_free:
-            raise InvariantError("vllm: free queue length out of sync")
-        queued = np.zeros(nb, dtype=bool)
-        queued[live] = True
-        want_pos = np.full(nb, -1, dtype=np.int64)
-        want_pos[live] = live_pos
-        if not np.array_equal(self._qpos, want_pos):
-            raise InvariantError("vllm: free queue positions out of sync")
-        # ref counts = live holders
-        holders = np.zeros(nb, dtype=np.int64)
+        pool.check_invariants()
+        holders = np.zeros(self.num_pages + 1, dtype=np.int64)
         for rid, r in self._reqs.items():
             if len(set(r.blocks)) != len(r.blocks) or 0 in r.blocks:
                 raise InvariantError(f"vllm: request {rid} holds a block twice or the null block")
-            if len(r.blocks) != cdiv(r.written, self.page_size):
+            if len(r.blocks) != cdiv(r.written, ps):
                 raise InvariantError(f"vllm: request {rid} has blocks beyond its written tokens")
-            if len(r.hashes) > r.written // self.page_size:
+            if len(r.hashes) > r.written // ps:
                 raise InvariantError(f"vllm: request {rid} hashed a partial block")
             holders[r.blocks] += 1
             hb = np.array(r.blocks[: len(r.hashes)], dtype=np.int64)
-            if not (self._hashed[hb].all() and self._hash[hb].tolist() == r.hashes):
+            if not (pool.is_hashed[hb].all() and pool.block_hash[hb].tolist() == r.hashes):
                 raise InvariantError(f"vllm: request {rid} has a block that lost its hash")
-        for b in np.flatnonzero(self._ref != holders).tolist():
-            raise InvariantError(f"vllm: block {b} ref {self._ref[b]} != holders {holders[b]}")
-        for b in np.flatnonzero((self._ref[1:] == 0) != queued[1:]).tolist():
-            raise InvariantError(f"vllm: block {b + 1} free-queue membership wrong")
-        for b in np.flatnonzero((self._ref > 1) & ~self._hashed).tolist():
-            raise InvariantError(f"vllm: unhashed block {b} is shared")
-        if self._ref[0] != 0 or queued[0] or self._hashed[0]:
-            raise InvariantError("vllm: the null block was handed out")
-        # hash index
-        hashed = np.flatnonzero(self._hashed)
-        indexed: list[int] = []
-        for hv, first in self._cached.items():
-            for b in [first, *self._dups.get(hv, [])]:
-                if not self._hashed[b] or int(self._hash[b]) != hv:
-                    raise InvariantError(f"vllm: block {b} indexed under the wrong hash")
-                indexed.append(b)
-        if any(not d for d in self._dups.values()) or not set(self._dups) <= set(self._cached):
-            raise InvariantError("vllm: empty or orphaned duplicate list in the hash index")
-        if sorted(indexed) != hashed.tolist():
-            raise InvariantError("vllm: hash index out of sync with block hashes")
-        if len(hashed) and not np.array_equal(
-            block_hashes(self._parent[hashed], self._tok[hashed]), self._hash[hashed]
-        ):
-            raise InvariantError("vllm: a block's hash does not match its parent and tokens")
-        if self._num_free_hashed != int(np.count_nonzero(self._hashed & queued)):
-            raise InvariantError("vllm: cached-block counter out of sync")
-        # page table
-        ps = self.page_size
+        for b in np.flatnonzero(pool.ref_cnt != holders).tolist():
+            raise InvariantError(f"vllm: block {b} ref {pool.ref_cnt[b]} != holders {holders[b]}")
+        table = self.req_to_token_pool.req_to_token
         for rid, r in self._reqs.items():
             pos = torch.arange(r.written)
             bt = torch.tensor(r.blocks, dtype=torch.int64)
             want = (bt[pos // ps] * ps + pos % ps).to(torch.int32) if r.written else pos.int()
-            if not torch.equal(self._table[r.row, : r.written], want):
+            if not torch.equal(table[r.row, : r.written].cpu(), want):
                 raise InvariantError(f"vllm: page-table row of request {rid} is wrong")
-        bd = self.breakdown(self.max_context_len)
-        bd.check()
+        self.breakdown(self.max_context_len).check_invariants()
         if self.num_pages * ps != self.capacity:
             raise InvariantError("vllm: capacity is not num_pages * page_size")
+
+    # -- the pool's state under the names tests and debugging sessions use -------------------
+    @property
+    def _ref(self) -> np.ndarray:
+        return self.pool.ref_cnt
+
+    @property
+    def _hash(self) -> np.ndarray:
+        return self.pool.block_hash
+
+    @property
+    def _parent(self) -> np.ndarray:
+        return self.pool.parent_hash
+
+    @property
+    def _cached(self) -> dict[int, int]:
+        return self.pool.cached_block_hash_to_block
+
+    @property
+    def _qpos(self) -> np.ndarray:
+        return self.pool.free_block_queue.positions
+
+    def _holders(self, h: int) -> list[int]:
+        return self.pool.get_cached_blocks(h)
+
+    def _chain(self, parent: int, ids: np.ndarray) -> np.ndarray:
+        return self.hasher.chain(parent, ids)
 
 
 @register_policy(

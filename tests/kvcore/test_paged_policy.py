@@ -17,8 +17,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvcore.breakdown import PARTS
 from kvcore.policies import PolicyConfig, make_policy
-from kvcore.policies.base import PARTS
 from kvcore.policies.paged import PagedPolicy
 
 

@@ -65,3 +65,40 @@ def test_bad_input_leaves_state_unchanged() -> None:
     with pytest.raises(ValueError, match="double free"):
         p.free(r)
     p.check_invariants()
+
+
+@pytest.mark.parametrize("host", [True, False])
+def test_host_api_writes_reads_and_checks_bounds(host: bool) -> None:
+    """The policies' numpy API, through the host view and (host=None) through the tensor,
+    as a device run takes it: same table, same errors, nothing written on an error."""
+    import numpy as np
+
+    p = ReqToTokenPool(4, 8)
+    if not host:
+        p.host = None
+    r1, r2 = p.alloc(2)
+    p.write_range(r1, 0, np.array([4, 5, 6]))
+    p.write_range(r2, 0, torch.tensor([8, 9]))  # a cache match's tensor of slots
+    p.write_at(np.array([r1, r2]), np.array([3, 2]), np.array([7, 10]))
+    p.write_at(np.array([[r1, r2]]), np.array([[4, 3], [5, 4]]), np.array([[12, 20], [13, 21]]))
+    assert p.read(r1, 0, 6).tolist() == [4, 5, 6, 7, 12, 13]
+    assert p.read(r2, 0, 5).tolist() == [8, 9, 10, 20, 21]
+    assert p.read_at(np.array([r1, r2]), np.array([0, 1])).tolist() == [4, 9]
+    assert p.read_at(r1, slice(0, 6, 2)).tolist() == [4, 6, 12]
+    assert int(p.read_at(r2, 4)) == 21
+    assert p.row_prefix(r1, 3).tolist() == [4, 5, 6]
+    before = p.req_to_token.clone()
+    with pytest.raises(ValueError, match=r"positions 6\.\.9 outside the page table"):
+        p.write_range(r1, 6, np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"positions -1\.\.0 outside the page table"):
+        p.write_range(r1, -1, np.array([1]))
+    with pytest.raises(ValueError, match="row 3 is not in use"):
+        p.write_range(3, 0, np.array([1]))
+    with pytest.raises(ValueError, match="position -1 outside the page table"):
+        p.write_at(np.array([r1, r2]), np.array([2, -1]), np.array([1, 2]))
+    with pytest.raises(ValueError, match="position 8 outside the page table"):
+        p.write_at(np.array([r1, r2]), np.array([3, 8]), np.array([1, 2]))
+    with pytest.raises(ValueError, match=r"positions 8\.\.9 outside the page table"):
+        p.write_at(r1, 8, np.array(1))
+    assert torch.equal(p.req_to_token, before)
+    p.check_invariants()

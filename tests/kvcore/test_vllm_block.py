@@ -14,8 +14,9 @@ from hypothesis.stateful import (
 )
 
 import kvcore.policies.vllm_block  # noqa: F401 - registers the policy
+from kvcore.block_hash import block_hash
 from kvcore.policies.base import PolicyConfig, make_policy, policy_help
-from kvcore.policies.vllm_block import VLLMBlockPolicy, block_hash
+from kvcore.policies.vllm_block import VLLMBlockPolicy
 from kvcore.validation import InvariantError
 
 

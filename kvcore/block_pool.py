@@ -1,0 +1,330 @@
+"""vLLM v1's block pool: ref-counted blocks, one free queue, a hash index of cached full blocks.
+
+Modelled on the design of vLLM v1's `BlockPool` and `FreeKVCacheBlockQueue` (a
+re-implementation under the same names, not a copy). Why it looks as it does:
+
+* `num_blocks` usable blocks, ids 1..num_blocks; block 0 is the null placeholder (the dummy page
+  of kvsim's address space) and is never handed out.
+* Free blocks sit in one queue in eviction order. vLLM links its blocks into a doubly linked
+  list; here the queue is an array of block ids with tombstones (a removed block leaves a 0
+  behind; the array is compacted when it fills) and a position per block, so a request's
+  thousands of blocks are popped, appended or removed in a few numpy operations instead of one
+  Python step each. The order is exactly the linked list's.
+* A block with ref count 0 goes to the tail still hashed: cached and reusable. Popping a hashed
+  block for a new allocation drops its hash (lazy eviction, LRU); callers free a request's
+  blocks in reverse so a chain's tail is evicted first.
+* The hash index maps a hash to every block holding that content, oldest first: duplicates
+  are allowed because block tables are append-only. Each hashed block keeps its (parent hash,
+  token ids) key and a hit compares it, so a hash collision never yields a wrong block.
+
+Invariants (`check_invariants`), with queued(b) = b is in the free queue:
+
+    queued(b)  <=>  ref_cnt[b] == 0                   for every block b >= 1
+    ref_cnt[b] > 1  =>  is_hashed[b]                  (only cached content is shared)
+    ref_cnt[0] == 0, block 0 never queued nor hashed
+    num_cached_free == #{b : queued(b) and is_hashed[b]}
+    index: b is listed under h  <=>  is_hashed[b] and block_hash[b] == h
+    block_hash[b] == block_hashes(parent_hash[b], block_tokens[b])   for every hashed b
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+
+from kvcore.block_hash import block_hashes
+from kvcore.validation import InvariantError
+
+_U64 = np.uint64
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class FreeKVCacheBlockQueue:
+    """Free blocks in eviction order: pop from the head, append at the tail, remove anywhere.
+
+    `_q[_head:_tail]` holds the queue in order with 0 for removed entries; `positions[b]` is
+    b's index in `_q`, or -1 when b is not queued. Initially blocks 1..n-1 in id order."""
+
+    def __init__(self, num_blocks: int) -> None:
+        n = num_blocks  # including the null block 0, which is never queued
+        self._q = np.zeros(2 * n + 16, dtype=np.int64)
+        self._q[: n - 1] = np.arange(1, n)
+        self.positions = np.full(n, -1, dtype=np.int64)
+        self.positions[1:] = np.arange(n - 1)
+        self._head, self._tail = 0, n - 1
+        self.num_free_blocks = n - 1
+
+    def _find(self, m: int) -> np.ndarray:
+        """Queue indices of the first m queued blocks (m <= num_free_blocks)."""
+        q, h, t = self._q, self._head, self._tail
+        size = m + 64
+        while True:
+            e = min(h + size, t)
+            idx = np.flatnonzero(q[h:e])
+            if len(idx) >= m or e == t:
+                return idx[:m] + h
+            size *= 4
+
+    def peek_n(self, m: int) -> np.ndarray:
+        """The next m blocks a pop would return, head first."""
+        return self._q[self._find(m)] if m else _EMPTY
+
+    def popleft_n(self, m: int) -> np.ndarray:
+        """Take m blocks off the head (m <= num_free_blocks)."""
+        if not m:
+            return _EMPTY
+        pos = self._find(m)
+        blocks = self._q[pos]
+        self._q[pos] = 0
+        self._head = int(pos[-1]) + 1
+        self.positions[blocks] = -1
+        self.num_free_blocks -= m
+        return blocks
+
+    def remove_n(self, blocks: np.ndarray) -> None:
+        """Take queued `blocks` out wherever they are (a cache hit on a free block)."""
+        self._q[self.positions[blocks]] = 0
+        self.positions[blocks] = -1
+        self.num_free_blocks -= len(blocks)
+
+    def append_n(self, blocks: np.ndarray) -> None:
+        """Queue `blocks` at the tail, in the given order."""
+        k = len(blocks)
+        if not k:
+            return
+        if self._tail + k > len(self._q):  # compact: live entries to the front
+            live = self._q[self._head : self._tail]
+            live = live[live != 0]
+            n = len(live)
+            if n + k > len(self._q):
+                self._q = np.zeros(2 * (n + k) + 16, dtype=np.int64)
+            self._q[:n] = live
+            self._q[n:] = 0
+            self.positions[live] = np.arange(n)
+            self._head, self._tail = 0, n
+        t = self._tail
+        self._q[t : t + k] = blocks
+        self.positions[blocks] = np.arange(t, t + k)
+        self._tail = t + k
+        self.num_free_blocks += k
+
+    def check_invariants(self) -> None:
+        """The window holds each queued block once, `positions` points at it, nothing else."""
+        q, h, t = self._q, self._head, self._tail
+        if not 0 <= h <= t <= len(q) or q[:h].any() or q[t:].any():
+            raise InvariantError("vllm: free queue holds blocks outside its head..tail window")
+        live_pos = np.flatnonzero(q[h:t]) + h
+        live = q[live_pos]
+        n = len(self.positions)
+        if ((live < 1) | (live >= n)).any() or len(np.unique(live)) != len(live):
+            raise InvariantError("vllm: free queue has a bad or repeated block")
+        if len(live) != self.num_free_blocks:
+            raise InvariantError("vllm: free queue length out of sync")
+        want = np.full(n, -1, dtype=np.int64)
+        want[live] = live_pos
+        if not np.array_equal(self.positions, want):
+            raise InvariantError("vllm: free queue positions out of sync")
+
+
+class BlockPool:
+    """`num_blocks` blocks of `page_size` slots: ref counts, the free queue, the hash index."""
+
+    def __init__(self, num_blocks: int, page_size: int) -> None:
+        self.num_blocks = num_blocks
+        self.page_size = page_size
+        nb = num_blocks + 1  # block 0 = null block
+        self.ref_cnt = np.zeros(nb, dtype=np.int64)
+        # per block: whether it carries a hash, the hash, its parent hash and its token ids
+        self.is_hashed = np.zeros(nb, dtype=bool)
+        self.block_hash = np.zeros(nb, dtype=_U64)
+        self.parent_hash = np.zeros(nb, dtype=_U64)
+        self.block_tokens = np.zeros((nb, page_size), dtype=np.int64)
+        # hash index: hash -> oldest block holding it; younger duplicates in _dups, in order
+        self.cached_block_hash_to_block: dict[int, int] = {}
+        self._dups: dict[int, list[int]] = {}
+        self.free_block_queue = FreeKVCacheBlockQueue(nb)
+        self.num_cached_free = 0  # hashed blocks in the free queue: evictable cache
+        self.evicted_blocks = 0
+
+    # -- sizes -----------------------------------------------------------------------------
+    def get_num_free_blocks(self) -> int:
+        """Blocks an allocation can take now (cached ones included: popping evicts them)."""
+        return self.free_block_queue.num_free_blocks
+
+    # -- allocation and freeing ------------------------------------------------------------
+    def get_new_blocks(self, m: int) -> np.ndarray:
+        """Pop m blocks off the queue head (m <= free blocks), each with ref count 1; the
+        cached ones among them lose their hash here, in pop order (lazy eviction)."""
+        blocks = self.free_block_queue.popleft_n(m)
+        if not m:
+            return blocks
+        ev = blocks[self.is_hashed[blocks]]
+        if len(ev):
+            self.num_cached_free -= len(ev)
+            self.evicted_blocks += len(ev)
+            for b, h in zip(ev.tolist(), self.block_hash[ev].tolist(), strict=True):
+                self._drop_hash(b, h)
+            self.is_hashed[ev] = False
+        self.ref_cnt[blocks] = 1
+        return blocks
+
+    def touch(self, blocks: np.ndarray) -> None:
+        """A request takes cache hits: one more holder each; idle ones leave the free queue."""
+        idle = blocks[self.ref_cnt[blocks] == 0]
+        self.free_block_queue.remove_n(idle)
+        self.num_cached_free -= len(idle)  # a hit is hashed
+        self.ref_cnt[blocks] += 1
+
+    def free_blocks(self, ordered: np.ndarray) -> None:
+        """One holder fewer for each of `ordered` (distinct); those left with none join the
+        queue tail in this order, still hashed (callers pass a request's blocks reversed)."""
+        ref = self.ref_cnt
+        ref[ordered] -= 1
+        idle = ordered[ref[ordered] == 0]
+        self.free_block_queue.append_n(idle)
+        self.num_cached_free += int(np.count_nonzero(self.is_hashed[idle]))
+
+    # -- the hash index --------------------------------------------------------------------
+    def cache_full_blocks(self, blocks: np.ndarray, hashes: np.ndarray, parent: int,
+                          tokens: np.ndarray) -> list[int]:
+        """Hash `blocks` (a chain: block i's parent is block i-1, the first one's `parent`)
+        with their token ids (k, page_size) and index them; returns the hashes as ints."""
+        self.is_hashed[blocks] = True
+        self.block_hash[blocks] = hashes
+        self.parent_hash[blocks[0]] = parent
+        self.parent_hash[blocks[1:]] = hashes[:-1]
+        self.block_tokens[blocks] = tokens
+        hl: list[int] = hashes.tolist()
+        cached, dups = self.cached_block_hash_to_block, self._dups
+        setdefault = cached.setdefault
+        for b, h in zip(blocks.tolist(), hl, strict=True):
+            if setdefault(h, b) != b:  # duplicates allowed
+                d = dups.get(h)
+                if d is None:
+                    dups[h] = [b]
+                else:
+                    d.append(b)
+        return hl
+
+    def _drop_hash(self, b: int, h: int) -> None:
+        cached, dups = self.cached_block_hash_to_block, self._dups
+        if cached[h] == b:
+            d = dups.get(h)
+            if d:
+                cached[h] = d.pop(0)
+                if not d:
+                    del dups[h]
+            else:
+                del cached[h]
+        else:
+            d = dups[h]
+            d.remove(b)
+            if not d:
+                del dups[h]
+
+    def get_cached_blocks(self, h: int) -> list[int]:
+        """Blocks indexed under hash h, oldest first."""
+        if h not in self.cached_block_hash_to_block:
+            return []
+        return [self.cached_block_hash_to_block[h], *self._dups.get(h, [])]
+
+    def find_longest_cache_hit(self, hashes: np.ndarray,
+                               ids: np.ndarray) -> tuple[list[int], list[int]]:
+        """Cached blocks for the chain `hashes` (uint64) of the full blocks of `ids`, up to the
+        first miss: (blocks, their hashes as ints). Only a collision (a key that differs
+        under an equal hash) costs more than one dict lookup per block."""
+        ps = self.page_size
+        hl: list[int] = hashes.tolist()
+        nblocks = len(hl)
+        get = self.cached_block_hash_to_block.get
+        first: list[int] = []
+        k, step = 0, 32
+        while k < nblocks:  # oldest holders up to the first miss, in growing chunks
+            chunk = list(map(get, hl[k : k + step]))
+            if None in chunk:
+                first += cast("list[int]", chunk[: chunk.index(None)])
+                break
+            first += cast("list[int]", chunk)
+            k += step
+            step *= 4
+        k = len(first)
+        if not k:
+            return [], []
+        cand = np.array(first, dtype=np.int64)
+        parents = np.empty(k, dtype=_U64)
+        parents[0] = 0
+        parents[1:] = hashes[: k - 1]
+        tok = ids[: k * ps].reshape(k, ps)
+        ok = (self.block_tokens[cand] == tok).all(axis=1) & (self.parent_hash[cand] == parents)
+        if ok.all():
+            return first, hl[:k]
+        # a collision with the oldest holder: check the other holders, block by block
+        blocks = first[: int(np.argmin(ok))]
+        for i in range(len(blocks), k):
+            found = None
+            for b in self.get_cached_blocks(hl[i]):
+                if self.parent_hash[b] == parents[i] and np.array_equal(self.block_tokens[b],
+                                                                         tok[i]):
+                    found = b
+                    break
+            if found is None:
+                break
+            blocks.append(found)
+        return blocks, hl[: len(blocks)]
+
+    # -- observation -----------------------------------------------------------------------
+    def peek_free(self, m: int) -> np.ndarray:
+        """The next m blocks an allocation would take, head first."""
+        return self.free_block_queue.peek_n(m)
+
+    def cached_free_blocks(self) -> list[int]:
+        """Free-queue blocks that still carry a hash, head (next evicted) first."""
+        q = self.peek_free(self.get_num_free_blocks())
+        return q[self.is_hashed[q]].tolist()
+
+    def fresh_blocks(self) -> int:
+        """Blocks the next allocations take before the first one evicts cached content: the
+        plain free blocks ahead of the first cached one in the queue."""
+        if not self.num_cached_free:
+            return self.get_num_free_blocks()
+        return int(self.is_hashed[self.peek_free(self.get_num_free_blocks())].argmax())
+
+    def cached_among_next(self, m: int) -> np.ndarray:
+        """out[i] = cached blocks among the next i pops, i = 0..m (what lazy eviction takes
+        from the cache, rather than from plain free memory, through i pops)."""
+        out = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(self.is_hashed[self.peek_free(m)], out=out[1:])
+        return out
+
+    # -- checks ----------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """The equations of the module header."""
+        self.free_block_queue.check_invariants()
+        queued = self.free_block_queue.positions >= 0
+        for b in np.flatnonzero((self.ref_cnt[1:] == 0) != queued[1:]).tolist():
+            raise InvariantError(f"vllm: block {b + 1} free-queue membership wrong")
+        for b in np.flatnonzero((self.ref_cnt > 1) & ~self.is_hashed).tolist():
+            raise InvariantError(f"vllm: unhashed block {b} is shared")
+        if self.ref_cnt[0] != 0 or queued[0] or self.is_hashed[0]:
+            raise InvariantError("vllm: the null block was handed out")
+        hashed = np.flatnonzero(self.is_hashed)
+        indexed: list[int] = []
+        for hv, first in self.cached_block_hash_to_block.items():
+            for b in [first, *self._dups.get(hv, [])]:
+                if not self.is_hashed[b] or int(self.block_hash[b]) != hv:
+                    raise InvariantError(f"vllm: block {b} indexed under the wrong hash")
+                indexed.append(b)
+        dups = self._dups
+        if any(not d for d in dups.values()) or not set(dups) <= set(
+                self.cached_block_hash_to_block):
+            raise InvariantError("vllm: empty or orphaned duplicate list in the hash index")
+        if sorted(indexed) != hashed.tolist():
+            raise InvariantError("vllm: hash index out of sync with block hashes")
+        if len(hashed) and not np.array_equal(
+            block_hashes(self.parent_hash[hashed], self.block_tokens[hashed]),
+            self.block_hash[hashed],
+        ):
+            raise InvariantError("vllm: a block's hash does not match its parent and tokens")
+        if self.num_cached_free != int(np.count_nonzero(self.is_hashed & queued)):
+            raise InvariantError("vllm: cached-block counter out of sync")

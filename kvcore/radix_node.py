@@ -1,0 +1,128 @@
+"""The radix tree's node, its eviction priorities and key helpers (used by kvcore/radix_cache.py).
+
+Why a node looks as it does:
+* `__slots__` and no per-node containers until needed: most nodes are leaves, so `children`
+  (and, for page_size > 1, `by_first_token`) stay None until the first child arrives and go
+  back to None when the last one leaves. Fewer containers also means fewer of the garbage
+  collector's passes, which scan every container alive.
+* Children are keyed by their first token (page size 1) or their first page's bytes, so a
+  match can only stop on a page boundary; `by_first_token` lists the children starting with
+  a token, for the token-level peek that measures what page alignment loses.
+* The root is the one node without a parent: walks up a path stop there.
+
+Invariants (checked by RadixCache.check_invariants):
+
+    len(key) == len(value) > 0 and len(key) % page_size == 0     (every non-root node)
+    parent.children[ckey] is node,   ckey == child key of node.key
+    lock_ref == own_locks + sum(lock_ref of children) >= 0,      root.lock_ref == 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from kvcore.validation import int_array
+
+#: a child's key in its parent's map: its first token (page size 1) or first page's bytes
+ChildKey = int | bytes
+
+
+class TreeNode:
+    __slots__ = (
+        "by_first_token",
+        "children",
+        "ckey",
+        "created",
+        "first",
+        "hit_count",
+        "host",
+        "id",
+        "key",
+        "last_access",
+        "lock_ref",
+        "own_locks",
+        "parent",
+        "value",
+    )
+
+    def __init__(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None, nid: int):
+        self.key = key
+        self.value = value
+        self.parent = parent
+        self.children: dict[ChildKey, TreeNode] | None = None
+        self.by_first_token: dict[int, list[TreeNode]] | None = None
+        self.lock_ref = 0
+        self.own_locks = 0
+        self.last_access = 0
+        self.created = 0
+        self.hit_count = 0
+        self.id = nid
+        # set by the tree: the key of this node in its parent's `children`, its first token,
+        # and (on CPU) a numpy view of `value` for eviction's host-side frees
+        self.ckey: ChildKey = 0
+        self.first = 0
+        self.host: np.ndarray | None = None
+
+    def child_nodes(self) -> Iterator[TreeNode]:
+        """The children (none for a leaf), in insertion order."""
+        return iter(()) if self.children is None else iter(self.children.values())
+
+    def path_to_root(self) -> Iterator[TreeNode]:
+        """This node, its parent, ... up to the root (excluded): what a lock or a touch of
+        a match ending here covers."""
+        node, parent = self, self.parent
+        while parent is not None:
+            yield node
+            node, parent = parent, parent.parent
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def __repr__(self) -> str:
+        return f"TreeNode(id={self.id}, len={len(self.key)}, lock={self.lock_ref})"
+
+
+class MatchResult(NamedTuple):
+    """`indices`: the slots of the matched prefix (page-aligned); `last_node`: where it ends
+    (lock it while the request runs)."""
+
+    indices: torch.Tensor
+    last_node: TreeNode
+
+
+# Each priority is one int (lower goes first), the node id in the low bits breaking ties, so
+# that heap entries compare by a single int: LRU by last access, LFU by hits then last access,
+# FIFO by creation. Clocks and ids stay far below 2**40 in any run.
+EVICTION_PRIORITIES: dict[str, Callable[[TreeNode], int]] = {
+    "lru": lambda n: (n.last_access << 40) | n.id,
+    "lfu": lambda n: (n.hit_count << 80) | (n.last_access << 40) | n.id,
+    "fifo": lambda n: (n.created << 40) | n.id,
+}
+
+
+def as_key(key: object) -> np.ndarray:
+    """Token ids as a 1-D int64 numpy array (no copy when already one)."""
+    return int_array("a key", key)
+
+
+def frozen(key: np.ndarray) -> np.ndarray:
+    """A read-only view of the caller's token ids: a node keeps the ids it was inserted with
+    instead of copying them (a 12 k-token prompt is a 96 KB copy, and fresh memory faults in
+    page by page). Token ids are immutable by convention (the simulator builds a new array
+    per call); the view cannot be written through, and a caller must not write the base."""
+    view = key.view()
+    view.flags.writeable = False
+    return view
+
+
+def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    ne = a[:n] != b[:n]
+    i = int(ne.argmax())
+    return i if ne[i] else n
