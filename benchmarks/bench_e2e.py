@@ -39,7 +39,7 @@ def main() -> None:
     kv = resolve_kv_tokens(MemorySpec(model="llama-3.1-8b", gpu="h100", budget="vllm"),
                            page_size=args.page_size)
     load_s = time.perf_counter() - t0
-    cfg = SimConfig(policy=args.policy, page_size=args.page_size, model="llama-3.1-8b",
+    cfg = SimConfig.of(policy=args.policy, page_size=args.page_size, model="llama-3.1-8b",
                     gpu="h100", kv_tokens=kv)
     t1 = time.perf_counter()
     res = simulate(wl, cfg)

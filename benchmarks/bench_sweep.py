@@ -52,7 +52,7 @@ def _cell(n: int) -> float:
 
     wl = build_workload(WorkloadSpec(name="azure-conv", num_requests=n or None))
     t0 = time.perf_counter()
-    simulate(wl, SimConfig(page_size=16))
+    simulate(wl, SimConfig.of(page_size=16))
     return time.perf_counter() - t0
 
 

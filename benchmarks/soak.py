@@ -235,7 +235,7 @@ def main() -> None:
     t_build = time.perf_counter()
     wl = soak_workload(args.num_requests, args.rate, args.seed, args.groups, args.shared_frac)
     build_s = time.perf_counter() - t_build
-    cfg = SimConfig(policy="paged", page_size=args.page_size, kv_tokens=args.kv_tokens,
+    cfg = SimConfig.of(policy="paged", page_size=args.page_size, kv_tokens=args.kv_tokens,
                     model="llama-3.1-8b", gpu="h100", latency="roofline",
                     max_context_len=2048, check_invariants=True, check_every=args.check_every,
                     seed=args.seed)

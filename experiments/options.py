@@ -16,9 +16,10 @@ built; nothing else holds a name, a default or a check. Extra spellings declared
 (old names such as `--think-time`, vLLM's `--num-gpu-blocks-override`) are accepted wherever
 the name is.
 
-`sim_config()` builds the engine's flat `SimConfig` from the resolved options by field name (no
-field is copied by hand); `workload_spec()` is the workload with its two derived fields (seed,
-maximum context) filled in. Memory is resolved by `kvcore.planner.resolve_kv_tokens`.
+`sim_config()` composes the engine's `SimConfig` from the policy and engine specs as they are
+and the pool the memory spec resolves to (no field is copied by hand); `workload_spec()` is
+the workload with its two derived fields (seed, maximum context) filled in.
+Memory is resolved by `kvcore.planner.resolve_kv_tokens`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from kvcore.fields import (
 )
 from kvcore.memory import MemorySpec
 from kvcore.planner import resolve_kv_tokens
-from simulator.config import SimConfig
+from simulator.config import PoolSpec, SimConfig
 from simulator.specs import EngineSpec, PolicySpec
 from workloads.spec import WorkloadSpec
 
@@ -121,7 +122,6 @@ OPTIONS: dict[str, Option] = {
 # another spelling (an extra flag without its dashes, underscored) -> the option's name
 ALIASES: dict[str, str] = {a.lstrip("-").replace("-", "_"): o.name
                            for o in OPTIONS.values() for a in o.flags}
-_SIM_FIELDS = frozenset(f.name for f in fields(SimConfig))
 
 
 def option_key(key: str) -> str | None:
@@ -229,11 +229,15 @@ class RunOptions:
                        max_context_len=self.memory.resolved_max_context_len())
 
     def sim_config(self) -> SimConfig:
-        """The engine's flat configuration: every resolved option that is a SimConfig field,
-        by name (None: SimConfig's default, e.g. no --duration-s ends the window at the last
-        arrival). SimConfig's remaining fields are engine internals with their defaults."""
-        return SimConfig(**{k: v for k, v in self.resolved().items()
-                            if k in _SIM_FIELDS and v is not None})
+        """The engine's configuration: the policy and engine specs as given, the pool the
+        memory spec resolves to, the window's end from the workload (no --duration-s: the
+        window ends at the last arrival); the engines' constants at their defaults."""
+        m = self.memory
+        pool = PoolSpec(model=m.model_preset().id, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
+                        kv_tokens=self.resolved_kv_tokens(),
+                        max_context_len=m.resolved_max_context_len())
+        return SimConfig(policy=self.policy, pool=pool, engine=self.engine,
+                         duration_s=self.workload.duration_s or 0.0)
 
     def config_hash(self) -> str:
         """Hash of everything that changes the simulation (not output paths, plot targets,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import kvcore
 from experiments.options import RunOptions
 from reports.schema import METRICS, SUMMARY_FILE
-from simulator.config import SimConfig
+from simulator.config import FLAT_FIELDS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 # what a worker process should import before its first cell (the fork server's preload)
 CELL_PRELOAD = ("simulator.run", "workloads.registry", "reports.io")
-_SIM_KEYS = frozenset(SimConfig.__dataclass_fields__)  # the engine's echo of its config
+_SIM_KEYS = FLAT_FIELDS  # the engine's echo of its config
 
 
 def _rate(opts: RunOptions, workload: Workload) -> float:

@@ -38,12 +38,19 @@ from simulator.scheduler import preempt_victim, retract_victim
 
 @dataclass(frozen=True)
 class AdmissionParams:
-    """The knobs the strategies read (SimConfig's engine fields of the same names)."""
+    """Constants of the imitated engines that no option exposes (their shipped defaults)."""
 
-    new_token_ratio_init: float = 0.7
+    new_token_ratio_init: float = 0.7  # SGLang: share of running outputs admission keeps free
     new_token_ratio_min: float = 0.1
-    new_token_ratio_decay: float = 0.001
-    vllm_watermark: float = 0.01
+    new_token_ratio_decay: float = 0.001  # per decode step
+    vllm_watermark: float = 0.01  # vLLM: share of all pages admission leaves free
+
+    def __post_init__(self) -> None:
+        for name in ("new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay",
+                     "vllm_watermark"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"AdmissionParams.{name} must be in [0, 1], got "
+                                 f"{getattr(self, name)!r}")
 
 
 class Admission(ABC):

@@ -1,77 +1,128 @@
-"""SimConfig: every knob of one simulated engine, with the defaults engines ship with."""
+"""`SimConfig`: what one simulation needs besides its workload, composed of one frozen spec
+per concern, each validated once, where it is defined:
+
+* `policy`  (`PolicySpec`, simulator/specs.py): the KV policy, placement, eviction, page size;
+* `pool`    (`PoolSpec`, here): the KV pool resolved from the memory options (model, GPU, TP,
+  KV dtype, slots, maximum context);
+* `engine`  (`EngineSpec`, simulator/specs.py): scheduler, batch limits, latency model,
+  measurement window, seed, device, checks;
+* `admission_params` (`AdmissionParams`, simulator/admission.py): constants of the engines
+  imitated that no option exposes (SGLang's new-token ratio, vLLM's watermark);
+* `tuning`  (`EngineTuning`, here): the simulator's own bounds (checks, timeline, stretches,
+  the livelock guard);
+* `duration_s`: the workload's span of arrivals, which also ends the measurement window.
+
+The experiments layer hands over the user's specs as they are (no field is copied);
+`SimConfig.of(**flat)` builds one from flat keyword arguments (tests, benchmarks, the
+validation suite) and `to_dict()` is the flat form a summary carries.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
-from simulator.admission import ADMISSIONS
+from simulator.admission import AdmissionParams
+from simulator.specs import EngineSpec, PolicySpec
 
-ADMISSION_MODES = tuple(ADMISSIONS)  # registered strategies (simulator/admission.py)
-SCHEDULES = ("fcfs", "lpm")
-PREEMPT_MODES = ("recompute", "swap")
+
+def _positive(owner: object, *names: str) -> None:
+    for name in names:
+        value = getattr(owner, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{type(owner).__name__}.{name} must be a positive integer, "
+                             f"got {value!r}")
 
 
 @dataclass(frozen=True)
-class SimConfig:
-    """One engine: memory policy, scheduler, latency model and measurement window.
+class PoolSpec:
+    """The KV pool a run simulates: whose KV (model, TP degree, dtype; the GPU for the latency
+    model) and how much of it. `kv_tokens` is resolved from the memory options (a direct size
+    or a budget rule, kvcore.planner.resolve_kv_tokens); `max_context_len` 0 means the
+    model's maximum position."""
 
-    `kv_tokens` is the pool size in slots (the CLI resolves it from --kv-tokens, --num-pages,
-    --kv-mem-gib or a budget rule). `max_context_len` 0 means the model's maximum position.
-    """
-
-    policy: str = "paged"
-    placement: str = "first-fit"
-    page_size: int = 16
-    eviction: str = "lru"
     model: str = "llama-3.1-8b"
     gpu: str = "h100"
     tp: int = 1
     kv_dtype: str = "bf16"
     kv_tokens: int = 65536
     max_context_len: int = 0
-    admission: str = "sglang"
-    schedule: str = "fcfs"
-    preempt: str = "recompute"
-    max_running_requests: int = 256
-    max_prefill_tokens: int = 16384
-    chunked_prefill_size: int = 8192
-    latency: str = "roofline"
-    warmup_s: float = 0.0
-    duration_s: float = 0.0  # 0: the window ends at the last arrival
-    drain: bool = True
-    seed: int = 0
-    device: str = "cpu"
-    check_invariants: bool = False
+
+    def __post_init__(self) -> None:
+        _positive(self, "tp", "kv_tokens")
+        if isinstance(self.max_context_len, bool) or self.max_context_len < 0:
+            raise ValueError(f"PoolSpec.max_context_len must be >= 0, got "
+                             f"{self.max_context_len!r}")
+
+
+@dataclass(frozen=True)
+class EngineTuning:
+    """Bounds of the simulator itself that no option exposes."""
+
     check_every: int = 1  # with check_invariants: check every N-th iteration / decode stretch
-    timeline_interval_s: float = 0.0  # 0: one sample per engine iteration (bounded)
     max_timeline_rows: int = 20000
-    new_token_ratio_init: float = 0.7
-    new_token_ratio_min: float = 0.1
-    new_token_ratio_decay: float = 0.001
-    vllm_watermark: float = 0.01
-    max_steps_per_stretch: int = 4096
+    max_steps_per_stretch: int = 4096  # 1: step one iteration at a time (the reference)
     # livelock guard: this many preemptions in a row with no request making progress is a bug
     max_stalled_preemptions: int = 10_000
 
     def __post_init__(self) -> None:
-        checks = {
-            "admission": (self.admission, ADMISSION_MODES),
-            "schedule": (self.schedule, SCHEDULES),
-            "preempt": (self.preempt, PREEMPT_MODES),
-        }
-        for name, (value, allowed) in checks.items():
-            if value not in allowed:
-                raise ValueError(f"--{name} {value!r} is not one of: {', '.join(allowed)}")
-        for name in ("page_size", "tp", "kv_tokens", "max_running_requests",
-                     "max_prefill_tokens", "check_every", "max_stalled_preemptions"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, "
-                                 f"got {value!r}")
-        if self.chunked_prefill_size < 0 or self.max_context_len < 0:
-            raise ValueError("--chunked-prefill-size and --max-context-len must be >= 0")
-        if self.warmup_s < 0 or self.duration_s < 0:
-            raise ValueError("--warmup and --duration must be >= 0")
+        _positive(self, "check_every", "max_timeline_rows", "max_steps_per_stretch",
+                  "max_stalled_preemptions")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+_PARTS = {"policy": PolicySpec, "pool": PoolSpec, "engine": EngineSpec,
+          "admission_params": AdmissionParams, "tuning": EngineTuning}
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One engine over one workload: the five specs and the window's end."""
+
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    pool: PoolSpec = field(default_factory=PoolSpec)
+    engine: EngineSpec = field(default_factory=EngineSpec)
+    admission_params: AdmissionParams = field(default_factory=AdmissionParams)
+    tuning: EngineTuning = field(default_factory=EngineTuning)
+    duration_s: float = 0.0  # 0: the window ends at the last arrival
+
+    def __post_init__(self) -> None:
+        if not self.duration_s >= 0:
+            raise ValueError(f"--duration-s must be >= 0, got {self.duration_s!r}")
+
+    @classmethod
+    def of(cls, **flat: Any) -> SimConfig:
+        """A SimConfig from flat keyword arguments, each routed to the spec that has a field
+        of that name (an unknown name is an error naming the known ones)."""
+        parts: dict[str, dict[str, Any]] = {name: {} for name in _PARTS}
+        top: dict[str, Any] = {}
+        for key, value in flat.items():
+            owner = _OWNER.get(key)
+            if owner is None:
+                raise ValueError(f"unknown SimConfig field {key!r}; known: "
+                                 f"{', '.join(_OWNER)}")
+            if owner == "":
+                top[key] = value
+            else:
+                parts[owner][key] = value
+        return cls(**{name: _PARTS[name](**vals) for name, vals in parts.items()}, **top)
+
+    def replace(self, **flat: Any) -> SimConfig:
+        """This config with some flat fields changed."""
+        return SimConfig.of(**{**self.to_dict(), **flat})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, flat (the keys a summary carries)."""
+        out: dict[str, Any] = {}
+        for name in _PARTS:
+            out.update(asdict(getattr(self, name)))
+        out["duration_s"] = self.duration_s
+        return out
+
+
+# flat field name -> the part that owns it ("" for SimConfig's own)
+_OWNER: dict[str, str] = {f.name: part for part, cls in _PARTS.items() for f in fields(cls)}
+_OWNER["duration_s"] = ""
+assert len(_OWNER) == sum(len(fields(c)) for c in _PARTS.values()) + 1, "a field name is shared"
+
+#: every flat field name a summary row echoes from its config
+FLAT_FIELDS: frozenset[str] = frozenset(_OWNER)

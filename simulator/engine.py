@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from kvcore.policies.base import PARTS, KVPolicy, MemoryBreakdown, PrefixPeek
-from simulator.admission import AdmissionParams, make_admission
+from kvcore.breakdown import PARTS, MemoryBreakdown
+from kvcore.policies.base import KVPolicy, PrefixPeek
+from simulator.admission import make_admission
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
 from simulator.guard import LivelockError, LivelockGuard
@@ -58,9 +59,8 @@ class Engine:
         self.max_context_len = max_context_len
         self.rec = recorder
         self.progress = progress
-        self.admission = make_admission(config.admission, policy, AdmissionParams(
-            config.new_token_ratio_init, config.new_token_ratio_min,
-            config.new_token_ratio_decay, config.vllm_watermark))
+        self.admission = make_admission(config.engine.admission, policy,
+                                        config.admission_params)
         self.context_limit = self.admission.context_limit(max_context_len)
         self.arrivals = Arrivals(env, workload, self._enqueue)
         self.fast_forward = FastForward(self)
@@ -90,9 +90,9 @@ class Engine:
         self.rejected = 0
         self.failed_decode_allocs = 0
         self.last_finish_s = 0.0
-        self.guard = LivelockGuard(config.max_stalled_preemptions)
+        self.guard = LivelockGuard(config.tuning.max_stalled_preemptions)
         self.invariant_checks = 0  # checks run (cfg.check_invariants, every cfg.check_every)
-        self._check_countdown = config.check_every
+        self._check_countdown = config.tuning.check_every
         # Optional observer (the CLI's --events trace): called as
         # event_sink(t0, t1, prefill_chunks [(rid, from_token, to_token)], decode_rids, steps)
         # once per iteration or decode stretch. Never changes the simulation.
@@ -178,8 +178,8 @@ class Engine:
     # -- admission -------------------------------------------------------------------------
     def _plan_prefill(self) -> Plan:
         """Chunks to run this iteration: continuing chunked prefills, then admissions."""
-        budget = self.cfg.max_prefill_tokens
-        chunk = self.cfg.chunked_prefill_size or None
+        budget = self.cfg.engine.max_prefill_tokens
+        chunk = self.cfg.engine.chunked_prefill_size or None
         plan: Plan = []
         for sreq in self.prefilling:
             if budget <= 0:
@@ -190,10 +190,10 @@ class Engine:
             budget -= target - sreq.written
         charged = 0
         self._admitted = []
-        self.waiting = order_waiting(self.waiting, self.cfg.schedule, self._peek)
+        self.waiting = order_waiting(self.waiting, self.cfg.engine.schedule, self._peek)
         while self.waiting and budget > 0:
             sreq = self.waiting[0]
-            if len(self.running) + len(self.prefilling) >= self.cfg.max_running_requests:
+            if len(self.running) + len(self.prefilling) >= self.cfg.engine.max_running_requests:
                 break
             if not self.admission.admissible(sreq, self.peek_admission(sreq), charged,
                                              self.running, self.prefilling):
@@ -286,7 +286,7 @@ class Engine:
             self.prefilling.remove(victim)
         written = victim.written
         victim.computed_len = max(victim.computed_len, written)
-        if self.cfg.preempt == "swap" and written > 0:
+        if self.cfg.engine.preempt == "swap" and written > 0:
             # only what was computed: a victim in the middle of its prefill prefills the rest
             # after the copy back, and still samples its first token then
             victim.swap_len = written
@@ -331,7 +331,7 @@ class Engine:
                 continue
             # the head that a stretch must not pass is the head in schedule order (lpm
             # reorders; stepping sorts at the start of every iteration)
-            self.waiting = order_waiting(self.waiting, self.cfg.schedule, self._peek)
+            self.waiting = order_waiting(self.waiting, self.cfg.engine.schedule, self._peek)
             if self.fast_forward.possible():
                 k = self.fast_forward.length()
                 if k >= 2:
@@ -434,11 +434,11 @@ class Engine:
     def maybe_check_invariants(self) -> None:
         """With cfg.check_invariants, run the policy's checks every cfg.check_every-th
         iteration or decode stretch (long runs check sparsely; tests check every one)."""
-        if not self.cfg.check_invariants:
+        if not self.cfg.engine.check_invariants:
             return
         self._check_countdown -= 1
         if self._check_countdown <= 0:
-            self._check_countdown = self.cfg.check_every
+            self._check_countdown = self.cfg.tuning.check_every
             self.invariant_checks += 1
             self.policy.check_invariants()
 

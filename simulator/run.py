@@ -12,7 +12,7 @@ import simpy
 import torch
 
 from kvcore.breakdown import mean_frag_index, mean_share_pct
-from kvcore.policies import PolicyConfig, make_policy
+from kvcore.policies import KVPolicy, PolicyConfig, make_policy
 from kvcore.presets import get_gpu, get_model
 from simulator.config import SimConfig
 from simulator.engine import Engine
@@ -34,23 +34,26 @@ class SimResult:
     extra: dict = field(default_factory=dict)
 
 
-def build_policy(cfg: SimConfig, max_context_len: int):
-    """The policy `cfg` names. Its PolicyConfig takes every field it shares with SimConfig by
+def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
+    """The policy `cfg` names. Its PolicyConfig takes the fields it shares with the config by
     name (pool size, page size, placement, eviction, device, KV dtype); the rest is what the
     engine derives: the resolved context, the batch limit as page-table rows, and the model's
     KV geometry on one tensor-parallel rank. Shape-only KV (no buffer) in simulations."""
-    model = get_model(cfg.model)
-    shared = {f.name: getattr(cfg, f.name) for f in fields(PolicyConfig) if hasattr(cfg, f.name)}
-    derived = {"max_context_len": max_context_len, "max_requests": cfg.max_running_requests,
-               "num_layers": model.num_layers, "num_kv_heads": model.kv_heads_per_rank(cfg.tp),
+    model = get_model(cfg.pool.model)
+    flat = cfg.to_dict()
+    shared = {f.name: flat[f.name] for f in fields(PolicyConfig) if f.name in flat}
+    derived = {"max_context_len": max_context_len,
+               "max_requests": cfg.engine.max_running_requests,
+               "num_layers": model.num_layers,
+               "num_kv_heads": model.kv_heads_per_rank(cfg.pool.tp),
                "head_dim": model.head_dim, "store_kv": False}
-    return make_policy(cfg.policy, PolicyConfig(**{**shared, **derived}))
+    return make_policy(cfg.policy.policy, PolicyConfig(**{**shared, **derived}))
 
 
 def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
     arrivals = [r.arrival_s for r in workload.requests] + [s.start_s for s in workload.sessions]
     first = min(arrivals) if arrivals else 0.0
-    start = first + cfg.warmup_s
+    start = first + cfg.engine.warmup_s
     if cfg.duration_s:
         return start, first + cfg.duration_s
     if workload.sessions or not workload.requests:
@@ -68,16 +71,18 @@ def simulate(
     """Run one engine over `workload`; deterministic for the same inputs and seed."""
     torch.set_num_threads(TORCH_THREADS)
     wall0 = time.perf_counter()
-    model = get_model(cfg.model)
-    gpu = get_gpu(cfg.gpu)
-    max_ctx = cfg.max_context_len or model.max_position
+    model = get_model(cfg.pool.model)
+    gpu = get_gpu(cfg.pool.gpu)
+    max_ctx = cfg.pool.max_context_len or model.max_position
     policy = build_policy(cfg, max_ctx)
-    latency = make_latency_model(cfg.latency, model, gpu, cfg.tp, cfg.kv_dtype)
+    latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp,
+                                 cfg.pool.kv_dtype)
     start, end = _window(workload, cfg)
-    interval = cfg.timeline_interval_s or (
+    interval = cfg.engine.timeline_interval_s or (
         (end - start) / 2000 if np.isfinite(end) and end > start else 0.05
     )
-    rec = Recorder(policy.capacity, start, end, interval, cfg.max_timeline_rows, request_sink)
+    rec = Recorder(policy.capacity, start, end, interval, cfg.tuning.max_timeline_rows,
+                   request_sink)
     env = simpy.Environment()
     bar = None
     if progress:
@@ -97,7 +102,7 @@ def simulate(
 
     env.process(close_window())
     try:
-        if cfg.drain:
+        if cfg.engine.drain:
             env.run()
         else:
             env.run(until=end if np.isfinite(end) else None)

@@ -5,9 +5,8 @@ workloads.spec.WorkloadSpec and experiments.options.OutputSpec). Every field is 
 command-line option and experiment-file key, declared with its help, allowed values and domain
 (kvcore.fields.spec_field) and validated once, when the spec is built.
 
-They live in the simulator because they are the engine's configuration: `SimConfig` (the flat
-form the engine reads today) is built from them, and is meant to become their composition.
-Field names equal SimConfig's, so that construction is generic (experiments.options).
+They live in the simulator because they are the engine's configuration: `SimConfig`
+(simulator/config.py) is their composition with the resolved pool and the engine's constants.
 """
 
 from __future__ import annotations
@@ -15,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
-from simulator.config import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES
+from simulator.admission import ADMISSIONS
+
+ADMISSION_MODES = tuple(ADMISSIONS)  # the registered strategies (simulator/admission.py)
+SCHEDULES = ("fcfs", "lpm")
+PREEMPT_MODES = ("recompute", "swap")
 
 
 def _policies() -> list[str]:
@@ -109,4 +112,5 @@ def check_device(device: str) -> None:
             raise ValueError(f"--device {device!r}: no such CUDA device here ({n} found)")
 
 
-__all__ = ["EngineSpec", "PolicySpec", "check_device"]
+__all__ = ["ADMISSION_MODES", "PREEMPT_MODES", "SCHEDULES", "EngineSpec", "PolicySpec",
+           "check_device"]

@@ -72,7 +72,7 @@ class FastForward:
             return False
         if not e.waiting:
             return True
-        if len(e.running) >= e.cfg.max_running_requests:
+        if len(e.running) >= e.cfg.engine.max_running_requests:
             return True
         if e.admission.reserving:  # the placement refused the head until memory comes back
             return e.head_blocked()
@@ -84,14 +84,15 @@ class FastForward:
         """k, the steps to take at once (< 2: take a normal iteration instead)."""
         e = self.e
         rids = [s.rid for s in e.running]
-        k = min(e.cfg.max_steps_per_stretch, min(s.output_len - s.decoded for s in e.running))
+        k = min(e.cfg.tuning.max_steps_per_stretch,
+                min(s.output_len - s.decoded for s in e.running))
         if k < 2:
             return k
         k = max(self._steps_within(rids, k, e.policy.available_tokens()), 1)
-        if k >= 2 and e.cfg.schedule == "lpm" and len(e.waiting) > 1:
+        if k >= 2 and e.cfg.engine.schedule == "lpm" and len(e.waiting) > 1:
             k = min(k, self._steps_within(rids, k, e.policy.fresh_tokens()) + 1)
         if k >= 2 and e.waiting and not e.admission.reserving \
-                and len(e.running) < e.cfg.max_running_requests:
+                and len(e.running) < e.cfg.engine.max_running_requests:
             head = e.waiting[0]
             k = min(k, e.admission.horizon(head, e.peek_admission(head), e.running, k))
         if k < 2:

@@ -63,7 +63,7 @@ def sharegpt_workload(rate: float, n: int, seed: int = 0) -> Workload:
 
 
 def run_summary(workload: Workload, **cfg) -> dict:
-    return simulate(workload, SimConfig(**{**BASE, **cfg})).summary
+    return simulate(workload, SimConfig.of(**{**BASE, **cfg})).summary
 
 
 def saturated(s: dict, n: int) -> bool:

@@ -4,7 +4,6 @@ field validated by its owner, memory resolution, the generic SimConfig, the conf
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from experiments.options import ALIASES, OPTIONS, SPECS, RunOptions, option_refe
 from kvcore.memory import DEFAULT_BUDGET, MemorySpec
 from kvcore.planner import resolve_kv_tokens
 from kvcore.presets import MODELS, get_model
-from simulator.config import SimConfig
+from simulator.config import FLAT_FIELDS
 from simulator.specs import EngineSpec, PolicySpec
 from workloads.spec import WorkloadSpec
 
@@ -31,20 +30,20 @@ def opts(**values) -> RunOptions:
 def test_defaults_resolve_to_a_budget_on_the_gpu_preset():
     o = RunOptions()
     cfg = o.sim_config()
-    assert cfg.kv_tokens == resolve_kv_tokens(MemorySpec(budget=DEFAULT_BUDGET), 16)
-    assert cfg.max_context_len == get_model("llama-3.1-8b").max_position
-    assert o.workload_spec().max_context_len == cfg.max_context_len
+    assert cfg.pool.kv_tokens == resolve_kv_tokens(MemorySpec(budget=DEFAULT_BUDGET), 16)
+    assert cfg.pool.max_context_len == get_model("llama-3.1-8b").max_position
+    assert o.workload_spec().max_context_len == cfg.pool.max_context_len
 
 
 def test_memory_options():
-    assert opts(kv_tokens=5000, page_size=16).sim_config().kv_tokens == 4992
-    assert opts(num_pages=10, page_size=16).sim_config().kv_tokens == 160
+    assert opts(kv_tokens=5000, page_size=16).sim_config().pool.kv_tokens == 4992
+    assert opts(num_pages=10, page_size=16).sim_config().pool.kv_tokens == 160
     # the vLLM paper's Table 1: OPT-13B, 12 GiB of KV -> 15,728 slots
     o = opts(model="opt-13b", gpu="a100-40gb", kv_mem_gib=12, page_size=1)
-    assert o.sim_config().kv_tokens == 15728
-    assert o.sim_config().max_context_len == 2048  # OPT's maximum position
-    big = opts(budget="vllm", mem_fraction=0.9).sim_config().kv_tokens
-    small = opts(budget="vllm", mem_fraction=0.5).sim_config().kv_tokens
+    assert o.sim_config().pool.kv_tokens == 15728
+    assert o.sim_config().pool.max_context_len == 2048  # OPT's maximum position
+    big = opts(budget="vllm", mem_fraction=0.9).sim_config().pool.kv_tokens
+    small = opts(budget="vllm", mem_fraction=0.5).sim_config().pool.kv_tokens
     assert big > small > 0
 
 
@@ -101,14 +100,14 @@ def test_one_name_per_option_and_every_alias_is_an_old_spelling():
 def test_sim_config_is_built_from_the_options_by_name():
     """Every SimConfig field is an option or an engine internal: a new engine knob that users
     should set shows up here."""
-    sim = {f.name for f in fields(SimConfig)}
+    sim = set(FLAT_FIELDS)
     assert sim - set(OPTIONS) == ENGINE_INTERNALS
     o = opts(kv_tokens=4096, warmup_s=3.0, duration_s=50.0, timeline_interval_s=0.25,
              admission="vllm", eviction="lfu", seed=9)
-    cfg = o.sim_config()
+    flat = o.sim_config().to_dict()
     resolved = o.resolved()
     for name in sim - ENGINE_INTERNALS:
-        assert getattr(cfg, name) == resolved[name], name
+        assert flat[name] == resolved[name], name
     assert opts().sim_config().duration_s == 0.0  # no --duration-s: SimConfig's default
 
 
@@ -134,9 +133,9 @@ def test_model_config_is_registered(tmp_path):
     path.write_text(json.dumps(cfg))
     o = opts(model_config=str(path), kv_tokens=4096)
     sc = o.sim_config()
-    assert sc.model == "my-model" and "my-model" in MODELS
+    assert sc.pool.model == "my-model" and "my-model" in MODELS
     assert MODELS["my-model"].kv_bytes_per_token() == get_model("qwen2.5-7b").kv_bytes_per_token()
-    assert sc.max_context_len == cfg["max_position_embeddings"]
+    assert sc.pool.max_context_len == cfg["max_position_embeddings"]
 
 
 def test_config_file_under_the_command_line(tmp_path):

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.config import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES, SimConfig
+from simulator.config import SimConfig
 from simulator.guard import LivelockError
 from simulator.run import SimResult, simulate
+from simulator.specs import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES
 from workloads.generators import chat_sessions
 from workloads.lengths import UniformLengths
 from workloads.request import (
@@ -130,7 +131,7 @@ def make_case(seed: int) -> tuple[Workload, SimConfig]:
                  for s in chat.sessions]
         w = Workload("fuzz", reqs, sessions=moved, seed=seed)
     chunk = int(rng.choice((0, 8, 32, 256)))
-    cfg = SimConfig(
+    cfg = SimConfig.of(
         policy=policy, admission=admission, schedule=schedule, preempt=preempt,
         page_size=ps, kv_tokens=kv_tokens, max_context_len=max_ctx, latency="constant",
         placement=str(rng.choice(("first-fit", "best-fit", "buddy"))),
@@ -165,7 +166,7 @@ def run_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
     from kvcore.validation import InvariantError
 
     w, cfg = make_case(seed)
-    stepped_cfg = SimConfig(**{**cfg.to_dict(), "max_steps_per_stretch": 1})
+    stepped_cfg = cfg.replace(max_steps_per_stretch=1)
     results = []
     try:
         for c in (cfg, stepped_cfg):
@@ -212,9 +213,11 @@ def _unaccounted(w: Workload, res: SimResult) -> str:
 
 def describe(seed: int) -> str:
     """A one-line description of case `seed` for failure messages."""
-    w, cfg = make_case(seed)
-    return (f"seed {seed}: {cfg.policy} admission={cfg.admission} schedule={cfg.schedule} "
-            f"preempt={cfg.preempt} page={cfg.page_size} kv_tokens={cfg.kv_tokens} "
-            f"max_ctx={cfg.max_context_len} rows={cfg.max_running_requests} "
-            f"prefill={cfg.max_prefill_tokens}/{cfg.chunked_prefill_size} "
+    w, config = make_case(seed)
+    cfg = config.to_dict()
+    return (f"seed {seed}: {cfg['policy']} admission={cfg['admission']} "
+            f"schedule={cfg['schedule']} preempt={cfg['preempt']} page={cfg['page_size']} "
+            f"kv_tokens={cfg['kv_tokens']} max_ctx={cfg['max_context_len']} "
+            f"rows={cfg['max_running_requests']} "
+            f"prefill={cfg['max_prefill_tokens']}/{cfg['chunked_prefill_size']} "
             f"requests={w.num_requests}")

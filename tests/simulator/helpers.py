@@ -6,8 +6,6 @@ decode step) and pools of a few thousand slots, so one simulation takes tens of 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pandas as pd
 
@@ -32,7 +30,7 @@ def config(**kw) -> SimConfig:
                 max_running_requests=32, max_prefill_tokens=1024, chunked_prefill_size=256,
                 check_invariants=True)
     base.update(kw)
-    return SimConfig(**base)
+    return SimConfig.of(**base)
 
 
 def run(workload: Workload, **kw) -> SimResult:
@@ -104,7 +102,7 @@ def _same(x, y) -> bool:
 
 
 def replace(cfg: SimConfig, **kw) -> SimConfig:
-    return dataclasses.replace(cfg, **kw)
+    return cfg.replace(**kw)
 
 
 def mixed(seed: int = 7, n_open: int = 24, sessions: int = 3) -> Workload:

@@ -28,7 +28,7 @@ def test_counting_standin_reports_what_paged_nocache_reports(page_size: int,
     # registered for this test only: users never see it
     monkeypatch.setitem(base._REGISTRY, "counting", (CountingPolicy, "benchmark only"))
     wl = build_workload(WorkloadSpec(name="azure-conv", num_requests=400))
-    runs = {p: simulate(wl, SimConfig(policy=p, page_size=page_size, kv_tokens=30000)).summary
+    runs = {p: simulate(wl, SimConfig.of(policy=p, page_size=page_size, kv_tokens=30000)).summary
             for p in ("paged-nocache", "counting")}
     a, b = runs["paged-nocache"], runs["counting"]
     differ = {k: (a[k], b[k]) for k in a.keys() & b.keys()

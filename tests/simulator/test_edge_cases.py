@@ -33,7 +33,7 @@ def config(policy: str, **kw) -> SimConfig:
                 max_running_requests=64, max_prefill_tokens=2048, chunked_prefill_size=512,
                 check_invariants=True, check_every=1)
     base.update(kw)
-    return SimConfig(**base)
+    return SimConfig.of(**base)
 
 
 def workload(specs: list[tuple], name: str = "edge") -> Workload:
@@ -55,7 +55,7 @@ def can_run(policy: str, r: Request, capacity: int, page_size: int) -> bool:
 
 def assert_conserved(res: SimResult, wl: Workload) -> None:
     """Every request exactly once, completed or rejected with a reason; counts agree."""
-    assert res.config.check_invariants and res.config.check_every == 1
+    assert res.config.engine.check_invariants and res.config.tuning.check_every == 1
     rq = res.requests
     assert len(rq) == wl.num_requests
     assert set(rq.request_id) == {r.request_id for r in wl.requests}
@@ -76,7 +76,7 @@ def assert_fits_decide(res: SimResult, wl: Workload, policy: str) -> None:
     cfg = res.config
     capacity = res.summary["capacity_slots"]
     expect = {r.request_id for r in wl.requests
-              if can_run(policy, r, capacity, cfg.page_size)}
+              if can_run(policy, r, capacity, cfg.policy.page_size)}
     rq = res.requests
     assert set(rq[rq.status == "completed"].request_id) == expect
     # a request that cannot fit is refused up front with what it needs, not by the catch-all

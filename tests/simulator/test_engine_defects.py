@@ -5,8 +5,6 @@ before its fix. Every simulation is bounded in wall time, so a hang fails instea
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -38,7 +36,7 @@ def _bounded(w: Workload, cfg: SimConfig, seconds: float = 30.0) -> SimResult:
 
 
 def _stepped(cfg: SimConfig) -> SimConfig:
-    return dataclasses.replace(cfg, max_steps_per_stretch=1)
+    return cfg.replace(max_steps_per_stretch=1)
 
 
 # -- 1. the head's own cached prefix counted twice -> endless preemption ----------------------
@@ -48,7 +46,7 @@ def test_admission_leaves_out_the_heads_evictable_prefix(admission: str) -> None
     as prefix already there admitted it, then preempted it, forever."""
     w = _workload([(2, 0.0, 257, 194), (0, 0.1, 229, 178), (1, 0.1, 44, 191),
                    (3, 0.5, 218, 244)])
-    cfg = SimConfig(policy="paged", page_size=1, kv_tokens=800, max_context_len=512,
+    cfg = SimConfig.of(policy="paged", page_size=1, kv_tokens=800, max_context_len=512,
                     latency="constant", admission=admission, check_invariants=True)
     res = _bounded(w, cfg)
     assert res.summary["requests_completed"] == 4
@@ -66,7 +64,7 @@ def test_livelock_guard_names_the_requests(monkeypatch) -> None:
                         lambda self, ids: PrefixPeek(self.peek_prefix(ids), 0))
     w = _workload([(2, 0.0, 257, 194), (0, 0.1, 229, 178), (1, 0.1, 44, 191),
                    (3, 0.5, 218, 244)])
-    cfg = SimConfig(policy="paged", page_size=1, kv_tokens=800, max_context_len=512,
+    cfg = SimConfig.of(policy="paged", page_size=1, kv_tokens=800, max_context_len=512,
                     latency="constant", max_stalled_preemptions=50)
     with pytest.raises(LivelockError, match=r"livelock .* request \d+ \(prompt .*capacity 800"):
         _bounded(w, cfg)
@@ -88,7 +86,7 @@ def test_swap_of_a_prefilling_request_copies_back_only_what_it_computed(seed: in
     """A victim with no token yet swaps out what it computed, prefills the rest after the copy
     back and still samples its first token then (it wrote final + 1 tokens before, and its
     TTFT equalled its end-to-end latency)."""
-    cfg = SimConfig(policy="paged-nocache", page_size=1, kv_tokens=500, max_context_len=512,
+    cfg = SimConfig.of(policy="paged-nocache", page_size=1, kv_tokens=500, max_context_len=512,
                     latency="constant", preempt="swap", chunked_prefill_size=32,
                     max_prefill_tokens=64, check_invariants=True)
     res = _bounded(_swap_workload(seed), cfg)  # check_invariants: no request over-writes
@@ -134,7 +132,7 @@ def test_lpm_fast_forward_stops_at_an_eviction(policy: str, seed: int) -> None:
     """An eviction changes the prefix hits LPM sorts by; stepping re-sorts after it, so the
     stretch must end there (before: another request was admitted seconds later)."""
     w, kv_tokens = _lpm_workload(seed)
-    cfg = SimConfig(policy=policy, schedule="lpm", page_size=1, kv_tokens=kv_tokens,
+    cfg = SimConfig.of(policy=policy, schedule="lpm", page_size=1, kv_tokens=kv_tokens,
                     max_context_len=1024, latency="constant", check_invariants=True)
     assert_same_results(_bounded(w, cfg), _bounded(w, _stepped(cfg)))
 
@@ -147,7 +145,7 @@ def test_horizon_uses_the_heads_remaining_output() -> None:
     w = _workload([(0, 0.001, 77, 380, 1035), (1, 0.022, 78, 1107, 1363),
                    (2, 0.029, 28, 1412, 4276), (3, 0.077, 29, 1040, 2307),
                    (4, 0.227, 10, 1155, 1532)], seed=156)
-    cfg = SimConfig(policy="paged-nocache", page_size=1, kv_tokens=3155, max_context_len=4096,
+    cfg = SimConfig.of(policy="paged-nocache", page_size=1, kv_tokens=3155, max_context_len=4096,
                     latency="constant")
     a, b = _bounded(w, cfg), _bounded(w, _stepped(cfg))
     assert a.summary["preemptions"] > 0
@@ -163,7 +161,7 @@ def test_overlong_request_is_rejected_and_the_run_goes_on(policy: str, admission
     """It arrives at an idle engine: recording the idle time asked the policy about it and
     aborted the whole run (`final_len must be <= max_context_len`) for vllm and contiguous-*."""
     w = _workload([(0, 0.0, 100, 50), (1, 5.0, 600, 20), (2, 5.05, 80, 40), (3, 5.1, 505, 20)])
-    cfg = SimConfig(policy=policy, admission=admission, page_size=16, kv_tokens=4096,
+    cfg = SimConfig.of(policy=policy, admission=admission, page_size=16, kv_tokens=4096,
                     max_context_len=512, latency="constant", check_invariants=True)
     res = _bounded(w, cfg)
     rq = res.requests.set_index("request_id")

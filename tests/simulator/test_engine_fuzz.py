@@ -21,7 +21,8 @@ def test_the_slice_covers_every_combination() -> None:
     seen = set()
     for seed in FAST_SLICE:
         _, cfg = make_case(seed)
-        seen.add((cfg.policy, cfg.admission, cfg.schedule, cfg.preempt))
+        seen.add((cfg.policy.policy, cfg.engine.admission, cfg.engine.schedule,
+                  cfg.engine.preempt))
     assert seen == set(COMBOS)
 
 
