@@ -5,7 +5,8 @@ The options of `run`, `sweep`, `compare` and `plan` are generated from
 help and allowed values live there only, and each spec validates its own fields). `--config
 exp.toml` (or a saved config.json) gives the same keys; flags on the command line win over the
 file. User mistakes (ValueError / WorkloadError from any package, bad flags) exit with status 2
-and one line on stderr; `kvsim --debug ...` shows the traceback instead.
+and one line on stderr; a bug the simulator caught in itself (a broken invariant, a livelock)
+exits with status 3 and one line saying so; `kvsim --debug ...` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import kvcore
 from experiments.config_file import options_from
 from experiments.grid import AXIS_PARAMS, DEFAULT_PAGE_SIZES, SWEEP_AXES, cells, parse_list
 from experiments.options import OPTIONS, RunOptions
+from kvcore.validation import InvariantError
+from simulator.guard import LivelockError
 
 _STATE = {"debug": False}
 __all__ = ["SWEEP_AXES", "app", "main"]  # SWEEP_AXES: the sweep flags, for tests
@@ -57,6 +60,11 @@ class KvsimGroup(TyperGroup):
             if _STATE["debug"]:
                 raise
             _fail(str(e))
+        except (InvariantError, LivelockError) as e:  # a bug in kvsim, not the user's input
+            if _STATE["debug"]:
+                raise
+            _fail(f"internal error ({type(e).__name__}; a kvsim bug, please report it with the "
+                  f"command; --debug shows the traceback): {e}", 3)
         except Exception as e:
             if hasattr(e, "exit_code") and hasattr(e, "format_message"):  # a parse error
                 ctx = getattr(e, "ctx", None)

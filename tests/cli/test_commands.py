@@ -172,6 +172,28 @@ def test_debug_shows_the_exception(invoke):
     assert r.exit_code != 0 and isinstance(r.exception, ValueError)
 
 
+@pytest.mark.parametrize("bug", ["livelock", "invariant"])
+def test_a_simulator_bug_exits_3_with_one_line(invoke, monkeypatch, bug):
+    """A bug the engine catches in itself is not the user's mistake (status 2) and not a
+    traceback either: status 3 and one line that says it is a bug, with the engine's message."""
+    import simulator.run
+    from kvcore.validation import InvariantError
+    from simulator.guard import LivelockError
+
+    error = (LivelockError("livelock at t=1.0 s: 10001 preemptions") if bug == "livelock"
+             else InvariantError("page 7 owned twice"))
+
+    def broken(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(simulator.run, "simulate", broken)
+    r = invoke("run", *TINY)
+    assert r.exit_code == 3, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "kvsim bug" in lines[0] and str(error) in lines[0]
+    assert "Traceback" not in r.output
+
+
 def test_empty_results_dir_is_a_user_error(invoke, tmp_path):
     r = invoke("report", tmp_path)
     assert r.exit_code == 2 and "summary.csv" in r.stderr
