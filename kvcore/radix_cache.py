@@ -40,7 +40,7 @@ from kvcore.radix_node import (
 )
 from kvcore.validation import InvariantError, positive_int
 
-__all__ = ["EVICTION_PRIORITIES", "MatchResult", "RadixCache", "TreeNode", "as_key"]
+__all__ = ["RadixCache"]
 
 _EMPTY_KEY = np.zeros(0, dtype=np.int64)
 

@@ -34,7 +34,7 @@ def _placements() -> list[str]:
 
 
 def _evictions() -> list[str]:
-    from kvcore.radix_cache import EVICTION_PRIORITIES
+    from kvcore.radix_node import EVICTION_PRIORITIES
 
     return list(EVICTION_PRIORITIES)
 

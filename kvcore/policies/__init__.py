@@ -3,9 +3,7 @@
 from kvcore.policies import contiguous, paged, vllm_block  # noqa: F401  (registration)
 from kvcore.policies.base import (
     AdmitResult,
-    InvariantError,
     KVPolicy,
-    MemoryBreakdown,
     PolicyConfig,
     make_policy,
     policy_help,
@@ -15,9 +13,7 @@ from kvcore.policies.base import (
 
 __all__ = [
     "AdmitResult",
-    "InvariantError",
     "KVPolicy",
-    "MemoryBreakdown",
     "PolicyConfig",
     "make_policy",
     "policy_help",

@@ -3,8 +3,7 @@
 The simulator, the CLI and the reports only ever talk to `KVPolicy`, so a new policy is a new
 class plus one `register_policy` line. All quantities are in KV *slots* (one token of KV in
 every layer), never bytes: bytes are capacity x the model's KV bytes per token. What a policy
-reports, `MemoryBreakdown`, and the fragmentation metrics live in kvcore/breakdown.py (this
-module imports `MemoryBreakdown` and `PARTS` from there, so they stay importable from here).
+reports, `MemoryBreakdown`, and the fragmentation metrics live in kvcore/breakdown.py.
 
 Conventions shared by all policies
 ----------------------------------
@@ -30,15 +29,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvcore.breakdown import PARTS, MemoryBreakdown
-from kvcore.validation import InvariantError
+from kvcore.breakdown import MemoryBreakdown
 
 __all__ = [
-    "PARTS",
     "AdmitResult",
-    "InvariantError",
     "KVPolicy",
-    "MemoryBreakdown",
     "PolicyConfig",
     "PrefixPeek",
     "make_policy",

@@ -29,7 +29,8 @@ from kvcore.policies.base import (
     PrefixPeek,
     register_policy,
 )
-from kvcore.radix_cache import RadixCache, TreeNode, as_key
+from kvcore.radix_cache import RadixCache
+from kvcore.radix_node import TreeNode, as_key
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import InvariantError, positive_int
 
