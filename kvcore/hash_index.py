@@ -10,20 +10,25 @@ batch of blocks in a few vectorised passes:
   step from its high bits; power-of-two size at least four times the block count, so at most
   a quarter full of live keys) maps a hash to its slot. A batch probes in rounds, so its cost
   follows the longest probe path in it: double hashing keeps those short where linear
-  probing's clusters grew long. A slot holds the key, the oldest holder (`head`, > 0), and the
-  youngest (`tail`). `head` 0 is an empty slot, -1 a tombstone left by a key whose last
-  holder went; probing skips tombstones, insertion takes the first free slot on the key's
-  path once the key is known to be absent, and the table is rebuilt without tombstones when
-  they fill a quarter of it (so probing never sees it over half full, and a rebuild, which
-  reinserts at most a quarter of the table, comes at most once per as many removals).
+  probing's clusters grew long. A slot is one row of a flat int64 table (a probe's reads share
+  a cache line, which matters: the table is far larger than the caches and every access is
+  random): the key, the oldest holder (`head`, > 0), the youngest (`tail`) and a claim cell.
+  `head` 0 is an empty slot, -1 a tombstone left by a key whose last holder went; probing
+  skips tombstones, insertion takes the first free slot on the key's path once the key is
+  known to be absent, and the table is rebuilt without tombstones when they fill a quarter
+  of it (so probing never sees it over half full, and a rebuild, which reinserts at most a
+  quarter of the table, comes at most once per as many removals).
 * The holders of one hash form a doubly linked list through per-block `next`/`prev` arrays in
   insertion order (duplicates exist because block tables are append-only), and each block
   remembers its slot, so removing a block is O(1) and needs no search.
 * Batches: a lookup probes all keys at once, dropping the resolved ones each round. An insert
-  claims slots for the new keys in rounds (of several keys wanting the same free slot one wins,
-  the others probe on) and links each key's new holders, in batch order, after its tail. A
-  removal unlinks at most one block per key per round, so two neighbours in one list never
-  race. Removing a set of blocks leaves the same lists whatever order they go in.
+  finds the keys it already has, then claims slots for the new ones in rounds: keys at a free
+  slot write their batch index into its claim cell and the one read back wins; a loser looks
+  at that slot again and joins it if the winner had its key (equal hashes in one batch), else
+  walks on. Each key's new holders are linked, in batch order, after its tail. A removal of
+  blocks that are each their key's only holder (the usual case) is one pass; otherwise it
+  unlinks at most one block per key per round, so two neighbours in one list never race.
+  Removing a set of blocks leaves the same lists whatever order they go in.
 
 The order of holders is exactly the dict-and-lists index's, which tests/kvcore/
 test_hash_index.py checks against a plain per-block model on random operation streams.
@@ -38,8 +43,17 @@ import numpy as np
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
-_EMPTY, _TOMB = 0, -1
 _S32 = _U64(32)
+_EMPTY, _TOMB = 0, -1
+#: a slot's row in the flat table: the key's bits, oldest holder, youngest holder, and a
+#: scratch cell where keys racing for the slot write their batch index (the last write wins)
+_KEY, _HEAD, _TAIL, _CLAIM = 0, 1, 2, 3
+_ROW = 4
+
+
+def _bits(hashes: np.ndarray) -> np.ndarray:
+    """uint64 hashes as the int64 words the table stores."""
+    return np.ascontiguousarray(hashes, dtype=_U64).view(np.int64)
 
 
 class BlockHashIndex:
@@ -50,44 +64,40 @@ class BlockHashIndex:
         size = 1 << max(4, (4 * nb - 1).bit_length())
         self._mask = _U64(size - 1)
         self._imask = size - 1
-        self._keys = np.zeros(size, dtype=_U64)
-        self._head = np.zeros(size, dtype=np.int64)  # 0 empty, -1 tombstone, else oldest holder
-        self._tail = np.zeros(size, dtype=np.int64)  # youngest holder of a live slot
+        # one row per slot, so a probe's key and head share a cache line
+        self._t = np.zeros(size * _ROW, dtype=np.int64)
+        self._keys = self._t[_KEY::_ROW]
+        self._head = self._t[_HEAD::_ROW]  # 0 empty, -1 tombstone, else oldest holder
+        self._tail = self._t[_TAIL::_ROW]  # youngest holder of a live slot
         self.slot = np.full(nb, -1, dtype=np.int64)  # per block: its key's slot, -1 = unindexed
         self._next = np.zeros(nb, dtype=np.int64)  # younger holder of the same key, 0 = none
         self._prev = np.zeros(nb, dtype=np.int64)  # older holder, 0 = none
         self.num_keys = 0
         self._tombs = 0
-        self._scratch = np.zeros(size, dtype=np.int64)  # for the all-distinct checks
-
-    def _distinct(self, slots: np.ndarray) -> bool:
-        """Whether `slots` are pairwise distinct, without a sort: write each one's index at
-        its slot and read back (whichever write wins, a repeated slot reads back wrong once)."""
-        ar = np.arange(len(slots))
-        self._scratch[slots] = ar
-        return bool((self._scratch[slots] == ar).all())
 
     # -- probing ---------------------------------------------------------------------------
     def _probe_start(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Home slot and probe step of each hash: low bits, and an odd step from the high
         bits (double hashing, so keys that share a home do not share a path)."""
-        home = (hashes & self._mask).astype(np.int64)
-        step = ((hashes >> _S32) & self._mask | _U64(1)).astype(np.int64)
+        h = np.ascontiguousarray(hashes, dtype=_U64)
+        home = (h & self._mask).astype(np.int64)
+        step = ((h >> _S32) & self._mask | _U64(1)).astype(np.int64)
         return home, step
 
     def find(self, hashes: np.ndarray) -> np.ndarray:
         """Slot of each hash (uint64), -1 where it is not indexed."""
         out = np.full(len(hashes), -1, dtype=np.int64)
         todo = np.arange(len(hashes))
-        h = hashes
+        k = _bits(hashes)
         pos, step = self._probe_start(hashes)
-        head, keys, mask = self._head, self._keys, self._imask
+        t, mask = self._t, self._imask
         while len(todo):
-            hd = head[pos]
-            hit = (hd > 0) & (keys[pos] == h)
+            r = pos * _ROW
+            hd = t[r + _HEAD]
+            hit = (hd > 0) & (t[r] == k)
             out[todo[hit]] = pos[hit]
             go = np.flatnonzero(~hit & (hd != _EMPTY))
-            todo, h, step = todo[go], h[go], step[go]
+            todo, k, step = todo[go], k[go], step[go]
             pos = (pos[go] + step) & mask
         return out
 
@@ -96,33 +106,41 @@ class BlockHashIndex:
         s = self.find(hashes)
         return np.where(s >= 0, self._head[s], 0)
 
-    def _claim(self, keys: np.ndarray, firsts: np.ndarray) -> np.ndarray:
-        """Give each of the distinct, absent `keys` a free slot on its probe path and make
-        `firsts` (one block each) its head; returns the slots."""
-        head, mask = self._head, self._imask
-        out = np.empty(len(keys), dtype=np.int64)
-        todo = np.arange(len(keys))
-        pos, step = self._probe_start(keys)
+    def _claim(self, hashes: np.ndarray, firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Give each of `hashes` (all absent from the table before this call) a free slot on
+        its probe path, with `firsts` (one block each) as its head. Equal hashes share one
+        slot: the ones that find their key already claimed in this call are `joined`.
+        Returns (slots, joined)."""
+        t, mask = self._t, self._imask
+        n = len(hashes)
+        out = np.empty(n, dtype=np.int64)
+        joined = np.zeros(n, dtype=bool)
+        todo = np.arange(n)
+        k = _bits(hashes)
+        pos, step = self._probe_start(hashes)
         while len(todo):
-            busy = np.flatnonzero(head[pos] > 0)
-            while len(busy):  # walk each key on to the next free slot of its path
-                pos[busy] = (pos[busy] + step[busy]) & mask
-                busy = busy[head[pos[busy]] > 0]
-            if self._distinct(pos):
-                win = np.arange(len(pos))
-            else:  # one key per free slot this round
-                win = np.unique(pos, return_index=True)[1]
-            w, ws = todo[win], pos[win]
-            self._tombs -= int(np.count_nonzero(head[ws] == _TOMB))
-            self._keys[ws] = keys[w]
-            head[ws] = firsts[w]
-            out[w] = ws
-            if len(win) == len(todo):
-                break
-            lose = np.ones(len(todo), dtype=bool)
-            lose[win] = False
+            r = pos * _ROW
+            hd = t[r + _HEAD]
+            live = hd > 0
+            if live.any():
+                mine = live & (t[r] == k[todo])  # claimed by an equal key of this call
+                if mine.any():
+                    out[todo[mine]] = pos[mine]
+                    joined[todo[mine]] = True
+                    keep = ~mine
+                    todo, pos, step, live = todo[keep], pos[keep], step[keep], live[keep]
+                pos[live] = (pos[live] + step[live]) & mask  # walk on to a free slot
+                continue
+            t[r + _CLAIM] = todo  # several keys at one free slot: the last write wins
+            win = t[r + _CLAIM] == todo
+            w, wr = todo[win], r[win]
+            self._tombs -= int(np.count_nonzero(hd[win] == _TOMB))
+            t[wr] = k[w]
+            t[wr + _HEAD] = firsts[w]
+            out[w] = pos[win]
+            lose = ~win  # the losers look at the same slot again: their key, or walk on
             todo, pos, step = todo[lose], pos[lose], step[lose]
-        return out
+        return out, joined
 
     # -- batches ---------------------------------------------------------------------------
     def insert(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
@@ -130,20 +148,39 @@ class BlockHashIndex:
         already has, in the given order."""
         if not len(blocks):
             return
-        uh, first, inv = np.unique(hashes, return_index=True, return_inverse=True)
-        if len(uh) == len(hashes):  # one block per key (the usual case): no list to build
-            self._insert_distinct(blocks, hashes)
-            return
-        slots = self.find(uh)
-        new = np.flatnonzero(slots < 0)
+        slots = self.find(hashes)
+        old = slots >= 0
+        new = np.flatnonzero(~old)
+        shared = False
         if len(new):
-            slots[new] = self._claim(uh[new], blocks[first[new]])
-            self.num_keys += len(new)
-        existed = np.ones(len(uh), dtype=bool)
-        existed[new] = False
-        slot_e = slots[inv]
-        order = np.argsort(slot_e, kind="stable")
-        bs, ss, old = blocks[order], slot_e[order], existed[inv[order]]
+            got, joined = self._claim(hashes[new], blocks[new])
+            slots[new] = got
+            nj = int(np.count_nonzero(joined))
+            self.num_keys += len(new) - nj
+            shared = nj > 0
+        nold = len(blocks) - len(new)
+        if not shared and nold > 1:
+            so = slots[old]
+            shared = len(np.unique(so)) < len(so)
+        if shared:
+            self._link_groups(blocks, slots, old)
+            return
+        # one block per key (the usual case): no list to build
+        nxt, prv = self._next, self._prev
+        nxt[blocks] = 0
+        prv[blocks] = 0
+        if nold:
+            b, tl = blocks[old], self._tail[slots[old]]
+            prv[b] = tl
+            nxt[tl] = b
+        self._tail[slots] = blocks
+        self.slot[blocks] = slots
+
+    def _link_groups(self, blocks: np.ndarray, slots: np.ndarray, old: np.ndarray) -> None:
+        """`insert`'s linking where some key takes several blocks: group by slot, keep batch
+        order within a group, hang each group after its key's tail (or make it the list)."""
+        order = np.argsort(slots, kind="stable")
+        bs, ss, fold = blocks[order], slots[order], old[order]
         start = np.ones(len(bs), dtype=bool)
         start[1:] = ss[1:] != ss[:-1]
         end = np.ones(len(bs), dtype=bool)
@@ -151,40 +188,29 @@ class BlockHashIndex:
         nxt, prv = self._next, self._prev
         nxt[bs[:-1]] = np.where(end[:-1], 0, bs[1:])
         prv[bs[1:]] = np.where(start[1:], 0, bs[:-1])
-        f, fs, fold = bs[start], ss[start], old[start]
-        t = np.where(fold, self._tail[fs], 0)  # an existing key's youngest holder
-        prv[f] = t
-        nxt[t[fold]] = f[fold]
+        f, fs, fo = bs[start], ss[start], fold[start]
+        tl = np.where(fo, self._tail[fs], 0)  # an existing key's youngest holder
+        prv[f] = tl
+        nxt[tl[fo]] = f[fo]
+        self._head[fs[~fo]] = f[~fo]  # a new key's first holder in batch order
         nxt[bs[-1]] = 0
         self._tail[ss[end]] = bs[end]
         self.slot[bs] = ss
-
-    def _insert_distinct(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
-        """`insert` for pairwise distinct hashes: each block is its key's new youngest holder
-        (and its only one where the key is new)."""
-        slots = self.find(hashes)
-        new = slots < 0
-        if new.any():
-            slots[new] = self._claim(hashes[new], blocks[new])
-            self.num_keys += int(np.count_nonzero(new))
-        old = ~new
-        nxt, prv = self._next, self._prev
-        nxt[blocks] = 0
-        prv[blocks] = 0
-        if old.any():
-            b, t = blocks[old], self._tail[slots[old]]
-            prv[b] = t
-            nxt[t] = b
-        self._tail[slots] = blocks
-        self.slot[blocks] = slots
 
     def remove(self, blocks: np.ndarray) -> None:
         """Unindex `blocks` (distinct, indexed); a key losing its last holder is dropped."""
         head, tail, nxt, prv = self._head, self._tail, self._next, self._prev
         s = self.slot[blocks]
+        if not (prv[blocks].any() or nxt[blocks].any()):  # each its key's only holder
+            r = s * _ROW
+            self._t[r + _HEAD] = _TOMB
+            self._t[r + _TAIL] = 0
+            self.num_keys -= len(blocks)
+            self._tombs += len(blocks)
+            self.slot[blocks] = -1
+            blocks = blocks[:0]
         while len(blocks):
-            # at most one block per key this round
-            one = np.arange(len(s)) if self._distinct(s) else np.unique(s, return_index=True)[1]
+            one = np.unique(s, return_index=True)[1]  # at most one block per key this round
             b, bs = blocks[one], s[one]
             p, n = prv[b], nxt[b]
             hp, hn = p != 0, n != 0
@@ -207,12 +233,10 @@ class BlockHashIndex:
     def _rebuild(self) -> None:
         """Reinsert the live keys into a table without tombstones."""
         live = np.flatnonzero(self._head > 0)
-        keys, heads, tails = self._keys[live], self._head[live], self._tail[live]
-        self._keys[:] = 0
-        self._head[:] = _EMPTY
-        self._tail[:] = 0
+        keys, heads, tails = self._keys[live].view(_U64), self._head[live], self._tail[live]
+        self._t[:] = 0
         self._tombs = 0
-        new = self._claim(keys, heads)
+        new, _ = self._claim(keys, heads)
         self._tail[new] = tails
         moved = np.full(len(self._head), -1, dtype=np.int64)
         moved[live] = new
@@ -233,7 +257,8 @@ class BlockHashIndex:
     def items(self) -> Iterator[tuple[int, int]]:
         """(hash, oldest holder) of every indexed hash, in slot order."""
         live = np.flatnonzero(self._head > 0)
-        return zip(self._keys[live].tolist(), self._head[live].tolist(), strict=True)
+        return zip(self._keys[live].view(_U64).tolist(), self._head[live].tolist(),
+                   strict=True)
 
     # -- checks ----------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -246,7 +271,7 @@ class BlockHashIndex:
             raise InvariantError("vllm: hash index key or tombstone count out of sync")
         if (head < _TOMB).any() or len(np.unique(self._keys[live])) != len(live):
             raise InvariantError("vllm: hash index has a bad slot or a key twice")
-        if not np.array_equal(self.find(self._keys[live]), live):
+        if not np.array_equal(self.find(self._keys[live].view(_U64)), live):
             raise InvariantError("vllm: a hash index key is not reachable by probing")
         seen = 0
         for s in live.tolist():
