@@ -86,31 +86,47 @@ class BlockHashIndex:
 
     def find(self, hashes: np.ndarray) -> np.ndarray:
         """Slot of each hash (uint64), -1 where it is not indexed."""
-        out = np.full(len(hashes), -1, dtype=np.int64)
-        todo = np.arange(len(hashes))
+        return self._find(hashes)[0]
+
+    def _find(self, hashes: np.ndarray, *, free: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(slot of each hash or -1, and with `free` the first free slot on each absent
+        hash's probe path: where an insertion claims from)."""
+        n = len(hashes)
+        out = np.full(n, -1, dtype=np.int64)
+        first = np.full(n if free else 0, -1, dtype=np.int64)
+        todo = np.arange(n)
         k = _bits(hashes)
         pos, step = self._probe_start(hashes)
         t, mask = self._t, self._imask
         while len(todo):
-            r = pos * _ROW
-            hd = t[r + _HEAD]
-            hit = (hd > 0) & (t[r] == k)
-            out[todo[hit]] = pos[hit]
+            hd = t[pos * _ROW + _HEAD]
+            live = hd > 0
+            hit = live & (t[pos * _ROW] == k)
+            if hit.any():
+                out[todo[hit]] = pos[hit]
+            if free:
+                open_ = ~live
+                if open_.any():
+                    mark = todo[open_]
+                    unset = first[mark] < 0
+                    first[mark[unset]] = pos[open_][unset]
             go = np.flatnonzero(~hit & (hd != _EMPTY))
             todo, k, step = todo[go], k[go], step[go]
             pos = (pos[go] + step) & mask
-        return out
+        return out, first
 
     def heads(self, hashes: np.ndarray) -> np.ndarray:
         """Oldest holder of each hash, 0 where it is not indexed."""
         s = self.find(hashes)
         return np.where(s >= 0, self._head[s], 0)
 
-    def _claim(self, hashes: np.ndarray, firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _claim(self, hashes: np.ndarray, firsts: np.ndarray,
+               start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Give each of `hashes` (all absent from the table before this call) a free slot on
-        its probe path, with `firsts` (one block each) as its head. Equal hashes share one
-        slot: the ones that find their key already claimed in this call are `joined`.
-        Returns (slots, joined)."""
+        its probe path, from `start` (a slot on that path with no free slot before it; the
+        home slot by default), with `firsts` (one block each) as its head. Equal hashes
+        share one slot: the ones that find their key already claimed in this call are
+        `joined`. Returns (slots, joined)."""
         t, mask = self._t, self._imask
         n = len(hashes)
         out = np.empty(n, dtype=np.int64)
@@ -118,6 +134,8 @@ class BlockHashIndex:
         todo = np.arange(n)
         k = _bits(hashes)
         pos, step = self._probe_start(hashes)
+        if start is not None:
+            pos = start.copy()
         while len(todo):
             r = pos * _ROW
             hd = t[r + _HEAD]
@@ -148,12 +166,12 @@ class BlockHashIndex:
         already has, in the given order."""
         if not len(blocks):
             return
-        slots = self.find(hashes)
+        slots, first_free = self._find(hashes, free=True)
         old = slots >= 0
         new = np.flatnonzero(~old)
         shared = False
         if len(new):
-            got, joined = self._claim(hashes[new], blocks[new])
+            got, joined = self._claim(hashes[new], blocks[new], first_free[new])
             slots[new] = got
             nj = int(np.count_nonzero(joined))
             self.num_keys += len(new) - nj
