@@ -49,6 +49,9 @@ _EMPTY, _TOMB = 0, -1
 #: scratch cell where keys racing for the slot write their batch index (the last write wins)
 _KEY, _HEAD, _TAIL, _CLAIM = 0, 1, 2, 3
 _ROW = 4
+#: keys left probing at which a batch finishes one key at a time: a numpy round costs a
+#: dozen calls whatever its size, a key's step in Python about one
+_FEW = 32
 
 
 def _bits(hashes: np.ndarray) -> np.ndarray:
@@ -58,6 +61,9 @@ def _bits(hashes: np.ndarray) -> np.ndarray:
 
 class BlockHashIndex:
     """Hash -> holders (block ids 1..num_blocks), oldest first, for batches of blocks."""
+
+    #: probing keys left when a batch goes on one key at a time (0: always whole rounds)
+    few = _FEW
 
     def __init__(self, num_blocks: int) -> None:
         nb = num_blocks + 1  # block 0 (the null block) is never indexed
@@ -99,6 +105,9 @@ class BlockHashIndex:
         pos, step = self._probe_start(hashes)
         t, mask = self._t, self._imask
         while len(todo):
+            if len(todo) <= self.few:
+                self._find_each(todo, k, pos, step, out, first if free else None)
+                break
             hd = t[pos * _ROW + _HEAD]
             live = hd > 0
             hit = live & (t[pos * _ROW] == k)
@@ -114,6 +123,26 @@ class BlockHashIndex:
             todo, k, step = todo[go], k[go], step[go]
             pos = (pos[go] + step) & mask
         return out, first
+
+    def _find_each(self, todo: np.ndarray, k: np.ndarray, pos: np.ndarray, step: np.ndarray,
+                   out: np.ndarray, first: np.ndarray | None) -> None:
+        """`_find`'s rounds for a few keys, one key at a time."""
+        t, mask = self._t, self._imask
+        for i, kk, p, st in zip(todo.tolist(), k.tolist(), pos.tolist(), step.tolist(),
+                                strict=True):
+            while True:
+                r = p * _ROW
+                hd = int(t[r + _HEAD])
+                if hd > 0:
+                    if int(t[r]) == kk:
+                        out[i] = p
+                        break
+                else:
+                    if first is not None and first[i] < 0:
+                        first[i] = p
+                    if hd == _EMPTY:
+                        break
+                p = (p + st) & mask
 
     def heads(self, hashes: np.ndarray) -> np.ndarray:
         """Oldest holder of each hash, 0 where it is not indexed."""
@@ -137,6 +166,9 @@ class BlockHashIndex:
         if start is not None:
             pos = start.copy()
         while len(todo):
+            if len(todo) <= self.few:
+                self._claim_each(todo, k[todo], pos, step, firsts, out, joined)
+                break
             r = pos * _ROW
             hd = t[r + _HEAD]
             live = hd > 0
@@ -159,6 +191,28 @@ class BlockHashIndex:
             lose = ~win  # the losers look at the same slot again: their key, or walk on
             todo, pos, step = todo[lose], pos[lose], step[lose]
         return out, joined
+
+    def _claim_each(self, todo: np.ndarray, k: np.ndarray, pos: np.ndarray, step: np.ndarray,
+                    firsts: np.ndarray, out: np.ndarray, joined: np.ndarray) -> None:
+        """`_claim`'s rounds for a few keys, one key at a time (no races left to settle)."""
+        t, mask = self._t, self._imask
+        for i, kk, p, st in zip(todo.tolist(), k.tolist(), pos.tolist(), step.tolist(),
+                                strict=True):
+            while True:
+                r = p * _ROW
+                hd = int(t[r + _HEAD])
+                if hd > 0:
+                    if int(t[r]) == kk:  # claimed by an equal key of this call
+                        out[i], joined[i] = p, True
+                        break
+                    p = (p + st) & mask
+                    continue
+                if hd == _TOMB:
+                    self._tombs -= 1
+                t[r] = kk
+                t[r + _HEAD] = firsts[i]
+                out[i] = p
+                break
 
     # -- batches ---------------------------------------------------------------------------
     def insert(self, blocks: np.ndarray, hashes: np.ndarray) -> None:

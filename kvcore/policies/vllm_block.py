@@ -99,6 +99,15 @@ class _Req:
         self.nblocks = n + k
         self.last = int(new[-1])
 
+    def add_block(self, b: int) -> None:
+        """`add_blocks` of one block (decode's case, kept free of array slicing)."""
+        n = self.nblocks
+        if n == len(self._blocks):
+            self._blocks = np.concatenate([self._blocks, np.zeros(n, dtype=np.int64)])
+        self._blocks[n] = b
+        self.nblocks = n + 1
+        self.last = b
+
 
 class VLLMBlockPolicy(KVPolicy):
     """vLLM v1 block pool + hash-keyed prefix cache behind the KVPolicy interface."""
@@ -271,14 +280,12 @@ class VLLMBlockPolicy(KVPolicy):
             return False
         if not reqs:
             return True
-        new = self.pool.get_new_blocks(need)
-        at = 0
+        new = iter(self.pool.get_new_blocks(need).tolist())
         slots = []
         for req in reqs:
             w = req.written
             if w == req.nblocks * ps:
-                req.add_blocks(new[at : at + 1])
-                at += 1
+                req.add_block(next(new))
             slots.append(req.last * ps + w % ps)
             req.written = w + 1
         self.req_to_token_pool.write_at(

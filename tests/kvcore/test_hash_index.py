@@ -26,11 +26,15 @@ POOL = ([i % 4 | i << 7 | (i % 3) << 32 for i in range(24)]
 
 
 class IndexMachine(RuleBasedStateMachine):
-    """BlockHashIndex against dict[hash, list[block]] (oldest first), per block."""
+    """BlockHashIndex against dict[hash, list[block]] (oldest first), per block. Probing in
+    whole numpy rounds only (`few = 0`); the subclass below finishes a few keys one by one."""
+
+    few = 0
 
     def __init__(self) -> None:
         super().__init__()
         self.ix = BlockHashIndex(NB)
+        self.ix.few = self.few
         self.model: dict[int, list[int]] = {}
         self.where: dict[int, int] = {}  # block -> its hash
 
@@ -70,6 +74,14 @@ class IndexMachine(RuleBasedStateMachine):
 
 TestIndex = IndexMachine.TestCase
 TestIndex.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+
+
+class IndexMachineFewByOne(IndexMachine):
+    few = 3  # batches of up to 24 keys: rounds first, then the last keys one at a time
+
+
+TestIndexFewByOne = IndexMachineFewByOne.TestCase
+TestIndexFewByOne.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 
 
 class RefPool:
@@ -136,9 +148,12 @@ class PoolMachine(RuleBasedStateMachine):
     """BlockPool (batched) against RefPool on requests that match, allocate, cache and free;
     lookups also resume from an earlier answer, as the policy's prompt memo does."""
 
+    few = BlockHashIndex.few
+
     def __init__(self) -> None:
         super().__init__()
         self.pool, self.ref = BlockPool(10, PS), RefPool(10)
+        self.pool.index.few = self.few
         self.hasher = ChainHasher(PS, 64)
         self.live: list[list[int]] = []  # each request's blocks
         self.seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # seq -> last hit, gens
@@ -197,6 +212,14 @@ class PoolMachine(RuleBasedStateMachine):
 
 TestPool = PoolMachine.TestCase
 TestPool.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+class PoolMachineRounds(PoolMachine):
+    few = 0
+
+
+TestPoolRounds = PoolMachineRounds.TestCase
+TestPoolRounds.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
 
 def test_a_collision_falls_back_to_the_holder_whose_key_matches() -> None:
