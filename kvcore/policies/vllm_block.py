@@ -30,7 +30,7 @@ freed in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -430,8 +430,8 @@ class VLLMBlockPolicy(KVPolicy):
         table = self.req_to_token_pool.req_to_token
         for rid, r in self._reqs.items():
             pos = torch.arange(r.written)
-            bt = torch.from_numpy(r.blocks.copy())
-            want = (bt[pos // ps] * ps + pos % ps).to(torch.int32) if r.written else pos.int()
+            tb = torch.from_numpy(r.blocks.copy())
+            want = (tb[pos // ps] * ps + pos % ps).to(torch.int32) if r.written else pos.int()
             if not torch.equal(table[r.row, : r.written].cpu(), want):
                 raise InvariantError(f"vllm: page-table row of request {rid} is wrong")
         self.breakdown(self.max_context_len).check_invariants()
@@ -452,7 +452,7 @@ class VLLMBlockPolicy(KVPolicy):
         return self.pool.parent_hash
 
     @property
-    def _cached(self) -> dict[int, int]:
+    def _cached(self) -> Mapping[int, int]:
         return self.pool.cached_block_hash_to_block
 
     @property
