@@ -15,7 +15,11 @@ re-implementation under the same names, not a copy). Why it looks as it does:
   blocks in reverse so a chain's tail is evicted first.
 * The hash index maps a hash to every block holding that content, oldest first: duplicates
   are allowed because block tables are append-only. Each hashed block keeps its (parent hash,
-  token ids) key and a hit compares it, so a hash collision never yields a wrong block.
+  token ids) key and a hit compares it, so a hash collision never yields a wrong block. The
+  index is numpy arrays (kvcore/hash_index.py) taking whole batches: at page size 1 a block
+  is a token, and a per-block dict made matching, caching and evicting per-token Python.
+  Everything a block's content is known by (hash, parent hash, token ids) is kept per block id,
+  so a lower tier can be keyed by the same hash chain.
 
 Invariants (`check_invariants`), with queued(b) = b is in the free queue:
 
@@ -23,17 +27,16 @@ Invariants (`check_invariants`), with queued(b) = b is in the free queue:
     ref_cnt[b] > 1  =>  is_hashed[b]                  (only cached content is shared)
     ref_cnt[0] == 0, block 0 never queued nor hashed
     num_cached_free == #{b : queued(b) and is_hashed[b]}
-    index: b is listed under h  <=>  is_hashed[b] and block_hash[b] == h
+    index: b is listed under h  <=>  is_hashed[b] and block_hash[b] == h   (its own checks too)
     block_hash[b] == block_hashes(parent_hash[b], block_tokens[b])   for every hashed b
 """
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 
 from kvcore.block_hash import block_hashes
+from kvcore.hash_index import BlockHashIndex, HeadView
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
@@ -140,9 +143,13 @@ class BlockPool:
         self.block_hash = np.zeros(nb, dtype=_U64)
         self.parent_hash = np.zeros(nb, dtype=_U64)
         self.block_tokens = np.zeros((nb, page_size), dtype=np.int64)
-        # hash index: hash -> oldest block holding it; younger duplicates in _dups, in order
-        self.cached_block_hash_to_block: dict[int, int] = {}
-        self._dups: dict[int, list[int]] = {}
+        # per block: which caching put it in the index (0 = not indexed); an unchanged
+        # generation means the block stayed indexed in between (kvcore/chain_memo.py)
+        self.gen = np.zeros(nb, dtype=np.int64)
+        self._last_gen = 0
+        # hash index: hash -> the blocks holding it, oldest first
+        self.index = BlockHashIndex(num_blocks)
+        self.cached_block_hash_to_block = HeadView(self.index)
         self.free_block_queue = FreeKVCacheBlockQueue(nb)
         self.num_cached_free = 0  # hashed blocks in the free queue: evictable cache
         self.evicted_blocks = 0
@@ -163,9 +170,9 @@ class BlockPool:
         if len(ev):
             self.num_cached_free -= len(ev)
             self.evicted_blocks += len(ev)
-            for b, h in zip(ev.tolist(), self.block_hash[ev].tolist(), strict=True):
-                self._drop_hash(b, h)
+            self.index.remove(ev)
             self.is_hashed[ev] = False
+            self.gen[ev] = 0
         self.ref_cnt[blocks] = 1
         return blocks
 
@@ -187,91 +194,83 @@ class BlockPool:
 
     # -- the hash index --------------------------------------------------------------------
     def cache_full_blocks(self, blocks: np.ndarray, hashes: np.ndarray, parent: int,
-                          tokens: np.ndarray) -> list[int]:
+                          tokens: np.ndarray) -> np.ndarray:
         """Hash `blocks` (a chain: block i's parent is block i-1, the first one's `parent`)
-        with their token ids (k, page_size) and index them; returns the hashes as ints."""
+        with their token ids (k, page_size) and index them after any older holders of the
+        same content (duplicates allowed); returns the hashes."""
+        if not len(blocks):
+            return hashes
         self.is_hashed[blocks] = True
         self.block_hash[blocks] = hashes
         self.parent_hash[blocks[0]] = parent
         self.parent_hash[blocks[1:]] = hashes[:-1]
         self.block_tokens[blocks] = tokens
-        hl: list[int] = hashes.tolist()
-        cached, dups = self.cached_block_hash_to_block, self._dups
-        setdefault = cached.setdefault
-        for b, h in zip(blocks.tolist(), hl, strict=True):
-            if setdefault(h, b) != b:  # duplicates allowed
-                d = dups.get(h)
-                if d is None:
-                    dups[h] = [b]
-                else:
-                    d.append(b)
-        return hl
-
-    def _drop_hash(self, b: int, h: int) -> None:
-        cached, dups = self.cached_block_hash_to_block, self._dups
-        if cached[h] == b:
-            d = dups.get(h)
-            if d:
-                cached[h] = d.pop(0)
-                if not d:
-                    del dups[h]
-            else:
-                del cached[h]
-        else:
-            d = dups[h]
-            d.remove(b)
-            if not d:
-                del dups[h]
+        self._last_gen += 1
+        self.gen[blocks] = self._last_gen
+        self.index.insert(blocks, hashes)
+        return hashes
 
     def get_cached_blocks(self, h: int) -> list[int]:
         """Blocks indexed under hash h, oldest first."""
-        if h not in self.cached_block_hash_to_block:
-            return []
-        return [self.cached_block_hash_to_block[h], *self._dups.get(h, [])]
+        return self.index.holders(h)
 
-    def find_longest_cache_hit(self, hashes: np.ndarray,
-                               ids: np.ndarray) -> tuple[list[int], list[int]]:
+    def longest_cache_hit(self, hashes: np.ndarray, ids: np.ndarray, known: np.ndarray = _EMPTY,
+                          known_gens: np.ndarray = _EMPTY) -> np.ndarray:
         """Cached blocks for the chain `hashes` (uint64) of the full blocks of `ids`, up to the
-        first miss: (blocks, their hashes as ints). Only a collision (a key that differs
-        under an equal hash) costs more than one dict lookup per block."""
+        first miss. `known`, an earlier answer for a prefix of the same chain, is kept as far
+        as its blocks' generations are still `known_gens`. The rest is looked up in growing
+        chunks (most lookups miss early); only a collision (a key that differs under an
+        equal hash) costs a walk over the other holders of that hash."""
         ps = self.page_size
-        hl: list[int] = hashes.tolist()
-        nblocks = len(hl)
-        get = self.cached_block_hash_to_block.get
-        first: list[int] = []
-        k, step = 0, 32
-        while k < nblocks:  # oldest holders up to the first miss, in growing chunks
-            chunk = list(map(get, hl[k : k + step]))
-            if None in chunk:
-                first += cast("list[int]", chunk[: chunk.index(None)])
+        nblocks = len(hashes)
+        j = min(len(known), nblocks)
+        if j:
+            stale = np.flatnonzero(self.gen[known[:j]] != known_gens[:j])
+            j = int(stale[0]) if len(stale) else j
+        if j == nblocks or not self.index.num_keys:
+            return known[:j]
+        parts: list[np.ndarray] = [known[:j]]
+        k, step = j, 64
+        while k < nblocks:
+            heads = self.index.heads(hashes[k : k + step])
+            miss = np.flatnonzero(heads == 0)
+            parts.append(heads[: miss[0]] if len(miss) else heads)
+            if len(miss):
                 break
-            first += cast("list[int]", chunk)
             k += step
-            step *= 4
-        k = len(first)
-        if not k:
-            return [], []
-        cand = np.array(first, dtype=np.int64)
-        parents = np.empty(k, dtype=_U64)
-        parents[0] = 0
-        parents[1:] = hashes[: k - 1]
-        tok = ids[: k * ps].reshape(k, ps)
-        ok = (self.block_tokens[cand] == tok).all(axis=1) & (self.parent_hash[cand] == parents)
+            step *= 8
+        cand = np.concatenate(parts)
+        k = len(cand)
+        if k == j:
+            return cand
+        parents = np.empty(k - j, dtype=_U64)
+        parents[0] = hashes[j - 1] if j else 0
+        parents[1:] = hashes[j : k - 1]
+        tok = ids[j * ps : k * ps].reshape(k - j, ps)
+        new = cand[j:]
+        ok = (self.block_tokens[new] == tok).all(axis=1) & (self.parent_hash[new] == parents)
         if ok.all():
-            return first, hl[:k]
+            return cand
         # a collision with the oldest holder: check the other holders, block by block
-        blocks = first[: int(np.argmin(ok))]
-        for i in range(len(blocks), k):
+        bad = j + int(np.argmin(ok))
+        blocks = cand[:bad].tolist()
+        for i in range(bad, k):
             found = None
-            for b in self.get_cached_blocks(hl[i]):
-                if self.parent_hash[b] == parents[i] and np.array_equal(self.block_tokens[b],
-                                                                         tok[i]):
+            for b in self.get_cached_blocks(int(hashes[i])):
+                if self.parent_hash[b] == parents[i - j] and np.array_equal(
+                        self.block_tokens[b], tok[i - j]):
                     found = b
                     break
             if found is None:
                 break
             blocks.append(found)
-        return blocks, hl[: len(blocks)]
+        return np.array(blocks, dtype=np.int64)
+
+    def find_longest_cache_hit(self, hashes: np.ndarray,
+                               ids: np.ndarray) -> tuple[list[int], list[int]]:
+        """`longest_cache_hit` as lists: (blocks, their hashes as ints)."""
+        blocks = self.longest_cache_hit(hashes, ids)
+        return blocks.tolist(), hashes[: len(blocks)].tolist()
 
     # -- observation -----------------------------------------------------------------------
     def peek_free(self, m: int) -> np.ndarray:
@@ -308,19 +307,12 @@ class BlockPool:
             raise InvariantError(f"vllm: unhashed block {b} is shared")
         if self.ref_cnt[0] != 0 or queued[0] or self.is_hashed[0]:
             raise InvariantError("vllm: the null block was handed out")
+        self.index.check_invariants()
         hashed = np.flatnonzero(self.is_hashed)
-        indexed: list[int] = []
-        for hv, first in self.cached_block_hash_to_block.items():
-            for b in [first, *self._dups.get(hv, [])]:
-                if not self.is_hashed[b] or int(self.block_hash[b]) != hv:
-                    raise InvariantError(f"vllm: block {b} indexed under the wrong hash")
-                indexed.append(b)
-        dups = self._dups
-        if any(not d for d in dups.values()) or not set(dups) <= set(
-                self.cached_block_hash_to_block):
-            raise InvariantError("vllm: empty or orphaned duplicate list in the hash index")
-        if sorted(indexed) != hashed.tolist():
+        if not np.array_equal(np.flatnonzero(self.index.slot >= 0), hashed):
             raise InvariantError("vllm: hash index out of sync with block hashes")
+        if not np.array_equal(self.index.find(self.block_hash[hashed]), self.index.slot[hashed]):
+            raise InvariantError("vllm: a block is indexed under the wrong hash")
         if len(hashed) and not np.array_equal(
             block_hashes(self.parent_hash[hashed], self.block_tokens[hashed]),
             self.block_hash[hashed],

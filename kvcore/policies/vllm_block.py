@@ -18,11 +18,19 @@ block pool (ref counts, free queue, hash index; lazy LRU eviction) and the block
 Capacity is `num_pages * page_size` like the paged policies (block 0 is the null block).
 Per request: len(blocks) == ceil(written / page_size), and its row holds
 `blocks[p // ps] * ps + p % ps` at every written position p.
+
+Speed: at page size 1 every token is a block, so nothing here walks blocks in Python. A
+request's block table is a numpy array (grown by doubling), its full blocks' hashes one array
+hashed once (`chain`; registering blocks slices it), and prompts asked about repeatedly
+before admission are hashed and looked up once (`ChainMemo`, kvcore/chain_memo.py). With the
+pool's array hash index this keeps `vllm` within a small factor of `paged` at every page size
+(benchmarks/bench_vllm_speed.py, docs/performance.md) with the same blocks hit, evicted and
+freed in the same order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -30,6 +38,7 @@ import torch
 from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_pool import BlockPool
 from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile
+from kvcore.chain_memo import ChainMemo
 from kvcore.policies.base import (
     AdmitResult,
     KVPolicy,
@@ -52,20 +61,52 @@ TokenSource = Callable[[int, int, int], np.ndarray]
 _CACHED, _FREE = PARTS.index("cached"), PARTS.index("free")
 
 
+_NO_BLOCKS = np.zeros(0, dtype=np.int64)
+
+
 def _ids(token_ids: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(token_ids, dtype=np.int64)
 
 
 class _Req:
-    __slots__ = ("blocks", "final_len", "hashes", "ids", "row", "written")
+    __slots__ = ("_blocks", "chain", "final_len", "ids", "last", "nblocks", "nhashed", "row",
+                 "written")
 
-    def __init__(self, row: int, ids: np.ndarray, final_len: int) -> None:
+    def __init__(self, row: int, ids: np.ndarray, final_len: int, page_size: int) -> None:
         self.row = row
         self.ids = ids  # token ids known so far (the prompt, then whatever finish/cache gave)
         self.final_len = final_len
-        self.blocks: list[int] = []
-        self.hashes: list[int] = []  # hashes of blocks[:len(hashes)], all registered
+        self._blocks = np.zeros(max(cdiv(final_len, page_size), 1), dtype=np.int64)
+        self.nblocks = 0  # the block table is _blocks[:nblocks]
+        self.last = 0  # its last block, as an int (decode writes there)
+        self.chain = np.zeros(0, dtype=np.uint64)  # hashes of ids' first full blocks
+        self.nhashed = 0  # blocks[:nhashed] are registered under chain[:nhashed]
         self.written = 0
+
+    @property
+    def blocks(self) -> np.ndarray:
+        return self._blocks[: self.nblocks]
+
+    def add_blocks(self, new: np.ndarray) -> None:
+        n, k = self.nblocks, len(new)
+        if not k:
+            return
+        if n + k > len(self._blocks):
+            grown = np.zeros(max(2 * len(self._blocks), n + k), dtype=np.int64)
+            grown[:n] = self._blocks[:n]
+            self._blocks = grown
+        self._blocks[n : n + k] = new
+        self.nblocks = n + k
+        self.last = int(new[-1])
+
+    def add_block(self, b: int) -> None:
+        """`add_blocks` of one block (decode's case, kept free of array slicing)."""
+        n = self.nblocks
+        if n == len(self._blocks):
+            self._blocks = np.concatenate([self._blocks, np.zeros(n, dtype=np.int64)])
+        self._blocks[n] = b
+        self.nblocks = n + 1
+        self.last = b
 
 
 class VLLMBlockPolicy(KVPolicy):
@@ -82,6 +123,7 @@ class VLLMBlockPolicy(KVPolicy):
         )
         self.pool = BlockPool(self.num_pages, self.page_size)
         self.hasher = ChainHasher(self.page_size, self.max_context_len)
+        self.memo = ChainMemo(self.hasher)
         self._reqs: dict[int, _Req] = {}
         self._token_source: TokenSource | None = None
         # statistics
@@ -98,18 +140,20 @@ class VLLMBlockPolicy(KVPolicy):
         return self.pool.evicted_blocks
 
     # -- hashing -----------------------------------------------------------------------------
-    def _match(self, ids: np.ndarray, nblocks: int) -> tuple[list[int], list[int]]:
+    def _match(self, ids: np.ndarray, nblocks: int) -> np.ndarray:
         """Cached blocks for the first `nblocks` blocks of `ids`, up to the first miss."""
-        if nblocks <= 0 or not self.pool.cached_block_hash_to_block:
-            return [], []
-        hashes = self.hasher.chain(NONE_HASH, ids[: nblocks * self.page_size])
-        return self.pool.find_longest_cache_hit(hashes, ids)
+        if nblocks <= 0 or not self.pool.index.num_keys:
+            return _NO_BLOCKS
+        e, hashes = self.memo.chain(ids, nblocks)
+        hit = self.pool.longest_cache_hit(hashes, ids, e.hit, e.gens)
+        e.hit, e.gens = hit, self.pool.gen[hit]
+        return hit
 
     def _register_full(self, rid: int, req: _Req) -> None:
         """Hash every full block of `req` whose token ids are known."""
         ps = self.page_size
         full = req.written // ps
-        done = len(req.hashes)
+        done = req.nhashed
         if done >= full:
             return
         if len(req.ids) < full * ps and self._token_source is not None:
@@ -123,27 +167,30 @@ class VLLMBlockPolicy(KVPolicy):
         full = min(full, len(req.ids) // ps)
         if done >= full:
             return
-        parent = req.hashes[-1] if req.hashes else NONE_HASH
-        toks = req.ids[done * ps : full * ps]
-        blocks = np.array(req.blocks[done:full], dtype=np.int64)
-        req.hashes.extend(self.pool.cache_full_blocks(
-            blocks, self.hasher.chain(parent, toks), parent, toks.reshape(-1, ps)))
+        have = len(req.chain)
+        if have < full:  # hash only the blocks not hashed yet
+            parent = int(req.chain[-1]) if have else NONE_HASH
+            req.chain = np.concatenate([req.chain, self.hasher.chain(
+                parent, req.ids[have * ps : full * ps])])
+        parent = int(req.chain[done - 1]) if done else NONE_HASH
+        self.pool.cache_full_blocks(req.blocks[done:full], req.chain[done:full], parent,
+                                    req.ids[done * ps : full * ps].reshape(-1, ps))
+        req.nhashed = full
 
     # -- admission -------------------------------------------------------------------------
     def peek_prefix(self, token_ids: np.ndarray) -> int:
         """Whole cached blocks of `token_ids` as given (the caller caps it)."""
         ids = _ids(token_ids)
-        blocks, _ = self._match(ids, len(ids) // self.page_size)
-        return len(blocks) * self.page_size
+        return len(self._match(ids, len(ids) // self.page_size)) * self.page_size
 
     def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
         """Hit blocks with no holder sit in the free queue: admission takes them out of it
         (vLLM counts them among the blocks to allocate)."""
         ids = _ids(token_ids)
-        blocks, _ = self._match(ids, len(ids) // self.page_size)
-        if not blocks:
+        blocks = self._match(ids, len(ids) // self.page_size)
+        if not len(blocks):
             return PrefixPeek(0, 0)
-        idle = int((self.pool.ref_cnt[np.array(blocks, dtype=np.int64)] == 0).sum())
+        idle = int(np.count_nonzero(self.pool.ref_cnt[blocks] == 0))
         return PrefixPeek(len(blocks) * self.page_size, idle * self.page_size)
 
     def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
@@ -164,12 +211,16 @@ class VLLMBlockPolicy(KVPolicy):
         row = self.req_to_token_pool.alloc_row()
         if row is None:
             return None
-        req = _Req(row, ids, final_len)
-        blocks, hashes = self._match(ids, (len(ids) - 1) // self.page_size)
-        if blocks:
-            self.pool.touch(np.array(blocks, dtype=np.int64))
-        req.blocks, req.hashes = blocks, hashes
-        req.written = cached = len(blocks) * self.page_size
+        ps = self.page_size
+        req = _Req(row, ids, final_len, ps)
+        blocks = self._match(ids, (len(ids) - 1) // ps)
+        if len(blocks):
+            self.pool.touch(blocks)
+        req.add_blocks(blocks)
+        _, chain = self.memo.chain(ids, len(ids) // ps)  # the prompt's, kept by the request
+        self.memo.forget(ids)
+        req.chain, req.nhashed = chain, len(blocks)
+        req.written = cached = len(blocks) * ps
         if cached:
             self._write(req, 0, cached)
         self.queried_tokens += len(ids)
@@ -188,7 +239,7 @@ class VLLMBlockPolicy(KVPolicy):
         """Page-table entries of positions start..end-1 (their blocks already allocated)."""
         ps = self.page_size
         first = start // ps
-        bt = np.asarray(req.blocks[first : cdiv(end, ps)], dtype=np.int64)
+        bt = req.blocks[first : cdiv(end, ps)]
         pos = np.arange(start, end, dtype=np.int64)
         self.req_to_token_pool.write_range(req.row, start, bt[pos // ps - first] * ps + pos % ps)
 
@@ -199,16 +250,16 @@ class VLLMBlockPolicy(KVPolicy):
         ps = self.page_size
         need = 0
         for req, t in zip(reqs, target_lens, strict=True):
-            need += cdiv(int(t), ps) - len(req.blocks)
+            need += cdiv(int(t), ps) - req.nblocks
         if need > self.pool.get_num_free_blocks():
             return False
-        new = self.pool.get_new_blocks(need).tolist()
+        new = self.pool.get_new_blocks(need)
         at = 0
         for rid, req, t in zip(rids, reqs, target_lens, strict=True):
             t = int(t)
-            k = cdiv(t, ps) - len(req.blocks)
+            k = cdiv(t, ps) - req.nblocks
             if k > 0:
-                req.blocks.extend(new[at : at + k])
+                req.add_blocks(new[at : at + k])
                 at += k
             if t > req.written:
                 self._write(req, req.written, t)
@@ -224,7 +275,7 @@ class VLLMBlockPolicy(KVPolicy):
         ps = self.page_size
         need = 0
         for req, w in zip(reqs, written, strict=True):
-            need += w == len(req.blocks) * ps
+            need += w == req.nblocks * ps
         if need > self.pool.get_num_free_blocks():
             return False
         if not reqs:
@@ -233,15 +284,17 @@ class VLLMBlockPolicy(KVPolicy):
         slots = []
         for req in reqs:
             w = req.written
-            if w == len(req.blocks) * ps:
-                req.blocks.append(next(new))
-            slots.append(req.blocks[w // ps] * ps + w % ps)
+            if w == req.nblocks * ps:
+                req.add_block(next(new))
+            slots.append(req.last * ps + w % ps)
             req.written = w + 1
         self.req_to_token_pool.write_at(
             np.array([r.row for r in reqs], dtype=np.int64), np.array(written, dtype=np.int64),
             np.array(slots, dtype=np.int64))
-        for rid, req in zip(rids, reqs, strict=True):
-            if req.written % ps == 0:
+        source = self._token_source is not None
+        for rid, req in zip(rids, reqs, strict=True):  # blocks whose tokens are known are hashed
+            w = req.written
+            if w % ps == 0 and (source or w <= len(req.ids)):
                 self._register_full(rid, req)
         return True
 
@@ -253,7 +306,7 @@ class VLLMBlockPolicy(KVPolicy):
         ps = self.page_size
         w = np.array([r.written for r in reqs], dtype=np.int64)
         final = np.array([r.final_len for r in reqs], dtype=np.int64)
-        a0 = np.array([len(r.blocks) * ps for r in reqs], dtype=np.int64)
+        a0 = np.array([r.nblocks * ps for r in reqs], dtype=np.int64)
         out, new_slots = page_growth_profile(self.breakdown(head_reservation), w, final, a0, ps, n)
         new_blocks = new_slots // ps
         hashed = self.pool.cached_among_next(int(new_blocks[-1]) if n else 0)
@@ -267,12 +320,12 @@ class VLLMBlockPolicy(KVPolicy):
         total = 0
         for rid in rids:
             req = self._req(rid)
-            total += max(-(-(req.written + n) // ps) - len(req.blocks), 0)
+            total += max(-(-(req.written + n) // ps) - req.nblocks, 0)
         return total * ps
 
     def decode_room(self, rid: int) -> int:
         req = self._req(rid)
-        return len(req.blocks) * self.page_size - req.written
+        return req.nblocks * self.page_size - req.written
 
     # -- ending ----------------------------------------------------------------------------
     def _learn_ids(self, req: _Req, token_ids: np.ndarray) -> None:
@@ -293,7 +346,7 @@ class VLLMBlockPolicy(KVPolicy):
 
     def release(self, rid: int) -> None:
         req = self._req(rid)
-        self.pool.free_blocks(np.array(req.blocks[::-1], dtype=np.int64))  # chain tail first
+        self.pool.free_blocks(req.blocks[::-1])  # chain tail first
         self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
 
@@ -317,7 +370,7 @@ class VLLMBlockPolicy(KVPolicy):
         return self.pool.cached_free_blocks()
 
     def block_ids(self, rid: int) -> list[int]:
-        return list(self._req(rid).blocks)
+        return self._req(rid).blocks.tolist()
 
     def breakdown(self, head_reservation: int) -> MemoryBreakdown:
         """Owned blocks split into token_states (shared full blocks once), reserved and rounding
@@ -331,7 +384,7 @@ class VLLMBlockPolicy(KVPolicy):
         for r in self._reqs.values():
             w = r.written
             if w % ps:
-                end = len(r.blocks) * ps
+                end = r.nblocks * ps
                 tokens -= end - w
                 fin = r.final_len
                 reserved += max(min(end, fin) - w, 0)
@@ -346,7 +399,7 @@ class VLLMBlockPolicy(KVPolicy):
         )
 
     def page_table_entries(self) -> int:
-        return sum(len(r.blocks) for r in self._reqs.values())
+        return sum(r.nblocks for r in self._reqs.values())
 
     def check_invariants(self) -> None:
         """The pool's equations, plus: ref_cnt[b] == #live requests holding b; a request
@@ -357,23 +410,28 @@ class VLLMBlockPolicy(KVPolicy):
         pool.check_invariants()
         holders = np.zeros(self.num_pages + 1, dtype=np.int64)
         for rid, r in self._reqs.items():
-            if len(set(r.blocks)) != len(r.blocks) or 0 in r.blocks:
+            bt = r.blocks
+            if len(np.unique(bt)) != len(bt) or (bt == 0).any():
                 raise InvariantError(f"vllm: request {rid} holds a block twice or the null block")
-            if len(r.blocks) != cdiv(r.written, ps):
+            if len(bt) != cdiv(r.written, ps) or (len(bt) and r.last != bt[-1]):
                 raise InvariantError(f"vllm: request {rid} has blocks beyond its written tokens")
-            if len(r.hashes) > r.written // ps:
+            if r.nhashed > r.written // ps or r.nhashed > len(r.chain):
                 raise InvariantError(f"vllm: request {rid} hashed a partial block")
-            holders[r.blocks] += 1
-            hb = np.array(r.blocks[: len(r.hashes)], dtype=np.int64)
-            if not (pool.is_hashed[hb].all() and pool.block_hash[hb].tolist() == r.hashes):
+            if len(r.chain) and not np.array_equal(
+                    self.hasher.chain(NONE_HASH, r.ids[: len(r.chain) * ps]), r.chain):
+                raise InvariantError(f"vllm: request {rid} keeps a wrong hash chain")
+            holders[bt] += 1
+            hb = bt[: r.nhashed]
+            if not (pool.is_hashed[hb].all()
+                    and np.array_equal(pool.block_hash[hb], r.chain[: r.nhashed])):
                 raise InvariantError(f"vllm: request {rid} has a block that lost its hash")
         for b in np.flatnonzero(pool.ref_cnt != holders).tolist():
             raise InvariantError(f"vllm: block {b} ref {pool.ref_cnt[b]} != holders {holders[b]}")
         table = self.req_to_token_pool.req_to_token
         for rid, r in self._reqs.items():
             pos = torch.arange(r.written)
-            bt = torch.tensor(r.blocks, dtype=torch.int64)
-            want = (bt[pos // ps] * ps + pos % ps).to(torch.int32) if r.written else pos.int()
+            tb = torch.from_numpy(r.blocks.copy())
+            want = (tb[pos // ps] * ps + pos % ps).to(torch.int32) if r.written else pos.int()
             if not torch.equal(table[r.row, : r.written].cpu(), want):
                 raise InvariantError(f"vllm: page-table row of request {rid} is wrong")
         self.breakdown(self.max_context_len).check_invariants()
@@ -394,7 +452,7 @@ class VLLMBlockPolicy(KVPolicy):
         return self.pool.parent_hash
 
     @property
-    def _cached(self) -> dict[int, int]:
+    def _cached(self) -> Mapping[int, int]:
         return self.pool.cached_block_hash_to_block
 
     @property

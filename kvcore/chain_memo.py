@@ -1,0 +1,86 @@
+"""The `vllm` policy's memo of prompts it was asked about: their block hash chains and last hits.
+
+The engine asks about a waiting request's prompt again and again before admitting it (each
+admission round peeks at the queue head, `lpm` ordering peeks at the whole queue, admission
+matches once more). Hashing a 12 k-token prompt and looking up its 12 k blocks every time
+(at page size 1 every token is a block) was a large share of the policy's time. A memo entry
+keeps, per token array:
+
+* its chain of full-block hashes, extended rather than recomputed when a longer prefix of the
+  same tokens is asked about;
+* the blocks the last lookup hit and their index generations (`BlockPool.gen`). A block whose
+  generation is unchanged was neither evicted nor cached again since, so it is still the
+  first holder of its hash whose key matches (holders only join behind it): the next lookup
+  starts after the longest still-valid prefix of the last hit.
+
+Entries are found by the array's buffer address and confirmed by comparing the tokens with the
+entry's own copy, so a reused or rewritten buffer costs a fresh hash, never a stale one. The
+memo is bounded (least recently used entries go) and admission takes a prompt's entry out.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from kvcore.block_hash import NONE_HASH, ChainHasher
+
+_NO_BLOCKS = np.zeros(0, dtype=np.int64)
+
+
+class ChainEntry:
+    """One token array's hashes (of `ids`' full blocks) and the last hit over them."""
+
+    __slots__ = ("gens", "hashes", "hit", "ids")
+
+    def __init__(self, ids: np.ndarray, hashes: np.ndarray) -> None:
+        self.ids = ids  # a private copy: the hashes are a function of it
+        self.hashes = hashes
+        self.hit = _NO_BLOCKS  # blocks of the last lookup, a prefix of hashes' blocks
+        self.gens = _NO_BLOCKS  # their generations at that lookup
+
+
+class ChainMemo:
+    """Up to `capacity` token arrays' chains, least recently used dropped first."""
+
+    def __init__(self, hasher: ChainHasher, capacity: int = 256) -> None:
+        self.hasher = hasher
+        self.capacity = capacity
+        self._entries: OrderedDict[int, ChainEntry] = OrderedDict()
+
+    @staticmethod
+    def _key(ids: np.ndarray) -> int:
+        return int(ids.__array_interface__["data"][0])
+
+    def chain(self, ids: np.ndarray, nblocks: int) -> tuple[ChainEntry, np.ndarray]:
+        """The entry of `ids` (contiguous int64) and the hashes of its first `nblocks` full
+        blocks (nblocks * page_size <= len(ids))."""
+        ps = self.hasher.page_size
+        n = nblocks * ps
+        key = self._key(ids)
+        e = self._entries.get(key)
+        if e is not None:
+            have = min(len(e.hashes), nblocks)
+            if np.array_equal(e.ids[: have * ps], ids[: have * ps]):
+                self._entries.move_to_end(key)
+                if have < nblocks:
+                    parent = int(e.hashes[have - 1]) if have else NONE_HASH
+                    more = self.hasher.chain(parent, ids[have * ps : n])
+                    e.hashes = np.concatenate([e.hashes[:have], more])
+                    e.ids = ids[:n].copy()
+                    e.hit, e.gens = e.hit[:have], e.gens[:have]
+                return e, e.hashes[:nblocks]
+            del self._entries[key]
+        e = ChainEntry(ids[:n].copy(), self.hasher.chain(NONE_HASH, ids[:n]))
+        self._entries[key] = e
+        if len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return e, e.hashes
+
+    def forget(self, ids: np.ndarray) -> None:
+        """Drop the entry of `ids` (its request was admitted and keeps its own chain)."""
+        self._entries.pop(self._key(ids), None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
