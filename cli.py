@@ -177,6 +177,15 @@ def _console():
     return Console()
 
 
+def _warn_overload(rows: list[dict[str, Any]]) -> None:
+    """The one-line overload warning (reports.overload_view), on stderr so --json stays JSON."""
+    from reports.overload_view import overload_warning
+
+    line = overload_warning(rows)
+    if line is not None:
+        typer.echo(line, err=True)
+
+
 # -- run ------------------------------------------------------------------------------------------
 @app.command()
 @with_options()
@@ -205,6 +214,7 @@ def run(
     con.print(run_header(row))
     con.print(breakdown_table([row]))
     con.print(latency_table([row]))
+    _warn_overload([row])
     if sink is not None:
         sink.write(events, result.timeline, result.requests)
         con.print(f"events: {events} (open in ui.perfetto.dev)")
@@ -281,6 +291,7 @@ def sweep(
                        f"{len(grid)} cell(s): {todo} to run, {done} already in "
                        f"{out}/summary.csv"))
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
+    _warn_overload(df.to_dict("records"))
     if plot and len(df):
         paths = plot_dir(out, out / "figures", slo_ttft=opts.output.slo_ttft,
                          slo_tpot=opts.output.slo_tpot)
@@ -314,6 +325,7 @@ def compare(
     con = _console()
     con.print(breakdown_table(rows))
     con.print(latency_table(rows))
+    _warn_overload(rows)
     out = Path(opts.output.out or "kvsim-compare")
     write_run(out, rows, results, config_document("compare", opts, axes={"policy": names}))
     import pandas as pd
@@ -504,6 +516,33 @@ def plan(
     if rec is not None:
         con.print(render_recommendation(rec))
         con.print(f"figures: {', '.join(str(p) for p in figs)}")
+
+
+@app.command()
+@with_options()
+def capacity(
+    opts: RunOptions,
+    steps: int = typer.Option(4, "--steps", help="bisection steps after the bracket (each "
+                              "halves the gap in log scale; 4: within 6 %)"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+) -> None:
+    """The highest sustainable arrival rate for these options (model, GPU, pool, policy): a
+    short bisection on --rate-scale (traces) or --rate, each probe one simulation judged by
+    the overload rule; reported as req/s and tokens/s."""
+    from experiments.capacity import check_steps, find_sustainable_rate
+    from reports.overload_view import capacity_lines
+
+    check_steps(steps)
+    opts.sim_config()  # a user mistake before the first simulation
+    cap = find_sustainable_rate(
+        opts, steps=steps,
+        on_probe=None if as_json else lambda p: typer.echo(
+            f"  {'overloaded' if p.overloaded else 'servable  '} at {p.flag_value:.4g} "
+            f"({p.rate_req_s:.4g} req/s)", err=True))
+    if as_json:
+        typer.echo(json.dumps(cap.to_dict(), indent=2, default=str))
+        return
+    typer.echo(capacity_lines(cap)[-1])
 
 
 @app.command()

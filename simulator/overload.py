@@ -1,0 +1,109 @@
+"""Is a run overloaded? Three signs, each with a documented threshold (docs/planning.md).
+
+A page-size study or a latency figure taken from a run the GPU cannot keep up with measures the
+queue, not the KV cache: every number grows with the length of the trace. So every run says
+whether it is overloaded and why, from what the simulation already recorded:
+
+* **backlog**: requests still waiting at the end of the measurement window, more than
+  `backlog_share` of the requests (and at least `backlog_min` of them);
+* **queue growth**: the least-squares slope of the waiting queue over the window, more than
+  `growth_share` of the arrival rate, and adding up to at least `growth_min` requests over the
+  window (a few requests of noise on a short window is not a trend);
+* **TTFT**: the median time to first token at least `ttft_factor` x the unloaded prefill time of
+  the median prompt (the same latency model, an empty engine, no prefix hit) and at least
+  `ttft_margin_s` above it (a 10x of a millisecond is no user-visible delay).
+
+Any one sign makes the run overloaded; `overload_reason` lists the signs that fired.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.latency import LatencyModel
+
+
+@dataclass(frozen=True)
+class OverloadThresholds:
+    """When a run counts as overloaded; the defaults are the documented ones."""
+
+    backlog_share: float = 0.05
+    backlog_min: int = 10
+    growth_share: float = 0.05
+    growth_min: float = 10.0
+    ttft_factor: float = 10.0
+    ttft_margin_s: float = 1.0
+
+
+THRESHOLDS = OverloadThresholds()
+OVERLOAD_COLUMNS = ("overloaded", "overload_reason", "queue_growth_req_s",
+                    "unloaded_prefill_s", "ttft_over_unloaded")
+
+
+def unloaded_prefill_s(latency: LatencyModel, prompt_len: int, chunk: int,
+                       page_size: int) -> float:
+    """Seconds to prefill one `prompt_len` prompt alone in the engine, chunk by chunk (the
+    engine's chunked prefill), nothing cached: the TTFT a request gets on an idle GPU."""
+    if prompt_len <= 0:
+        return 0.0
+    step = chunk if chunk > 0 else prompt_len
+    total = 0.0
+    for before in range(0, prompt_len, step):
+        total += latency.iteration_time([(min(step, prompt_len - before), before)], (),
+                                        page_size)
+    return total
+
+
+def queue_growth(timeline: pd.DataFrame, start: float, end: float) -> float:
+    """Least-squares slope (requests per second) of the waiting queue inside the window."""
+    if len(timeline) < 3 or not math.isfinite(end) or end <= start:
+        return 0.0
+    t = timeline["time_s"].to_numpy(dtype=float)
+    inside = (t >= start) & (t <= end)
+    if inside.sum() < 3:
+        return 0.0
+    t, q = t[inside], timeline["waiting"].to_numpy(dtype=float)[inside]
+    if np.ptp(t) <= 0:
+        return 0.0
+    return float(np.polyfit(t, q, 1)[0])
+
+
+def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, ttft_p50_s: float,
+                     start: float, end: float, backlog: int, timeline: pd.DataFrame,
+                     latency: LatencyModel, chunk: int, page_size: int,
+                     th: OverloadThresholds = THRESHOLDS) -> dict[str, Any]:
+    """The overload columns of a run's summary (OVERLOAD_COLUMNS). `arrivals` and
+    `prompt_lens` describe every request of the workload (nominal arrival times)."""
+    reasons: list[str] = []
+    total = len(arrivals)
+    if backlog > max(th.backlog_min, th.backlog_share * total):
+        reasons.append(f"backlog: {backlog:,} of {total:,} requests still queued at the "
+                       "window end")
+    span = end - start if math.isfinite(end) else 0.0
+    arrived = int(((arrivals >= start) & (arrivals <= end)).sum()) if span > 0 else 0
+    arrival_rate = arrived / span if span > 0 else 0.0
+    growth = queue_growth(timeline, start, end)
+    if (arrival_rate > 0 and growth > th.growth_share * arrival_rate
+            and growth * span >= th.growth_min):
+        reasons.append(f"queue growth: {growth:.3g} req/s ({growth / arrival_rate:.0%} of "
+                       f"arrivals)")
+    prompt = int(np.median(prompt_lens)) if total else 0
+    unloaded = unloaded_prefill_s(latency, prompt, chunk, page_size)
+    ttft = float(ttft_p50_s)
+    ratio = ttft / unloaded if unloaded > 0 and math.isfinite(ttft) else math.nan
+    if (math.isfinite(ratio) and ratio >= th.ttft_factor
+            and ttft - unloaded >= th.ttft_margin_s):
+        reasons.append(f"TTFT p50 {ttft:.3g} s = {ratio:,.0f}x the unloaded prefill "
+                       f"{unloaded:.3g} s")
+    return {"overloaded": bool(reasons), "overload_reason": "; ".join(reasons),
+            "queue_growth_req_s": growth, "unloaded_prefill_s": unloaded,
+            "ttft_over_unloaded": ratio}
+
+
+__all__ = ["OVERLOAD_COLUMNS", "THRESHOLDS", "OverloadThresholds", "overload_verdict",
+           "queue_growth", "unloaded_prefill_s"]
