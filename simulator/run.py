@@ -19,6 +19,7 @@ from simulator.engine import Engine
 from simulator.latency import make_latency_model
 from simulator.metrics import REQUEST_COLUMNS, TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
+from simulator.reuse_gap import reuse_gap
 from workloads.request import Workload
 
 # torch's intra-op threads cost more than they give on the tiny tensors of one engine step
@@ -120,6 +121,7 @@ def simulate(
     timeline = pd.DataFrame(rec.timeline, columns=list(TIMELINE_COLUMNS))
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
     summary.update(_overload(workload, cfg, latency, rec, timeline, summary))
+    summary.update(reuse_gap(workload, requests, cfg.policy.page_size))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, timeline, cfg, {"latency": latency.describe()})
 
