@@ -483,39 +483,105 @@ def plan(
     page_sizes: str = typer.Option(DEFAULT_PAGE_SIZES, "--page-sizes",
                                    help="page sizes simulated with --trace / --workload"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
+    find_rate: bool = typer.Option(False, "--find-rate", help="also search the highest "
+                                   "sustainable rate (as kvsim capacity) at --page-size"),
+    at_sustainable_rate: bool = typer.Option(
+        False, "--at-sustainable-rate", help="search the highest sustainable rate first and "
+        "run the page-size study at it (implies --find-rate)"),
+    steps: int = typer.Option(4, "--steps", help="bisection steps of the rate search"),
 ) -> None:
     """Static memory plan; with --trace or --workload also simulate across page sizes and
-    recommend one."""
+    recommend one (never from an overloaded run)."""
+    from experiments.capacity import check_steps
     from experiments.executors import check_jobs
-    from experiments.planning import page_size_grid, page_size_study, static_plan
-    from reports.plan_view import render_plan_all, render_recommendation
-    from reports.recommend import check_tolerance, recommend_page_size
+    from experiments.planning import page_size_grid, static_plan
+    from reports.recommend import check_tolerance
 
     check_jobs(jobs)
+    check_steps(steps)
     if context_len is not None and not 1 <= context_len <= 1 << 24:
         raise ValueError(f"--context-len must be in [1, 16,777,216], got {context_len}")
     check_tolerance(tolerance)
     sizes = parse_list(page_sizes, int, "--page-sizes") or []
     page_size_grid(opts, sizes)  # a bad page size is an error even for the static plan
     result = static_plan(opts, context_len)
+    study = _from_user(ctx, "workload") or opts.workload.trace is not None
+    doc: dict[str, Any] = result.to_dict()
+    lines: list[str] = []
+    if find_rate or at_sustainable_rate:
+        opts = _plan_capacity(opts, doc, lines, steps, at_sustainable_rate and study, as_json)
     rec = None
-    if _from_user(ctx, "workload") or opts.workload.trace is not None:
-        from reports.plots import plot_dir
-
-        out, df = page_size_study(opts, sizes, jobs=jobs, progress=not as_json)
-        rec = recommend_page_size(df, tolerance)
-        figs = plot_dir(out, out / "figures")
+    if study:
+        rec = _plan_study(opts, sizes, tolerance, jobs, as_json, doc, lines)
     if as_json:
-        doc = result.to_dict()
-        if rec is not None:
-            doc["recommendation"] = rec.to_dict()
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
+    from reports.plan_view import render_plan_all, render_recommendation
+
     con = _console()
     con.print(render_plan_all(result))
     if rec is not None:
         con.print(render_recommendation(rec))
-        con.print(f"figures: {', '.join(str(p) for p in figs)}")
+    for line in lines:
+        con.print(line, markup=False, highlight=False)
+
+
+def _plan_capacity(opts: RunOptions, doc: dict[str, Any], lines: list[str], steps: int,
+                   use_it: bool, quiet: bool) -> RunOptions:
+    """plan --find-rate / --at-sustainable-rate: the capacity search; the options to study
+    (at the sustainable rate when `use_it` and one was found)."""
+    from experiments.capacity import find_sustainable_rate, scaled
+    from reports.overload_view import capacity_lines
+
+    if not quiet:
+        typer.echo("searching the highest sustainable rate ...", err=True)
+    opts.sim_config()
+    cap = find_sustainable_rate(opts, steps=steps)
+    doc["capacity"] = cap.to_dict()
+    lines.append(capacity_lines(cap)[-1])
+    if not use_it:
+        return opts
+    if cap.flag_value is None:
+        lines.append("no sustainable rate found: the study runs at the requested rate")
+        return opts
+    start = cap.probes[0]
+    lines.append(f"the page-size study ran at {cap.flag} {cap.flag_value:.4g} "
+                 f"({cap.rate_req_s:.4g} req/s), the highest sustainable rate found, instead of "
+                 f"{start.flag_value:.4g} ({start.rate_req_s:.4g} req/s)")
+    doc["study_rate"] = {"flag": cap.flag, "value": cap.flag_value,
+                         "rate_req_s": cap.rate_req_s}
+    return scaled(opts, cap.flag, cap.flag_value)
+
+
+def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int, quiet: bool,
+                doc: dict[str, Any], lines: list[str]):
+    """plan --trace / --workload: the page-size study and its recommendation (None from an
+    overloaded run: the lines say so and at which rate it ran)."""
+    from experiments.planning import page_size_study
+    from reports.plan_view import recommendation_notes, reuse_line
+    from reports.plots import plot_dir
+    from reports.recommend import recommend_page_size
+
+    out, df = page_size_study(opts, sizes, jobs=jobs, progress=not quiet)
+    rec = recommend_page_size(df, tolerance)
+    figs = plot_dir(out, out / "figures")
+    rates = df["rate_req_s"].astype(float)
+    rate = float(rates.mean()) if len(rates) else float("nan")
+    doc.update(recommended_page_size=rec.page_size, overloaded=rec.overloaded,
+               rate_req_s=rate, recommendation=rec.to_dict())
+    if rec.overloaded:
+        _warn_overload(df.to_dict("records"))
+    if rec.all_overloaded:
+        lines.append(f"not recommending: the study ran at {rate:.4g} req/s "
+                     f"(--rate-scale {opts.workload.rate_scale:g}"
+                     f"{'' if opts.workload.rate is None else f', --rate {opts.workload.rate:g}'}"
+                     "), which this GPU cannot serve; rerun with --at-sustainable-rate")
+    lines.extend(recommendation_notes(rec))
+    line = reuse_line(rec)
+    if line is not None:
+        lines.append(line)
+    lines.append(f"figures: {', '.join(str(p) for p in figs)}")
+    return rec
 
 
 @app.command()
