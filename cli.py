@@ -306,14 +306,20 @@ def compare(
     policies: str = typer.Option("paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,"
                                  "contiguous-oracle", "--policies",
                                  help="policies to compare, comma list"),
+    baseline: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--baseline", help="policy the deltas are taken against [default: the first "
+        "of --policies]"),
 ) -> None:
-    """Several policies on one workload: a table and a stacked bar of the breakdown."""
+    """Several policies on one workload: a table, the deltas against a baseline policy and a
+    stacked bar of the breakdown."""
     from experiments.runner import config_document, simulate_options
+    from reports.deltas import baseline_index
     from reports.plots import plot_results
     from reports.results import write_run
     from reports.tables import breakdown_table, latency_table
 
     names = parse_list(policies, str, "--policies") or []
+    base = baseline_index(names, baseline)
     runs = cells(opts, {"policy": names})
     for r in runs:  # every user mistake before the first simulation
         r.sim_config()
@@ -325,8 +331,9 @@ def compare(
     con = _console()
     con.print(breakdown_table(rows))
     con.print(latency_table(rows))
-    _warn_overload(rows)
     out = Path(opts.output.out or "kvsim-compare")
+    _print_deltas(con, rows, names, base, out)
+    _warn_overload(rows)
     write_run(out, rows, results, config_document("compare", opts, axes={"policy": names}))
     import pandas as pd
 
@@ -334,6 +341,20 @@ def compare(
                          requests=pd.read_parquet(out / "requests.parquet"),
                          timeline=pd.read_parquet(out / "timeline.parquet"))
     con.print(f"results: {out}/; figures: {', '.join(p.name for p in paths)}")
+
+
+def _print_deltas(con, rows: list[dict[str, Any]], names: list[str], base: int,
+                  out: Path) -> None:
+    """compare: the deltas table on the terminal, and as out/deltas.csv."""
+    import pandas as pd
+
+    from reports.deltas import delta_records, delta_table
+    from reports.io import write_csv_atomic
+
+    if len(rows) < 2:
+        return
+    con.print(delta_table(rows, names, base))
+    write_csv_atomic(out / "deltas.csv", pd.DataFrame(delta_records(rows, names, base)))
 
 
 # -- plot / report --------------------------------------------------------------------------------
@@ -371,6 +392,45 @@ def report(
 
     md, html = build_report(_results_dir(results), slo_ttft=slo_ttft, slo_tpot=slo_tpot)
     typer.echo(f"{md}\n{html}")
+
+
+@app.command()
+def diff(
+    run_a: Path = typer.Argument(..., metavar="RUN_A", help="a results directory (the base)"),
+    run_b: Path = typer.Argument(..., metavar="RUN_B", help="a results directory (compared "
+                                 "with RUN_A)"),
+    out: Path = typer.Option(Path("kvsim-diff"), "--out", help="where diff.csv and the "
+                             "overlaid figures go"),
+    label_a: Optional[str] = typer.Option(None, "--label-a", help="name of RUN_A in tables "  # noqa: UP045
+                                          "and figures [default: its directory name]"),
+    label_b: Optional[str] = typer.Option(None, "--label-b", help="name of RUN_B "  # noqa: UP045
+                                          "[default: its directory name]"),
+) -> None:
+    """Two saved runs or sweeps side by side: the metrics of each paired run (by the swept
+    axes), B - A with better / worse, the option changes, diff.csv and figures overlaid."""
+    from reports.deltas import delta_table
+    from reports.diff import load_side, option_changes, pair_label, side_rows, write_diff
+
+    la = label_a or run_a.resolve().name
+    lb = label_b or run_b.resolve().name
+    if la == lb:
+        la, lb = f"A:{la}", f"B:{lb}"
+    a = load_side(run_a, la, "RUN_A")
+    b = load_side(run_b, lb, "RUN_B")
+    pairs, keys, figs = write_diff(a, b, out)
+    con = _console()
+    changes = option_changes(a, b)
+    con.print(f"{la} -> {lb}: " + ("; ".join(changes) if changes else "same options"),
+              markup=False, highlight=False)
+    for (_, pr), ra, rb in zip(pairs.iterrows(), side_rows(pairs, "_a"),
+                               side_rows(pairs, "_b"), strict=True):
+        con.print(delta_table([ra, rb], [la, lb], 0, title=pair_label(pr, keys)))
+    unpaired = len(a.summary) + len(b.summary) - 2 * len(pairs)
+    if unpaired > 0:
+        con.print(f"{unpaired} row(s) without a partner left out", markup=False)
+    _warn_overload([*side_rows(pairs, "_a"), *side_rows(pairs, "_b")])
+    con.print(f"diff: {out}/diff.csv; figures: {', '.join(p.name for p in figs)}",
+              markup=False, highlight=False)
 
 
 # -- listings -------------------------------------------------------------------------------------
