@@ -214,6 +214,7 @@ def run(
     con.print(run_header(row))
     con.print(breakdown_table([row]))
     con.print(latency_table([row]))
+    _print_reuse(con, [row])
     _warn_overload([row])
     if sink is not None:
         sink.write(events, result.timeline, result.requests)
@@ -333,6 +334,7 @@ def compare(
     con.print(latency_table(rows))
     out = Path(opts.output.out or "kvsim-compare")
     _print_deltas(con, rows, names, base, out)
+    _print_reuse(con, rows)
     _warn_overload(rows)
     write_run(out, rows, results, config_document("compare", opts, axes={"policy": names}))
     import pandas as pd
@@ -341,6 +343,16 @@ def compare(
                          requests=pd.read_parquet(out / "requests.parquet"),
                          timeline=pd.read_parquet(out / "timeline.parquet"))
     con.print(f"results: {out}/; figures: {', '.join(p.name for p in paths)}")
+
+
+def _print_reuse(con, rows: list[dict[str, Any]]) -> None:
+    """The hit rate next to the ideal and where the gap went (reports.reuse_view)."""
+    from reports.reuse_view import reuse_sentence
+
+    for row in rows:
+        line = reuse_sentence(row, str(row.get("policy", "")) if len(rows) > 1 else "")
+        if line is not None:
+            con.print(line, markup=False, highlight=False)
 
 
 def _print_deltas(con, rows: list[dict[str, Any]], names: list[str], base: int,

@@ -11,6 +11,7 @@ from kvcore.memory import DEFAULT_ACTIVATION_PEAK_GIB, DEFAULT_NON_TORCH_GIB
 from kvcore.planner import PlanResult
 from kvcore.presets import GiB
 from reports.recommend import PageSizeRecommendation
+from reports.reuse_view import reuse_sentence
 
 
 def _gib(n: float) -> str:
@@ -111,15 +112,9 @@ def recommendation_notes(rec: PageSizeRecommendation) -> list[str]:
 
 
 def reuse_line(rec: PageSizeRecommendation) -> str | None:
-    """Achieved vs ideal reuse in words, for the recommended page size (else the largest):
-    where the gap between the hit rate and the ideal went (simulator/reuse_gap.py)."""
-    if not rec.rows or "ideal_hit_rate" not in rec.rows[0]:
+    """Achieved vs ideal reuse in words (reports.reuse_view), for the recommended page size
+    (else the largest)."""
+    if not rec.rows:
         return None
     row = next((r for r in rec.rows if r["page_size"] == rec.page_size), rec.rows[-1])
-    if not math.isfinite(row["ideal_hit_rate"]):
-        return None
-    return (f"reuse at page size {row['page_size']}: hit rate {_pct(row['prefix_hit_rate'])} "
-            f"of an ideal {_pct(row['ideal_hit_rate'])} (token level, infinite cache); lost: "
-            f"{_pct(row['reuse_gap_alignment'])} to page alignment, "
-            f"{_pct(row['reuse_gap_not_arrived'])} to requests not yet arrived or computed, "
-            f"{_pct(row['reuse_gap_capacity'])} to capacity (evicted before reuse)")
+    return reuse_sentence(row, f"page size {row['page_size']}")
