@@ -8,7 +8,7 @@ x m for a trace replayed at its timestamps, `--rate` x m for arrivals drawn at a
 
 First `m` is doubled (servable at 1) or halved (overloaded at 1) until the verdict flips, then
 the bracket is bisected geometrically `steps` times: the answer is within a factor
-`2 ** (1 / 2 ** steps)` of the threshold (6 % for the default 4 steps) and is always a
+`2 ** (1 / 2 ** steps)` of the threshold (4.4 % for the default 4 steps) and is always a
 multiplier that was simulated and found servable.
 """
 
