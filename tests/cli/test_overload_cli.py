@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 TRACE = Path(__file__).resolve().parents[2] / "workloads" / "data" / \
     "mooncake_conversation_trace.jsonl"
@@ -74,3 +75,25 @@ def test_sweep_and_compare_warn_once_for_overloaded_cells(invoke, tmp_path):
     assert r.exit_code == 0, r.output
     assert r.output.count("warning: overloaded") == 1
     assert pd.read_csv(tmp_path / "s" / "summary.csv")["overloaded"].all()
+
+
+def test_plan_at_the_sustainable_rate_says_which_rate_it_used(invoke, tmp_path):
+    args = ["plan", "--workload", "sharegpt", "--num-requests", "40", "--rate", "500",
+            "--latency", "constant", "--kv-tokens", "8192", "--max-context-len", "4096",
+            "--page-sizes", "16,64", "--steps", "2"]
+    r = invoke(*args, "--at-sustainable-rate", "--out", tmp_path / "p", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    cap, used = d["capacity"], d["study_rate"]
+    assert cap["overloaded_at_start"] and used["flag"] == "--rate"
+    assert used["value"] == cap["flag_value"] < 500
+    assert d["rate_req_s"] == pytest.approx(cap["rate_req_s"])
+    assert d["recommendation"]["rows"]  # studied at the found rate
+    r = invoke(*args, "--at-sustainable-rate", "--out", tmp_path / "p")  # resumed: text
+    text = " ".join(r.stdout.split())
+    assert r.exit_code == 0 and "the page-size study ran at --rate" in text
+    assert "the highest sustainable rate found, instead of 500" in text
+    r = invoke(*args, "--find-rate", "--out", tmp_path / "q", "--json")  # search, study at 500
+    d = json.loads(r.stdout)
+    assert "study_rate" not in d and d["capacity"]["rate_req_s"] < 500
+    assert d["overloaded"] and d["recommended_page_size"] is None
