@@ -648,7 +648,11 @@ def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
                      f"(--rate-scale {opts.workload.rate_scale:g}"
                      f"{'' if opts.workload.rate is None else f', --rate {opts.workload.rate:g}'}"
                      "), which this GPU cannot serve; rerun with --at-sustainable-rate")
-    lines.extend(recommendation_notes(rec))
+    notes = recommendation_notes(rec)
+    if rec.all_overloaded and len(notes) > 1:  # the same story per page size: tell it once
+        notes = [notes[0], f"(and {len(notes) - 1} more page sizes, overloaded alike: "
+                 "overload_reason in summary.csv)"]
+    lines.extend(notes)
     line = reuse_line(rec)
     if line is not None:
         lines.append(line)
