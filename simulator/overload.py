@@ -6,7 +6,8 @@ whether it is overloaded and why, from what the simulation already recorded:
 
 * **backlog**: requests still waiting at the end of the measurement window, more than
   `backlog_share` of the requests (and at least `backlog_min` of them);
-* **queue growth**: the least-squares slope of the waiting queue over the window, more than
+* **queue growth**: the least-squares slope of the queue (arrived, not yet admitted) over the
+  window, more than
   `growth_share` of the arrival rate, and adding up to at least `growth_min` requests over the
   window (a few requests of noise on a short window is not a trend);
 * **TTFT**: the median time to first token of the requests arriving in the later half of the
@@ -63,18 +64,24 @@ def unloaded_prefill_s(latency: LatencyModel, prompt_len: int, chunk: int,
     return total
 
 
-def queue_growth(timeline: pd.DataFrame, start: float, end: float) -> float:
-    """Least-squares slope (requests per second) of the waiting queue inside the window."""
-    if len(timeline) < 3 or not math.isfinite(end) or end <= start:
+def queue_growth(requests: pd.DataFrame, start: float, end: float, points: int = 256) -> float:
+    """Least-squares slope (requests per second) over the window of the number of requests
+    that have arrived but not yet been admitted once, on `points` evenly spaced times.
+
+    Counted from the per-request arrival and first-admission times rather than the sampled
+    timeline: those are identical whether decode runs step by step or in multi-step
+    stretches (simulator/stretch.py), so the column is too. A request put back in the queue
+    by preemption is not counted again: it was served once, and the slope is about arrivals
+    outrunning admissions."""
+    if len(requests) == 0 or not math.isfinite(end) or end <= start:
         return 0.0
-    t = timeline["time_s"].to_numpy(dtype=float)
-    inside = (t >= start) & (t <= end)
-    if inside.sum() < 3:
-        return 0.0
-    t, q = t[inside], timeline["waiting"].to_numpy(dtype=float)[inside]
-    if np.ptp(t) <= 0:
-        return 0.0
-    return float(np.polyfit(t, q, 1)[0])
+    t = np.linspace(start, end, points)
+    arrivals = np.sort(requests["arrival_s"].to_numpy(dtype=float))
+    admits = requests["admit_s"].to_numpy(dtype=float)
+    admits = np.sort(admits[np.isfinite(admits)])
+    waiting = (np.searchsorted(arrivals, t, side="right")
+               - np.searchsorted(admits, t, side="right")).astype(float)
+    return float(np.polyfit(t, waiting, 1)[0])
 
 
 def ttft_halves(requests: pd.DataFrame, start: float, end: float) -> tuple[float, float]:
@@ -91,7 +98,7 @@ def ttft_halves(requests: pd.DataFrame, start: float, end: float) -> tuple[float
 
 
 def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests: pd.DataFrame,
-                     start: float, end: float, backlog: int, timeline: pd.DataFrame,
+                     start: float, end: float, backlog: int,
                      latency: LatencyModel, chunk: int, page_size: int,
                      th: OverloadThresholds = THRESHOLDS) -> dict[str, Any]:
     """The overload columns of a run's summary (OVERLOAD_COLUMNS). `arrivals` and
@@ -105,7 +112,7 @@ def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests:
     span = end - start if math.isfinite(end) else 0.0
     arrived = int(((arrivals >= start) & (arrivals <= end)).sum()) if span > 0 else 0
     arrival_rate = arrived / span if span > 0 else 0.0
-    growth = queue_growth(timeline, start, end)
+    growth = queue_growth(requests, start, end)
     if (arrival_rate > 0 and growth > th.growth_share * arrival_rate
             and growth * span >= th.growth_min):
         reasons.append(f"queue growth: {growth:.3g} req/s ({growth / arrival_rate:.0%} of "

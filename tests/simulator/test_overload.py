@@ -19,26 +19,23 @@ from tests.simulator.helpers import chat, identical, kshot, run
 LAT = make_latency_model("constant", get_model("opt-13b"), get_gpu("a100-40gb"), 1, "fp16")
 
 
-def _timeline(times, waiting) -> pd.DataFrame:
-    return pd.DataFrame({"time_s": np.asarray(times, float), "waiting": np.asarray(waiting)})
-
-
-def _requests(n: int, span: float, early: float, late: float) -> pd.DataFrame:
+def _requests(n: int, span: float, early: float, late: float,
+              admit_rate: float | None = None) -> pd.DataFrame:
     """Completed requests arriving evenly over [0, span]: TTFT `early` in the first half of
-    the window, `late` in the second."""
+    the window, `late` in the second; admitted at `admit_rate` per second (default: on
+    arrival)."""
     t = np.linspace(0, span, n)
-    return pd.DataFrame({"arrival_s": t, "status": "completed",
+    admit = t if admit_rate is None else np.maximum(t, np.arange(n) / admit_rate)
+    return pd.DataFrame({"arrival_s": t, "admit_s": admit, "status": "completed",
                          "ttft_s": np.where(t < span / 2, early, late)})
 
 
-def _verdict(*, backlog=0, timeline=None, ttft=0.05, early=None, n=100, span=100.0,
-             prompt=100):
+def _verdict(*, backlog=0, ttft=0.05, early=None, n=100, span=100.0, prompt=100,
+             admit_rate=None):
     return overload_verdict(
         arrivals=np.linspace(0, span, n), prompt_lens=np.full(n, prompt),
-        requests=_requests(n, span, ttft if early is None else early, ttft),
-        start=0.0, end=span, backlog=backlog,
-        timeline=_timeline([0, 1], [0, 0]) if timeline is None else timeline, latency=LAT,
-        chunk=0, page_size=16)
+        requests=_requests(n, span, ttft if early is None else early, ttft, admit_rate),
+        start=0.0, end=span, backlog=backlog, latency=LAT, chunk=0, page_size=16)
 
 
 def test_unloaded_prefill_sums_the_chunks():
@@ -50,15 +47,21 @@ def test_unloaded_prefill_sums_the_chunks():
     assert unloaded_prefill_s(LAT, 0, 256, 16) == 0.0
 
 
-@given(slope=st.floats(-5, 5), icept=st.floats(0, 50))
+@given(rate=st.floats(0.5, 20), ratio=st.floats(0.1, 1.0))
 @settings(max_examples=30, deadline=None)
-def test_queue_growth_is_the_slope_inside_the_window(slope, icept):
-    t = np.linspace(0, 20, 41)
-    outside = np.array([-5.0, 30.0])  # samples outside [0, 20] are ignored
-    tl = _timeline(np.concatenate([t, outside]),
-                   np.concatenate([icept + slope * t, [1e6, -1e6]]))
-    assert queue_growth(tl, 0.0, 20.0) == pytest.approx(slope, abs=1e-6)
-    assert queue_growth(tl, 0.0, math.inf) == 0.0
+def test_queue_growth_is_arrivals_minus_admissions(rate, ratio):
+    """Arrivals at `rate`, admissions at `ratio` x rate: the queue grows at the difference;
+    requests never admitted stay queued; nothing outside the window counts."""
+    n = 2000
+    t = np.arange(n) / rate
+    admit = np.arange(n) / (rate * ratio)
+    admit[admit > t[-1]] = np.nan  # not admitted within the run
+    req = pd.DataFrame({"arrival_s": t, "admit_s": admit})
+    span = t[-1]
+    got = queue_growth(req, 0.0, span)
+    assert got == pytest.approx(rate * (1 - ratio), abs=0.02 * rate + 0.05)
+    assert queue_growth(req, 0.0, math.inf) == 0.0
+    assert queue_growth(req.iloc[:0], 0.0, span) == 0.0
 
 
 def test_a_light_run_is_not_overloaded():
@@ -75,12 +78,11 @@ def test_backlog_threshold(backlog, flagged):
 
 
 def test_queue_growth_threshold():
-    t = np.linspace(0, 100, 101)
-    grows = _verdict(timeline=_timeline(t, 0.2 * t))  # 0.2 req/s of 1 req/s arrivals, +20
+    grows = _verdict(admit_rate=0.8)  # 1 req/s arrivals, 0.8 admitted: +0.2 req/s, +~17
     assert grows["overloaded"] and "queue growth" in grows["overload_reason"]
-    slow = _verdict(timeline=_timeline(t, 0.04 * t))  # below 5 % of the arrival rate
+    slow = _verdict(admit_rate=0.97)  # below 5 % of the arrival rate
     assert not slow["overloaded"]
-    short = _verdict(timeline=_timeline(t / 20, 0.2 * t / 20), span=5.0)  # adds up to 1 req
+    short = _verdict(admit_rate=0.8, n=5, span=5.0)  # the same rate, adding up to 1 request
     assert not short["overloaded"]
 
 
