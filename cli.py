@@ -185,6 +185,15 @@ def _console():
     return Console()
 
 
+def _warn_overload(rows: list[dict[str, Any]]) -> None:
+    """The one-line overload warning (reports.overload_view), on stderr so --json stays JSON."""
+    from reports.overload_view import overload_warning
+
+    line = overload_warning(rows)
+    if line is not None:
+        typer.echo(line, err=True)
+
+
 # -- run ------------------------------------------------------------------------------------------
 @app.command()
 @with_options()
@@ -213,6 +222,8 @@ def run(
     con.print(run_header(row))
     con.print(breakdown_table([row]))
     con.print(latency_table([row]))
+    _print_reuse(con, [row])
+    _warn_overload([row])
     if sink is not None:
         sink.write(events, result.timeline, result.requests)
         con.print(f"events: {events} (open in ui.perfetto.dev)")
@@ -289,6 +300,7 @@ def sweep(
                        f"{len(grid)} cell(s): {todo} to run, {done} already in "
                        f"{out}/summary.csv"))
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
+    _warn_overload(df.to_dict("records"))
     if plot and len(df):
         paths = plot_dir(out, out / "figures", slo_ttft=opts.output.slo_ttft,
                          slo_tpot=opts.output.slo_tpot)
@@ -303,14 +315,20 @@ def compare(
     policies: str = typer.Option("paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,"
                                  "contiguous-oracle", "--policies",
                                  help="policies to compare, comma list"),
+    baseline: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--baseline", help="policy the deltas are taken against [default: the first "
+        "of --policies]"),
 ) -> None:
-    """Several policies on one workload: a table and a stacked bar of the breakdown."""
+    """Several policies on one workload: a table, the deltas against a baseline policy and a
+    stacked bar of the breakdown."""
     from experiments.runner import config_document, simulate_options
+    from reports.deltas import baseline_index
     from reports.plots import plot_results
     from reports.results import write_run
     from reports.tables import breakdown_table, latency_table
 
     names = parse_list(policies, str, "--policies") or []
+    base = baseline_index(names, baseline)
     runs = cells(opts, {"policy": names})
     for r in runs:  # every user mistake before the first simulation
         r.sim_config()
@@ -323,6 +341,9 @@ def compare(
     con.print(breakdown_table(rows))
     con.print(latency_table(rows))
     out = Path(opts.output.out or "kvsim-compare")
+    _print_deltas(con, rows, names, base, out)
+    _print_reuse(con, rows)
+    _warn_overload(rows)
     write_run(out, rows, results, config_document("compare", opts, axes={"policy": names}))
     import pandas as pd
 
@@ -330,6 +351,30 @@ def compare(
                          requests=pd.read_parquet(out / "requests.parquet"),
                          timeline=pd.read_parquet(out / "timeline.parquet"))
     con.print(f"results: {out}/; figures: {', '.join(p.name for p in paths)}")
+
+
+def _print_reuse(con, rows: list[dict[str, Any]]) -> None:
+    """The hit rate next to the ideal and where the gap went (reports.reuse_view)."""
+    from reports.reuse_view import reuse_sentence
+
+    for row in rows:
+        line = reuse_sentence(row, str(row.get("policy", "")) if len(rows) > 1 else "")
+        if line is not None:
+            con.print(line, markup=False, highlight=False)
+
+
+def _print_deltas(con, rows: list[dict[str, Any]], names: list[str], base: int,
+                  out: Path) -> None:
+    """compare: the deltas table on the terminal, and as out/deltas.csv."""
+    import pandas as pd
+
+    from reports.deltas import delta_records, delta_table
+    from reports.io import write_csv_atomic
+
+    if len(rows) < 2:
+        return
+    con.print(delta_table(rows, names, base))
+    write_csv_atomic(out / "deltas.csv", pd.DataFrame(delta_records(rows, names, base)))
 
 
 # -- plot / report --------------------------------------------------------------------------------
@@ -367,6 +412,45 @@ def report(
 
     md, html = build_report(_results_dir(results), slo_ttft=slo_ttft, slo_tpot=slo_tpot)
     typer.echo(f"{md}\n{html}")
+
+
+@app.command()
+def diff(
+    run_a: Path = typer.Argument(..., metavar="RUN_A", help="a results directory (the base)"),
+    run_b: Path = typer.Argument(..., metavar="RUN_B", help="a results directory (compared "
+                                 "with RUN_A)"),
+    out: Path = typer.Option(Path("kvsim-diff"), "--out", help="where diff.csv and the "
+                             "overlaid figures go"),
+    label_a: Optional[str] = typer.Option(None, "--label-a", help="name of RUN_A in tables "  # noqa: UP045
+                                          "and figures [default: its directory name]"),
+    label_b: Optional[str] = typer.Option(None, "--label-b", help="name of RUN_B "  # noqa: UP045
+                                          "[default: its directory name]"),
+) -> None:
+    """Two saved runs or sweeps side by side: the metrics of each paired run (by the swept
+    axes), B - A with better / worse, the option changes, diff.csv and figures overlaid."""
+    from reports.deltas import delta_table
+    from reports.diff import load_side, option_changes, pair_label, side_rows, write_diff
+
+    la = label_a or run_a.resolve().name
+    lb = label_b or run_b.resolve().name
+    if la == lb:
+        la, lb = f"A:{la}", f"B:{lb}"
+    a = load_side(run_a, la, "RUN_A")
+    b = load_side(run_b, lb, "RUN_B")
+    pairs, keys, figs = write_diff(a, b, out)
+    con = _console()
+    changes = option_changes(a, b)
+    con.print(f"{la} -> {lb}: " + ("; ".join(changes) if changes else "same options"),
+              markup=False, highlight=False)
+    for (_, pr), ra, rb in zip(pairs.iterrows(), side_rows(pairs, "_a"),
+                               side_rows(pairs, "_b"), strict=True):
+        con.print(delta_table([ra, rb], [la, lb], 0, title=pair_label(pr, keys)))
+    unpaired = len(a.summary) + len(b.summary) - 2 * len(pairs)
+    if unpaired > 0:
+        con.print(f"{unpaired} row(s) without a partner left out", markup=False)
+    _warn_overload([*side_rows(pairs, "_a"), *side_rows(pairs, "_b")])
+    con.print(f"diff: {out}/diff.csv; figures: {', '.join(p.name for p in figs)}",
+              markup=False, highlight=False)
 
 
 # -- listings -------------------------------------------------------------------------------------
@@ -479,39 +563,138 @@ def plan(
     page_sizes: str = typer.Option(DEFAULT_PAGE_SIZES, "--page-sizes",
                                    help="page sizes simulated with --trace / --workload"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
+    find_rate: bool = typer.Option(False, "--find-rate", help="also search the highest "
+                                   "sustainable rate (as kvsim capacity) at --page-size"),
+    at_sustainable_rate: bool = typer.Option(
+        False, "--at-sustainable-rate", help="search the highest sustainable rate first and "
+        "run the page-size study at it (implies --find-rate)"),
+    steps: int = typer.Option(4, "--steps", help="bisection steps of the rate search"),
 ) -> None:
     """Static memory plan; with --trace or --workload also simulate across page sizes and
-    recommend one."""
+    recommend one (never from an overloaded run)."""
+    from experiments.capacity import check_steps
     from experiments.executors import check_jobs
-    from experiments.planning import page_size_grid, page_size_study, static_plan
-    from reports.plan_view import render_plan_all, render_recommendation
-    from reports.recommend import check_tolerance, recommend_page_size
+    from experiments.planning import page_size_grid, static_plan
+    from reports.recommend import check_tolerance
 
     check_jobs(jobs)
+    check_steps(steps)
     if context_len is not None and not 1 <= context_len <= 1 << 24:
         raise ValueError(f"--context-len must be in [1, 16,777,216], got {context_len}")
     check_tolerance(tolerance)
     sizes = parse_list(page_sizes, int, "--page-sizes") or []
     page_size_grid(opts, sizes)  # a bad page size is an error even for the static plan
     result = static_plan(opts, context_len)
+    study = _from_user(ctx, "workload") or opts.workload.trace is not None
+    doc: dict[str, Any] = result.to_dict()
+    lines: list[str] = []
+    if find_rate or at_sustainable_rate:
+        opts = _plan_capacity(opts, doc, lines, steps, at_sustainable_rate and study, as_json)
     rec = None
-    if _from_user(ctx, "workload") or opts.workload.trace is not None:
-        from reports.plots import plot_dir
-
-        out, df = page_size_study(opts, sizes, jobs=jobs, progress=not as_json)
-        rec = recommend_page_size(df, tolerance)
-        figs = plot_dir(out, out / "figures")
+    if study:
+        rec = _plan_study(opts, sizes, tolerance, jobs, as_json, doc, lines)
     if as_json:
-        doc = result.to_dict()
-        if rec is not None:
-            doc["recommendation"] = rec.to_dict()
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
+    from reports.plan_view import render_plan_all, render_recommendation
+
     con = _console()
     con.print(render_plan_all(result))
     if rec is not None:
         con.print(render_recommendation(rec))
-        con.print(f"figures: {', '.join(str(p) for p in figs)}")
+    for line in lines:
+        con.print(line, markup=False, highlight=False)
+
+
+def _plan_capacity(opts: RunOptions, doc: dict[str, Any], lines: list[str], steps: int,
+                   use_it: bool, quiet: bool) -> RunOptions:
+    """plan --find-rate / --at-sustainable-rate: the capacity search; the options to study
+    (at the sustainable rate when `use_it` and one was found)."""
+    from experiments.capacity import find_sustainable_rate, scaled
+    from reports.overload_view import capacity_lines
+
+    if not quiet:
+        typer.echo("searching the highest sustainable rate ...", err=True)
+    opts.sim_config()
+    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if quiet else _echo_probe)
+    doc["capacity"] = cap.to_dict()
+    lines.append(capacity_lines(cap)[-1])
+    if not use_it:
+        return opts
+    if cap.flag_value is None:
+        lines.append("no sustainable rate found: the study runs at the requested rate")
+        return opts
+    start = cap.probes[0]
+    lines.append(f"the page-size study ran at {cap.flag} {cap.flag_value:.4g} "
+                 f"({cap.rate_req_s:.4g} req/s), the highest sustainable rate found, instead of "
+                 f"{start.flag_value:.4g} ({start.rate_req_s:.4g} req/s)")
+    doc["study_rate"] = {"flag": cap.flag, "value": cap.flag_value,
+                         "rate_req_s": cap.rate_req_s}
+    return scaled(opts, cap.flag, cap.flag_value)
+
+
+def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int, quiet: bool,
+                doc: dict[str, Any], lines: list[str]):
+    """plan --trace / --workload: the page-size study and its recommendation (None from an
+    overloaded run: the lines say so and at which rate it ran)."""
+    from experiments.planning import page_size_study
+    from reports.plan_view import recommendation_notes, reuse_line
+    from reports.plots import plot_dir
+    from reports.recommend import recommend_page_size
+
+    out, df = page_size_study(opts, sizes, jobs=jobs, progress=not quiet)
+    rec = recommend_page_size(df, tolerance)
+    figs = plot_dir(out, out / "figures")
+    rates = df["rate_req_s"].astype(float)
+    rate = float(rates.mean()) if len(rates) else float("nan")
+    doc.update(recommended_page_size=rec.page_size, overloaded=rec.overloaded,
+               rate_req_s=rate, recommendation=rec.to_dict())
+    if rec.overloaded:
+        _warn_overload(df.to_dict("records"))
+    if rec.all_overloaded:
+        lines.append(f"not recommending: the study ran at {rate:.4g} req/s "
+                     f"(--rate-scale {opts.workload.rate_scale:g}"
+                     f"{'' if opts.workload.rate is None else f', --rate {opts.workload.rate:g}'}"
+                     "), which this GPU cannot serve; rerun with --at-sustainable-rate")
+    notes = recommendation_notes(rec)
+    if rec.all_overloaded and len(notes) > 1:  # the same story per page size: tell it once
+        notes = [notes[0], f"(and {len(notes) - 1} more page sizes, overloaded alike: "
+                 "overload_reason in summary.csv)"]
+    lines.extend(notes)
+    line = reuse_line(rec)
+    if line is not None:
+        lines.append(line)
+    lines.append(f"figures: {', '.join(str(p) for p in figs)}")
+    return rec
+
+
+def _echo_probe(p: Any) -> None:
+    """One capacity probe, on stderr as it finishes (each is a whole simulation)."""
+    verdict = "overloaded" if p.overloaded else "servable  "
+    typer.echo(f"  {verdict} at {p.flag_value:.4g} ({p.rate_req_s:.4g} req/s)", err=True)
+
+
+@app.command()
+@with_options()
+def capacity(
+    opts: RunOptions,
+    steps: int = typer.Option(4, "--steps", help="bisection steps after the bracket (each "
+                              "halves the gap in log scale; 4: within 4.4 %)"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+) -> None:
+    """The highest sustainable arrival rate for these options (model, GPU, pool, policy): a
+    short bisection on --rate-scale (traces) or --rate, each probe one simulation judged by
+    the overload rule; reported as req/s and tokens/s."""
+    from experiments.capacity import check_steps, find_sustainable_rate
+    from reports.overload_view import capacity_lines
+
+    check_steps(steps)
+    opts.sim_config()  # a user mistake before the first simulation
+    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else _echo_probe)
+    if as_json:
+        typer.echo(json.dumps(cap.to_dict(), indent=2, default=str))
+        return
+    typer.echo(capacity_lines(cap)[-1])
 
 
 @app.command()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Group
 from rich.table import Table
 
@@ -9,6 +11,7 @@ from kvcore.memory import DEFAULT_ACTIVATION_PEAK_GIB, DEFAULT_NON_TORCH_GIB
 from kvcore.planner import PlanResult
 from kvcore.presets import GiB
 from reports.recommend import PageSizeRecommendation
+from reports.reuse_view import reuse_sentence
 
 
 def _gib(n: float) -> str:
@@ -77,15 +80,41 @@ def render_plan_all(result: PlanResult) -> Group:
     return Group(render_plan(result), render_page_sizes(result))
 
 
+def _pct(v: object) -> str:
+    return f"{v:.1%}" if isinstance(v, float) and math.isfinite(v) else "-"
+
+
 def render_recommendation(rec: PageSizeRecommendation) -> Table:
-    """The sweep figures behind a page-size recommendation, the chosen row marked."""
-    t = Table(title=f"Recommended page size: {rec.page_size}", caption=rec.rule)
-    for col in ("page size", "normalized latency (s/token)", "prefix hit rate", "within"):
-        t.add_column(col, justify="right")
+    """The sweep figures behind a page-size recommendation: per page size its latency, its
+    hit rate next to the ideal and where the gap went, and the rules it fails; the chosen row
+    marked, the reason (or why nothing is recommended) as the caption."""
+    title = (f"Recommended page size: {rec.page_size}" if rec.page_size is not None
+             else "No page size recommended")
+    t = Table(title=title, caption=f"{rec.reason}. Rule: {rec.rule}.")
+    cols = ["page", "latency s/tok", "hit", "ideal", "lost: align", "lost: not arrived",
+            "lost: capacity", "verdict"]
+    for col in cols:
+        t.add_column(col, justify="right" if col != "verdict" else "left")
     for row in rec.rows:
-        mark = "both" if row["latency_within"] and row["hit_within"] else (
-            "latency" if row["latency_within"] else "hit" if row["hit_within"] else "-")
-        style = "bold green" if row["page_size"] == rec.page_size else None
+        verdict = "ok" if not row["fails"] else "fails " + ", ".join(row["fails"])
+        style = "bold green" if row["page_size"] == rec.page_size else (
+            "red" if row["overloaded"] else None)
         t.add_row(str(row["page_size"]), f"{row['normalized_latency_s']:.4f}",
-                  f"{row['prefix_hit_rate']:.3f}", mark, style=style)
+                  _pct(row["prefix_hit_rate"]), _pct(row.get("ideal_hit_rate")),
+                  _pct(row.get("reuse_gap_alignment")), _pct(row.get("reuse_gap_not_arrived")),
+                  _pct(row.get("reuse_gap_capacity")), verdict, style=style)
     return t
+
+
+def recommendation_notes(rec: PageSizeRecommendation) -> list[str]:
+    """One line per failing candidate (which rule, by how much), for the text output."""
+    return [f"page size {r['page_size']}: {r['why']}" for r in rec.rows if r["fails"]]
+
+
+def reuse_line(rec: PageSizeRecommendation) -> str | None:
+    """Achieved vs ideal reuse in words (reports.reuse_view), for the recommended page size
+    (else the largest)."""
+    if not rec.rows:
+        return None
+    row = next((r for r in rec.rows if r["page_size"] == rec.page_size), rec.rows[-1])
+    return reuse_sentence(row, f"page size {row['page_size']}")

@@ -1,9 +1,17 @@
 """The page-size recommendation: read from a sweep's summary rows, never simulated here.
 
 `kvsim plan --workload W` simulates the page sizes (experiments.planning); this module picks
-one from the rows: small pages pay per-page work, large pages pay rounding and missed reuse, so
-the rule takes the largest page size within a tolerance of the best latency and the best
-prefix hit rate. `reports.plan_view.render_recommendation` shows it.
+one from the rows. Small pages pay per-page work, large pages pay rounding and missed reuse, so
+a candidate must meet three rules:
+
+* **servable**: its run is not overloaded (simulator/overload.py); an overloaded run measures
+  the queue, not the page size, so its latency and hit rate say nothing about pages;
+* **latency**: normalized latency within `tolerance` of the best servable candidate's;
+* **hit rate**: prefix hit rate within `tolerance` of the best servable candidate's.
+
+The recommendation is the largest page size meeting all three, or **none**, with the rules
+each candidate fails: a page size that breaks a rule is never recommended anyway (the old
+fallback to the best-latency page size did exactly that). `reports.plan_view` renders it.
 """
 
 from __future__ import annotations
@@ -14,23 +22,36 @@ from typing import Any
 
 import numpy as np
 
+RULES = ("servable", "latency", "hit rate")
+# summary columns averaged per page size when present (the reuse split, the overload detail)
+_EXTRA = ("ideal_hit_rate", "reuse_gap_alignment", "reuse_gap_not_arrived",
+          "reuse_gap_capacity", "rate_req_s")
+
 
 @dataclass(frozen=True)
 class PageSizeRecommendation:
-    """The largest page size within `tolerance` of the best latency and the best hit rate."""
+    """The largest page size meeting every rule (None: none does; `reason` says why)."""
 
-    page_size: int
+    page_size: int | None
     tolerance: float
+    overloaded: bool  # some candidate's run is overloaded
+    all_overloaded: bool  # every candidate's run is: nothing can be recommended
     best_latency_s: float
-    best_latency_page_size: int
+    best_latency_page_size: int | None
     best_hit_rate: float
-    best_hit_page_size: int
-    within_tolerance: bool  # False: nothing met both, the best-latency page size was taken
+    best_hit_page_size: int | None
     rule: str
-    rows: list[dict[str, float]]  # page_size, normalized_latency_s, prefix_hit_rate, flags
+    reason: str  # why this page size, or why none
+    rows: list[dict[str, Any]]  # per page size: figures, `fails` (rule names), reasons
+
+    @property
+    def within_tolerance(self) -> bool:
+        return self.page_size is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["recommended_page_size"] = self.page_size
+        return d
 
 
 def check_tolerance(tolerance: float) -> None:
@@ -39,10 +60,16 @@ def check_tolerance(tolerance: float) -> None:
         raise ValueError(f"--tolerance must be a number >= 0, got {tolerance!r}")
 
 
+def _bool_col(df: Any, name: str) -> np.ndarray:
+    if name not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return df[name].map(lambda v: str(v).strip().lower() == "true").to_numpy(dtype=bool)
+
+
 def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendation:
     """Pick from sweep rows (a pandas DataFrame with page_size, normalized_latency_s,
-    prefix_hit_rate; several rows per page size, e.g. seeds, are averaged): the largest page
-    size whose latency <= best x (1 + tol) and hit rate >= best x (1 - tol)."""
+    prefix_hit_rate, and `overloaded` when the rows have it; several rows per page size, e.g.
+    seeds, are averaged, and a page size is overloaded when any of its rows is)."""
     need = ("page_size", "normalized_latency_s", "prefix_hit_rate")
     missing = [c for c in need if c not in df.columns]
     if missing:
@@ -51,25 +78,68 @@ def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendat
         raise ValueError("sweep rows are empty")
     check_tolerance(tolerance)
     tol = float(tolerance)
-    g = df.groupby("page_size", sort=True)[list(need[1:])].mean()
-    ps = g.index.to_numpy(dtype=np.int64)
-    lat = g["normalized_latency_s"].to_numpy(dtype=float)
-    hit = g["prefix_hit_rate"].to_numpy(dtype=float)
-    i_lat = int(np.nanargmin(lat))
-    i_hit = int(np.nanargmax(hit))
-    lat_ok = lat <= lat[i_lat] * (1 + tol)
-    hit_ok = hit >= hit[i_hit] * (1 - tol)
-    ok = lat_ok & hit_ok
-    chosen = int(ps[ok].max()) if ok.any() else int(ps[i_lat])
-    rows = [{"page_size": int(p), "normalized_latency_s": float(a), "prefix_hit_rate": float(h),
-             "latency_within": bool(lo), "hit_within": bool(ho)}
-            for p, a, h, lo, ho in zip(ps, lat, hit, lat_ok, hit_ok, strict=True)]
-    rule = (f"largest page size with normalized latency <= {lat[i_lat]:.4g} s x (1 + {tol:g}) "
-            f"and prefix hit rate >= {hit[i_hit]:.4g} x (1 - {tol:g})")
+    df = df.assign(_over=_bool_col(df, "overloaded"))
+    cols = [*need[1:], *(c for c in _EXTRA if c in df.columns)]
+    g = df.groupby("page_size", sort=True)
+    means = g[cols].mean()
+    over = g["_over"].any().to_numpy(dtype=bool)
+    why = g["overload_reason"].first() if "overload_reason" in df.columns else None
+    ps = means.index.to_numpy(dtype=np.int64)
+    lat = means["normalized_latency_s"].to_numpy(dtype=float)
+    hit = means["prefix_hit_rate"].to_numpy(dtype=float)
+    ok_run = ~over & np.isfinite(lat)
+    if ok_run.any():
+        i_lat = int(np.flatnonzero(ok_run)[np.argmin(lat[ok_run])])
+        i_hit = int(np.flatnonzero(ok_run)[np.argmax(hit[ok_run])])
+        best_lat, best_hit = float(lat[i_lat]), float(hit[i_hit])
+        lat_ok = ok_run & (lat <= best_lat * (1 + tol))
+        hit_ok = ok_run & (hit >= best_hit * (1 - tol))
+    else:
+        i_lat = i_hit = -1
+        best_lat = best_hit = math.nan
+        lat_ok = hit_ok = np.zeros(len(ps), dtype=bool)
+    ok = ok_run & lat_ok & hit_ok
+    rows = []
+    for i, p in enumerate(ps):
+        fails, because = [], []
+        if over[i] or not math.isfinite(lat[i]):
+            fails.append("servable")
+            because.append("overloaded: " + (str(why.iloc[i]) if why is not None
+                                             and isinstance(why.iloc[i], str) else
+                                             "no request completed"))
+        else:
+            if not lat_ok[i]:
+                fails.append("latency")
+                because.append(f"latency {lat[i]:.4g} s > {best_lat:.4g} x (1 + {tol:g})")
+            if not hit_ok[i]:
+                fails.append("hit rate")
+                because.append(f"hit rate {hit[i]:.3g} < {best_hit:.3g} x (1 - {tol:g})")
+        row: dict[str, Any] = {"page_size": int(p), "normalized_latency_s": float(lat[i]),
+                               "prefix_hit_rate": float(hit[i]), "overloaded": bool(over[i]),
+                               "latency_within": bool(lat_ok[i]), "hit_within": bool(hit_ok[i]),
+                               "fails": fails, "why": "; ".join(because)}
+        row.update({c: float(means[c].iloc[i]) for c in _EXTRA if c in means.columns})
+        rows.append(row)
+    rule = (f"largest page size whose run is not overloaded, with normalized latency <= the "
+            f"best x (1 + {tol:g}) and prefix hit rate >= the best x (1 - {tol:g})")
+    chosen = int(ps[ok].max()) if ok.any() else None
+    if chosen is not None:
+        reason = (f"page size {chosen} is the largest that meets every rule (best latency "
+                  f"{best_lat:.4g} s at {int(ps[i_lat])}, best hit rate {best_hit:.3g} at "
+                  f"{int(ps[i_hit])})")
+    elif not ok_run.any():
+        reason = ("no recommendation: every page size's run is overloaded, so latency and hit "
+                  "rate measure the queue, not the page size; lower the load (kvsim capacity "
+                  "finds the sustainable rate, or plan --at-sustainable-rate uses it)")
+    else:
+        reason = "no page size meets every rule: " + "; ".join(
+            f"{r['page_size']} fails {', '.join(r['fails'])}" for r in rows if r["fails"])
     return PageSizeRecommendation(
-        page_size=chosen, tolerance=tol, best_latency_s=float(lat[i_lat]),
-        best_latency_page_size=int(ps[i_lat]), best_hit_rate=float(hit[i_hit]),
-        best_hit_page_size=int(ps[i_hit]), within_tolerance=bool(ok.any()), rule=rule, rows=rows)
+        page_size=chosen, tolerance=tol, overloaded=bool(over.any()),
+        all_overloaded=not bool(ok_run.any()), best_latency_s=best_lat,
+        best_latency_page_size=int(ps[i_lat]) if i_lat >= 0 else None, best_hit_rate=best_hit,
+        best_hit_page_size=int(ps[i_hit]) if i_hit >= 0 else None, rule=rule, reason=reason,
+        rows=rows)
 
 
-__all__ = ["PageSizeRecommendation", "check_tolerance", "recommend_page_size"]
+__all__ = ["RULES", "PageSizeRecommendation", "check_tolerance", "recommend_page_size"]

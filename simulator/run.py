@@ -18,6 +18,8 @@ from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.latency import make_latency_model
 from simulator.metrics import REQUEST_COLUMNS, TIMELINE_COLUMNS, Recorder
+from simulator.overload import overload_verdict
+from simulator.reuse_gap import reuse_gap
 from workloads.request import Workload
 
 # torch's intra-op threads cost more than they give on the tiny tensors of one engine step
@@ -118,8 +120,22 @@ def simulate(
     requests = pd.DataFrame(rec.request_rows, columns=list(REQUEST_COLUMNS))
     timeline = pd.DataFrame(rec.timeline, columns=list(TIMELINE_COLUMNS))
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
+    summary.update(_overload(workload, cfg, latency, rec, requests, summary))
+    summary.update(reuse_gap(workload, requests, cfg.policy.page_size))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, timeline, cfg, {"latency": latency.describe()})
+
+
+def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
+              requests: pd.DataFrame, summary: dict) -> dict:
+    """The overload columns (simulator/overload.py) from the run's window and queue."""
+    nominal = workload.nominal_requests()
+    return overload_verdict(
+        arrivals=np.array([r.arrival_s for r in nominal], dtype=float),
+        prompt_lens=np.array([r.prompt_len for r in nominal], dtype=np.int64),
+        requests=requests, start=rec.window_start, end=rec.window_end,
+        backlog=int(summary["queue_backlog"]), latency=latency,
+        chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size)
 
 
 def _pct(series: pd.Series, q: float) -> float:

@@ -61,16 +61,17 @@ def _segment_runs(seg: tuple) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _merge(starts: np.ndarray, lens: np.ndarray) -> list[tuple[int, int]]:
-    """Maximal runs: drop empty ones, join a run to the previous one when it continues it."""
-    keep = lens > 0
-    starts, lens = starts[keep], lens[keep]
-    if len(starts) == 0:
-        return []
-    new = np.ones(len(starts), dtype=bool)
-    new[1:] = starts[1:] != starts[:-1] + lens[:-1]
-    idx = np.flatnonzero(new)
-    merged = np.add.reduceat(lens, idx)
-    return list(zip(starts[idx].tolist(), merged.tolist(), strict=True))
+    """Maximal runs: drop empty ones, join a run to the previous one when it continues it.
+    A plain loop: a prompt has a handful of runs, where numpy's per-call cost dominated."""
+    out: list[tuple[int, int]] = []
+    for s, n in zip(starts.tolist(), lens.tolist(), strict=True):
+        if n <= 0:
+            continue
+        if out and out[-1][0] + out[-1][1] == s:
+            out[-1] = (out[-1][0], out[-1][1] + n)
+        else:
+            out.append((s, n))
+    return out
 
 
 def sequence_runs(req: Request, n_tokens: int | None = None) -> list[tuple[int, int]]:
@@ -167,8 +168,10 @@ class ReuseResult:
         return float(self.hits.sum()) / total if total else 0.0
 
 
-def ideal_reuse_hits(workload: Workload, page_size: int = 1) -> ReuseResult:
-    """Per-request ideal prefix hits (see the module docstring for the definition and order)."""
+def ideal_reuse_hits(workload: Workload, page_size: int = 1,
+                     runs: dict[int, tuple[list, list]] | None = None) -> ReuseResult:
+    """Per-request ideal prefix hits (see the module docstring for the definition and order);
+    `runs` as `request_runs` returns them, when the caller has them already."""
     if not isinstance(page_size, int) or page_size < 1:
         raise WorkloadError(f"page_size must be a positive integer, got {page_size!r}")
     reqs = workload.nominal_requests()
@@ -178,9 +181,11 @@ def ideal_reuse_hits(workload: Workload, page_size: int = 1) -> ReuseResult:
     for i, r in enumerate(reqs):
         plen = r.prompt_len
         plens[i] = plen
-        m = min(tree.match(sequence_runs(r)), max(plen - 1, 0))
+        prompt, final = (sequence_runs(r), sequence_runs(r, r.final_len)) if runs is None \
+            else runs[r.request_id]
+        m = min(tree.match(prompt), max(plen - 1, 0))
         hits[i] = m - m % page_size
-        tree.insert(sequence_runs(r, r.final_len))
+        tree.insert(final)
     ids = np.array([r.request_id for r in reqs], dtype=np.int64)
     return ReuseResult(page_size, ids, plens, hits)
 
@@ -188,3 +193,42 @@ def ideal_reuse_hits(workload: Workload, page_size: int = 1) -> ReuseResult:
 def ideal_reuse(workload: Workload, page_size: int = 1) -> float:
     """Ideal prefix-reuse fraction of all prompt tokens at `page_size` (0 for an empty stream)."""
     return ideal_reuse_hits(workload, page_size).ratio
+
+
+def timed_reuse_hits(workload: Workload, page_size: int, admit_s: dict[int, float],
+                     prompt_done_s: dict[int, float], finish_s: dict[int, float],
+                     runs: dict[int, tuple[list, list]] | None = None) -> dict[int, int]:
+    """Ideal hits under a run's own timing: an infinite cache that holds request j's prompt
+    from `prompt_done_s[j]` and its whole sequence from `finish_s[j]`, matched by request i at
+    `admit_s[i]` (page-aligned, capped at prompt - 1 as above). Requests absent from
+    `admit_s` are not matched; absent from the others, never inserted. At equal times the
+    inserts come first (an engine frees and caches a finished request before it admits).
+    The difference to `ideal_reuse_hits` is reuse lost because the request that would supply
+    the prefix had not arrived or not been computed yet when this one was admitted.
+    `runs` (request id -> prompt runs, final-length runs; see `request_runs`) saves
+    recomputing them when the caller has them already."""
+    if not isinstance(page_size, int) or page_size < 1:
+        raise WorkloadError(f"page_size must be a positive integer, got {page_size!r}")
+    by_id = {r.request_id: r for r in workload.nominal_requests()}
+    if runs is None:
+        runs = request_runs(workload)
+    events: list[tuple[float, int, int, int]] = []  # (time, kind, request id, which runs)
+    for which, times in ((0, prompt_done_s), (1, finish_s)):
+        events.extend((t, 0, rid, which) for rid, t in times.items() if rid in by_id)
+    events.extend((t, 1, rid, 0) for rid, t in admit_s.items() if rid in by_id)
+    events.sort()
+    tree = RunRadixTree()
+    hits: dict[int, int] = {}
+    for _, kind, rid, which in events:
+        if kind == 0:
+            tree.insert(runs[rid][which])
+        else:
+            m = min(tree.match(runs[rid][0]), max(by_id[rid].prompt_len - 1, 0))
+            hits[rid] = m - m % page_size
+    return hits
+
+
+def request_runs(workload: Workload) -> dict[int, tuple[list, list]]:
+    """Request id -> (its prompt's runs, its prompt + output's runs up to final_len)."""
+    return {r.request_id: (sequence_runs(r), sequence_runs(r, r.final_len))
+            for r in workload.nominal_requests()}

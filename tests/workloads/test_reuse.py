@@ -153,3 +153,27 @@ def test_mooncake_full_matches_readme(mooncake):
     assert s["ideal_reuse"] == pytest.approx(54_098_411 / 144_793_823, abs=5e-4)
     assert s["rows"] == 12031 and s["rate"] == pytest.approx(3.401, abs=1e-3)
     assert s["input"]["p50"] == 6909 and s["output"]["p99"] == pytest.approx(1118.5)
+
+
+def test_timed_reuse_in_nominal_order_is_the_ideal():
+    """Each request admitted after the previous one finished: the timed infinite cache is the
+    nominal one, at every page size; admitted all at once, before anything is cached, it
+    finds nothing."""
+    from workloads.arrivals import fixed_arrivals
+    from workloads.generators import shared_prefix
+    from workloads.lengths import UniformLengths
+    from workloads.reuse import ideal_reuse_hits, timed_reuse_hits
+
+    w = shared_prefix(fixed_arrivals(2.0, 30), 100, 20, UniformLengths(4, 40), seed=2,
+                      num_prefixes=3)
+    order = [r.request_id for r in w.nominal_requests()]
+    admit = {rid: 2.0 * i for i, rid in enumerate(order)}
+    done = {rid: 2.0 * i + 1 for i, rid in enumerate(order)}
+    for ps in (1, 8, 64):
+        ideal = ideal_reuse_hits(w, ps)
+        timed = timed_reuse_hits(w, ps, admit, done, done)
+        assert [timed[int(r)] for r in ideal.request_ids] == ideal.hits.tolist()
+        assert sum(timed.values()) > 0
+    at_once = timed_reuse_hits(w, 1, dict.fromkeys(order, 0.0), dict.fromkeys(order, 1.0),
+                               dict.fromkeys(order, 2.0))
+    assert set(at_once.values()) == {0}

@@ -1,0 +1,62 @@
+"""What the commands print about overload: the one-line warning and the capacity answer.
+
+Read from summary rows (the `overloaded` / `overload_reason` columns simulator/overload.py
+writes) so `run`, `compare`, `sweep` and `plan` warn in the same words, and a saved results
+directory reads the same as a fresh run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def is_overloaded(row: Mapping[str, Any]) -> bool:
+    """The row's verdict; rows written before the column existed count as not overloaded."""
+    v = row.get("overloaded", False)
+    if isinstance(v, str):
+        return v.strip().lower() == "true"
+    return bool(v) and not (isinstance(v, float) and math.isnan(v))
+
+
+def _where(row: Mapping[str, Any]) -> str:
+    parts = [f"{k} {row[k]}" for k in ("policy", "page_size") if k in row]
+    rate = row.get("rate_req_s")
+    if isinstance(rate, (int, float)) and math.isfinite(rate):
+        parts.append(f"{rate:.3g} req/s")
+    return ", ".join(parts)
+
+
+def overload_warning(rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """One line naming the overloaded runs and why (the first one's reasons), with the way
+    out; None when every run is servable."""
+    rows = list(rows)
+    over = [r for r in rows if is_overloaded(r)]
+    if not over:
+        return None
+    reason = str(over[0].get("overload_reason") or "")
+    which = _where(over[0]) if len(rows) == 1 else (
+        f"{len(over)} of {len(rows)} runs, e.g. {_where(over[0])}")
+    return (f"warning: overloaded ({which}): {reason}; the GPU cannot keep up, so latency and "
+            "hit rates measure the queue - `kvsim capacity` (same options) finds the highest "
+            "sustainable rate")
+
+
+def capacity_lines(cap: Any) -> list[str]:
+    """The capacity search's answer (experiments.capacity.CapacityResult) in words."""
+    lines = [f"probe {p.flag_value:.4g} ({cap.flag}): {p.rate_req_s:.4g} req/s "
+             f"{'overloaded' if p.overloaded else 'servable'}" for p in cap.probes]
+    if cap.multiplier is None:
+        smallest = min(p.flag_value for p in cap.probes)
+        lines.append(f"no sustainable rate found: still overloaded at {cap.flag} {smallest:.4g}"
+                     f" ({min(p.rate_req_s for p in cap.probes):.4g} req/s)")
+        return lines
+    lines.append(f"highest sustainable rate: {cap.rate_req_s:.4g} req/s = "
+                 f"{cap.input_tok_s:,.0f} prompt + {cap.output_tok_s:,.0f} output tokens/s "
+                 f"(use {cap.flag} {cap.flag_value:.4g}; generated {cap.throughput_tok_s:,.0f} "
+                 "tok/s)")
+    return lines
+
+
+__all__ = ["capacity_lines", "is_overloaded", "overload_warning"]

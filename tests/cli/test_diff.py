@@ -1,0 +1,71 @@
+"""`kvsim compare` deltas and `kvsim diff RUN_A RUN_B` through the CLI."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tests.cli.conftest import TINY
+from tests.cli.test_commands import assert_png_not_blank
+
+
+def test_compare_prints_and_saves_deltas_against_the_baseline(invoke, tmp_path):
+    out = tmp_path / "cmp"
+    r = invoke("compare", *TINY, "--policies", "paged,vllm,contiguous-max",
+               "--baseline", "vllm", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "Deltas against vllm" in r.stdout and "vllm (baseline)" in r.stdout
+    d = pd.read_csv(out / "deltas.csv")
+    assert set(d["label"]) == {"paged", "vllm", "contiguous-max"}
+    frag = d[(d["label"] == "contiguous-max") & (d["metric"] == "internal_frag_pct")].iloc[0]
+    assert frag["delta"] > 0 and frag["verdict"] == "worse"  # max-length reservation
+    assert (d[d["label"] == "vllm"]["delta"].fillna(0) == 0).all()
+    r = invoke("compare", *TINY, "--policies", "paged,vllm", "--baseline", "nope",
+               "--out", tmp_path / "x")
+    assert r.exit_code == 2 and "--baseline 'nope'" in r.output
+
+
+def test_diff_of_two_compares(invoke, tmp_path):
+    a, b = tmp_path / "big", tmp_path / "small"
+    for d, pool in ((a, "4096"), (b, "1024")):
+        r = invoke("compare", *TINY, "--policies", "paged,vllm", "--kv-tokens", pool,
+                   "--out", d)
+        assert r.exit_code == 0, r.output
+    out = tmp_path / "diff"
+    r = invoke("diff", a, b, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "kv_tokens: 4096 -> 1024" in r.stdout and "big (baseline)" in r.stdout
+    d = pd.read_csv(out / "diff.csv")
+    assert set(d["policy"]) == {"paged", "vllm"}
+    sa, sb = pd.read_csv(a / "summary.csv"), pd.read_csv(b / "summary.csv")
+    row = d[(d["policy"] == "paged") & (d["metric"] == "token_states_pct")].iloc[0]
+    want_a = sa[sa["policy"] == "paged"]["token_states_pct"].iloc[0]
+    want_b = sb[sb["policy"] == "paged"]["token_states_pct"].iloc[0]
+    assert row["a"] == want_a and row["b"] == want_b and row["delta"] == want_b - want_a
+    assert want_b > want_a  # the same tokens in a quarter of the pool
+    assert_png_not_blank(out / "diff_metrics.png")
+    assert_png_not_blank(out / "diff_latency_cdf.png")
+
+
+def test_diff_of_two_sweeps_overlays_page_size_curves(invoke, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, extra in ((a, []), (b, ["--kv-tokens", "2048"])):
+        r = invoke("sweep", *TINY, "--page-sizes", "1,16", "--policies", "paged,vllm",
+                   "--no-progress", "--no-plot", *extra, "--out", d)
+        assert r.exit_code == 0, r.output
+    out = tmp_path / "diff"
+    r = invoke("diff", a, b, "--out", out, "--label-a", "roomy", "--label-b", "tight")
+    assert r.exit_code == 0, r.output
+    d = pd.read_csv(out / "diff.csv")
+    assert len(d.drop_duplicates(["policy", "page_size"])) == 4
+    assert_png_not_blank(out / "diff_normalized_latency_s_vs_page_size.png")
+
+
+def test_diff_errors_name_the_argument(invoke, tmp_path):
+    r = invoke("diff", tmp_path / "none", tmp_path, "--out", tmp_path / "d")
+    assert r.exit_code == 2 and "RUN_A" in r.output
+    a = tmp_path / "a"
+    assert invoke("compare", *TINY, "--policies", "paged", "--out", a).exit_code == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = invoke("diff", a, empty, "--out", tmp_path / "d")
+    assert r.exit_code == 2 and "RUN_B" in r.output and "summary.csv" in r.output

@@ -1,0 +1,93 @@
+"""The sustainable-rate search (experiments/capacity.py): the bisection against a known
+threshold, and real simulations through `kvsim capacity`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from experiments.capacity import MAX_BRACKET, check_steps, find_sustainable_rate, scaled
+from experiments.options import RunOptions
+
+
+def _threshold_sim(limit: float, calls: list[float]):
+    """A summary row overloaded exactly above `limit` req/s (the rate is the --rate given):
+    the search logic in isolation; the real verdict is tested in tests/simulator."""
+
+    def sim(o: RunOptions) -> dict:
+        rate = float(o.workload.rate)
+        calls.append(rate)
+        return {"rate_req_s": rate, "overloaded": rate > limit, "overload_reason": "x",
+                "throughput_tok_s": rate * 10}
+
+    return sim
+
+
+BASE = RunOptions.from_mapping({"workload": "sharegpt", "rate": 4.0, "num_requests": 20})
+
+
+@given(limit=st.floats(0.01, 200.0), steps=st.integers(0, 6))
+@settings(max_examples=60, deadline=None)
+def test_the_answer_is_servable_and_within_the_bracket_precision(limit, steps):
+    calls: list[float] = []
+    cap = find_sustainable_rate(BASE, steps=steps, simulate=_threshold_sim(limit, calls))
+    assert cap.flag == "--rate" and cap.overloaded_at_start == (limit < 4.0)
+    assert cap.rate_req_s is not None and cap.rate_req_s <= limit  # a servable probe
+    assert limit < cap.rate_req_s * 2 ** (1 / 2 ** steps) * (1 + 1e-9)  # within precision
+    assert cap.flag_value == pytest.approx(cap.rate_req_s)
+    assert len(calls) == len(cap.probes) <= 1 + MAX_BRACKET + steps
+    assert cap.input_tok_s > 0 and cap.output_tok_s > 0
+
+
+def test_no_sustainable_rate_when_every_probe_is_overloaded():
+    cap = find_sustainable_rate(BASE, steps=2, simulate=_threshold_sim(1e-9, []))
+    assert cap.multiplier is None and cap.rate_req_s is None
+    assert len(cap.probes) == 1 + MAX_BRACKET and all(p.overloaded for p in cap.probes)
+
+
+def test_a_trace_is_scaled_by_rate_scale():
+    opts = RunOptions.from_mapping({"workload": "mooncake-conv", "num_requests": 20})
+    assert scaled(opts, "--rate-scale", 0.5).workload.rate_scale == 0.5
+    seen: list[float] = []
+
+    def sim(o: RunOptions) -> dict:
+        seen.append(o.workload.rate_scale)
+        return {"rate_req_s": o.workload.rate_scale, "overloaded": o.workload.rate_scale > 0.3,
+                "overload_reason": "", "throughput_tok_s": 1.0}
+
+    cap = find_sustainable_rate(opts, steps=1, simulate=sim)
+    assert cap.flag == "--rate-scale" and seen[:3] == [1.0, 0.5, 0.25]
+    assert cap.flag_value == pytest.approx(0.25 * 2 ** 0.5 if 0.25 * 2 ** 0.5 <= 0.3 else 0.25)
+
+
+@pytest.mark.parametrize("bad", [-1, 13, 1.5, True])
+def test_steps_are_checked(bad):
+    with pytest.raises(ValueError, match="--steps"):
+        check_steps(bad)
+
+
+def test_kvsim_capacity_on_a_real_simulation(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    args = ["capacity", "--workload", "sharegpt", "--num-requests", "40", "--rate", "50",
+            "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-tokens", "12000",
+            "--max-context-len", "4096", "--steps", "2"]
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    probes = d["probes"]
+    assert d["overloaded_at_start"] and probes[0]["overloaded"]
+    assert d["rate_req_s"] is not None and d["rate_req_s"] < 50
+    found = [p for p in probes if p["flag_value"] == d["flag_value"]]
+    assert found and not found[0]["overloaded"]
+    # the answer re-simulated with `kvsim run` is servable: the same verdict as the search
+    run = CliRunner().invoke(app, ["run", *args[1:-2], "--rate", str(d["flag_value"]),
+                                   "--out", str(tmp_path / "r")])
+    assert run.exit_code == 0 and "overloaded" not in run.output
+    r = CliRunner().invoke(app, ["capacity", "--steps", "99"])
+    assert r.exit_code == 2 and "--steps" in r.output
