@@ -320,7 +320,8 @@ def compare(
 
     paths = plot_results(pd.DataFrame(rows), out / "figures",
                          requests=pd.read_parquet(out / "requests.parquet"),
-                         timeline=pd.read_parquet(out / "timeline.parquet"))
+                         timeline=pd.read_parquet(out / "timeline.parquet"),
+                         axes={"policy": names})
     con.print(f"results: {out}/; figures: {', '.join(p.name for p in paths)}")
 
 
