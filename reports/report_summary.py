@@ -73,10 +73,12 @@ def best_page_sizes(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None =
         if rec.page_size is None:
             lines.append(f"**{name}**: no page size meets the rule ({rec.rule})")
             continue
+        hits = (f"the best hit rate ({fmt_number(rec.best_hit_rate)} at page "
+                f"{rec.best_hit_page_size})" if rec.best_hit_rate > 0 else
+                "no prefix hits at any page size")
         why = (f"the largest within {tolerance:.0%} of the best latency "
                f"({fmt_number(rec.best_latency_s)} s/token at page {rec.best_latency_page_size})"
-               f" and the best hit rate ({fmt_number(rec.best_hit_rate)} at page "
-               f"{rec.best_hit_page_size})" if rec.within_tolerance else
+               f" and {hits}" if rec.within_tolerance else
                f"no page size is within {tolerance:.0%} of both the best latency and the best "
                f"hit rate, so the lowest latency's")
         skipped = len(g) - len(ok)
