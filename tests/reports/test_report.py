@@ -23,7 +23,8 @@ def rows(overloaded: bool | None = None) -> pd.DataFrame:
     for pol in ("vllm", "paged"):
         for ps in SIZES:
             r = {"config_hash": f"{pol}{ps}", "policy": pol, "page_size": ps,
-                 "kv_tokens": 410485 // ps * ps, "normalized_latency_s": {1: 0.02, 16: 0.0101, 64: 0.01}[ps],
+                 "kv_tokens": 410485 // ps * ps,
+                 "normalized_latency_s": {1: 0.02, 16: 0.0101, 64: 0.01}[ps],
                  "prefix_hit_rate": {1: 0.5, 16: 0.495, 64: 0.2}[ps],
                  "throughput_tok_s": 1234.5678, "ttft_p99_s": 0.5, "tpot_p99_s": 0.02,
                  "requests_completed": 100, "preemptions": 0}
