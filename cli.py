@@ -26,7 +26,7 @@ from typer.core import TyperGroup
 import kvcore
 from experiments.config_file import options_from
 from experiments.grid import AXIS_PARAMS, DEFAULT_PAGE_SIZES, SWEEP_AXES, cells, parse_list
-from experiments.options import OPTIONS, RunOptions
+from experiments.options import IMPLIED, OPTIONS, RunOptions
 from kvcore.validation import InvariantError
 from simulator.guard import LivelockError
 
@@ -77,13 +77,41 @@ class KvsimGroup(TyperGroup):
 
 
 app = typer.Typer(
-    cls=KvsimGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+    cls=KvsimGroup, add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
     help="KV-cache simulator and planner: which page size, which allocator policy, how much "
          "memory, for your traffic.",
 )
 trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                         help="Trace files.")
 app.add_typer(trace_app, name="trace")
+
+
+def _examples(*lines: str) -> str:
+    """A command's `--help` epilog: its examples as a Markdown code block."""
+    return "\n\n".join(["Examples:", *(f"  {line}" for line in lines)])
+
+
+EXAMPLES = {
+    "run": _examples(
+        "kvsim run --workload kshot --policy vllm --block-size 16",
+        "kvsim run --trace conv.jsonl --model-config ./Llama-3.1-8B --tp 2 --out out/run",
+        "kvsim run --workload chat --gpu-memory-utilization 0.9 --max-num-seqs 128"),
+    "sweep": _examples(
+        "kvsim sweep --workload chat --page-sizes 1..256 --policies paged,vllm --jobs 2 "
+        "--out out/sweep",
+        "kvsim sweep --workload sharegpt --rates 1,2,4,8 --slo-ttft 1 --out out/rates",
+        "kvsim report out/sweep"),
+    "compare": _examples(
+        "kvsim compare --workload kshot --policies paged,vllm,contiguous-pow2",
+        "kvsim compare --workload mooncake-conv --num-requests 500 --mem-fraction-static 0.85 "
+        "--out out/cmp"),
+    "plan": _examples(
+        "kvsim plan --model llama-3.1-70b --gpu h100 --tp 4 --budget vllm",
+        "kvsim plan --model-config ./Llama-3.1-8B --gpu-memory-utilization 0.9 --json",
+        "kvsim plan --workload chat --num-requests 300 --page-sizes 1..128 --out out/plan"),
+    "plot": _examples("kvsim plot out/sweep --slo-ttft 1"),
+    "report": _examples("kvsim report out/sweep    # out/sweep/report.md and report.html"),
+}
 
 
 def _version(value: bool) -> None:
@@ -110,13 +138,31 @@ def _option_param(name: str) -> inspect.Parameter:
     if allowed:
         joined = ", ".join(allowed)
         help_text += f" [{joined}]" if len(joined) < 160 else f" [{len(allowed)} values]"
-    # a boolean is a --x/--no-x pair
-    decls = [f"{o.flag}/--no-{o.flag[2:]}"] if o.type is bool else [o.flag, *o.flags]
+    # a boolean is a --x/--no-x pair; a spelling that implies other options is its own
+    # parameter (the command must know which spelling was typed)
+    plain = [f for f in o.flags if f.lstrip("-").replace("-", "_") not in IMPLIED]
+    decls = [f"{o.flag}/--no-{o.flag[2:]}"] if o.type is bool else [o.flag, *plain]
     option = typer.Option(o.default, *decls, help=help_text, rich_help_panel=o.panel,
                           show_default=o.default is not None)
     annotation = Optional[o.type] if o.default is None else o.type  # noqa: UP045 (typer reads it)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=annotation)
+
+
+def _implied_params(name: str) -> list[inspect.Parameter]:
+    """One parameter per engine spelling of option `name` that implies other options
+    (`--gpu-memory-utilization`: `--mem-fraction` with `--budget vllm`)."""
+    o = OPTIONS[name]
+    out = []
+    for f in o.flags:
+        key = f.lstrip("-").replace("-", "_")
+        if key not in IMPLIED:
+            continue
+        also = " ".join(f"{OPTIONS[k].flag} {v}" for k, v in IMPLIED[key].items())
+        option = typer.Option(None, f, help=f"{o.flag} with {also}", rich_help_panel=o.panel)
+        out.append(inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                     annotation=Optional[o.type]))  # noqa: UP045
+    return out
 
 
 def _config_param() -> inspect.Parameter:
@@ -138,8 +184,8 @@ def with_options(*, skip: tuple[str, ...] = ()) -> Callable:
         own = [p.replace(annotation=hints.get(p.name, p.annotation))
                for p in sig.parameters.values() if p.name not in ("opts", "file_extras", "ctx")]
         own_names = {p.name for p in own}
-        gen = [_option_param(name) for name in OPTIONS
-               if name not in own_names and name not in skip]
+        gen = [p for name in OPTIONS if name not in own_names and name not in skip
+               for p in (_option_param(name), *_implied_params(name))]
         ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                       annotation=typer.Context)
         params = [ctx_param, *own, *gen, _config_param()]
@@ -147,7 +193,8 @@ def with_options(*, skip: tuple[str, ...] = ()) -> Callable:
         def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
             config = kwargs.pop("config", None)
             given = {k: v for k, v in kwargs.items()
-                     if k in OPTIONS and k not in own_names and _from_user(ctx, k)}
+                     if (k in OPTIONS or k in IMPLIED) and k not in own_names
+                     and _from_user(ctx, k)}
             opts, extras = options_from(config, given, own_names)
             call = {k: v for k, v in kwargs.items() if k in own_names}
             for k, v in extras.items():  # the file's values for the command's own options
@@ -195,7 +242,7 @@ def _warn_overload(rows: list[dict[str, Any]]) -> None:
 
 
 # -- run ------------------------------------------------------------------------------------------
-@app.command()
+@app.command(epilog=EXAMPLES["run"])
 @with_options()
 def run(
     opts: RunOptions,
@@ -211,11 +258,14 @@ def run(
         progress = sys.stderr.isatty()
     from experiments.runner import config_document, simulate_options
     from reports.events import EventCollector
+    from reports.io import check_writable
     from reports.results import write_run
     from reports.tables import breakdown_table, latency_table, run_header
 
     if events is not None and (not str(events).strip() or events.is_dir()):
         raise ValueError(f"--events {str(events)!r}: give a file name (not a directory)")
+    if opts.output.out:
+        check_writable(opts.output.out)
     sink = EventCollector() if events is not None else None
     row, result = simulate_options(opts, progress=progress, event_sink=sink)
     con = _console()
@@ -238,7 +288,7 @@ def run(
 
 
 # -- sweep ----------------------------------------------------------------------------------------
-@app.command()
+@app.command(epilog=EXAMPLES["sweep"])
 @with_options()
 def sweep(
     opts: RunOptions,
@@ -277,9 +327,11 @@ def sweep(
     DIR/summary.csv, by config hash, are skipped)."""
     from experiments.executors import check_jobs, make_executor
     from experiments.runner import CELL_PRELOAD, run_cell
+    from reports.io import check_writable
 
     out = Path(opts.output.out or "kvsim-sweep")
     check_jobs(jobs)
+    check_writable(out)
     runner = make_executor(executor, run_cell, scheduler_address, preload=CELL_PRELOAD)
     runner.warm_up(jobs)  # local workers start importing now, while this process sets up
 
@@ -308,21 +360,27 @@ def sweep(
 
 
 # -- compare --------------------------------------------------------------------------------------
-@app.command()
+@app.command(epilog=EXAMPLES["compare"])
 @with_options()
 def compare(
     opts: RunOptions,
     policies: str = typer.Option("paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,"
                                  "contiguous-oracle", "--policies",
-                                 help="policies to compare, comma list"),
+                                 help="policies to compare, comma list", rich_help_panel="Grid"),
     baseline: Optional[str] = typer.Option(  # noqa: UP045
         None, "--baseline", help="policy the deltas are taken against [default: the first "
-        "of --policies]"),
+        "of --policies]", rich_help_panel="Grid"),
+    progress: Optional[bool] = typer.Option(  # noqa: UP045
+        None, "--progress/--no-progress", show_default="on a terminal",
+        help="one progress bar over every policy's simulated requests",
+        rich_help_panel="Output"),
 ) -> None:
     """Several policies on one workload: a table, the deltas against a baseline policy and a
     stacked bar of the breakdown."""
+    from experiments.progress import RequestBar
     from experiments.runner import config_document, simulate_options
     from reports.deltas import baseline_index
+    from reports.io import check_writable
     from reports.plots import plot_results
     from reports.results import write_run
     from reports.tables import breakdown_table, latency_table
@@ -332,15 +390,21 @@ def compare(
     runs = cells(opts, {"policy": names})
     for r in runs:  # every user mistake before the first simulation
         r.sim_config()
+    out = Path(opts.output.out or "kvsim-compare")
+    check_writable(out)
     rows, results = [], []
-    for r in runs:
-        row, res = simulate_options(r)
-        rows.append(row)
-        results.append(res)
+    bar = RequestBar(len(runs), enabled=sys.stderr.isatty() if progress is None else progress,
+                     desc="compare")
+    try:
+        for r in runs:
+            row, res = simulate_options(r, progress=bar)
+            rows.append(row)
+            results.append(res)
+    finally:
+        bar.close()
     con = _console()
     con.print(breakdown_table(rows))
     con.print(latency_table(rows))
-    out = Path(opts.output.out or "kvsim-compare")
     _print_deltas(con, rows, names, base, out)
     _print_reuse(con, rows)
     _warn_overload(rows)
@@ -349,7 +413,8 @@ def compare(
 
     paths = plot_results(pd.DataFrame(rows), out / "figures",
                          requests=pd.read_parquet(out / "requests.parquet"),
-                         timeline=pd.read_parquet(out / "timeline.parquet"))
+                         timeline=pd.read_parquet(out / "timeline.parquet"),
+                         axes={"policy": names})
     con.print(f"results: {out}/; figures: {', '.join(p.name for p in paths)}")
 
 
@@ -385,7 +450,7 @@ def _results_dir(d: Path) -> Path:
     return d
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["plot"])
 def plot(
     results: Path = typer.Argument(..., metavar="DIR", help="a results directory"),
     out: Optional[Path] = typer.Option(None, "--out", help="figure directory "  # noqa: UP045
@@ -401,7 +466,7 @@ def plot(
         typer.echo(str(p))
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["report"])
 def report(
     results: Path = typer.Argument(..., metavar="DIR", help="a results directory"),
     slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", help="TTFT p99 target (s)"),  # noqa: UP045
@@ -549,7 +614,7 @@ def trace_stats_cmd(
 
 
 # -- plan -----------------------------------------------------------------------------------------
-@app.command()
+@app.command(epilog=EXAMPLES["plan"])
 @with_options()
 def plan(
     ctx: typer.Context,

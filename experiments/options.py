@@ -68,9 +68,9 @@ class OutputSpec:
 # RunOptions attribute -> its spec class, in the order of the options (and summary columns)
 SPECS: dict[str, type] = {"workload": WorkloadSpec, "policy": PolicySpec, "memory": MemorySpec,
                           "engine": EngineSpec, "output": OutputSpec}
-# the help panel each spec's options are listed under
-PANELS = {"workload": "Workload", "policy": "Engine", "memory": "Engine", "engine": "Engine",
-          "output": "Output"}
+# the help panel each spec's options are listed under (one per spec)
+PANELS = {"workload": "Workload", "policy": "Policy", "memory": "Memory and model",
+          "engine": "Engine", "output": "Output"}
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,10 @@ OPTIONS: dict[str, Option] = {
 # another spelling (an extra flag without its dashes, underscored) -> the option's name
 ALIASES: dict[str, str] = {a.lstrip("-").replace("-", "_"): o.name
                            for o in OPTIONS.values() for a in o.flags}
+# an engine's own spelling -> the other options it sets (its engine's rule)
+IMPLIED: dict[str, dict[str, Any]] = {
+    a.lstrip("-").replace("-", "_"): dict(values)
+    for o in OPTIONS.values() for a, values in o.field.metadata["implies"].items()}
 
 
 def option_key(key: str) -> str | None:
@@ -156,13 +160,29 @@ def coerce(option: Option, value: Any) -> Any:
 
 
 def normalize(values: Mapping[str, Any], where: str = "option") -> dict[str, Any]:
-    """Keys as option names, values as the options' types; ValueError for an unknown key."""
+    """Keys as option names, values as the options' types; ValueError for an unknown key, for
+    one option given under two spellings, and for an engine spelling whose implied value
+    (`--gpu-memory-utilization` -> `--budget vllm`) contradicts one given."""
     clean: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    implied: dict[str, tuple[str, Any]] = {}
     for key, value in values.items():
         name = option_key(key)
         if name is None:
             raise ValueError(f"unknown {where} {key!r}; known: {', '.join(OPTIONS)}")
+        if name in spelled:
+            raise ValueError(f"{flag(spelled[name])} and {flag(key)} are the same option "
+                             f"({OPTIONS[name].flag}); give it once")
+        spelled[name] = key.replace("-", "_")
         clean[name] = coerce(OPTIONS[name], value)
+        for other, v in IMPLIED.get(key.replace("-", "_"), {}).items():
+            implied[other] = (key, name, v)
+    for other, (key, name, v) in implied.items():
+        if clean.get(other, v) != v:
+            raise ValueError(f"{flag(key)} is {v}'s own name and implies {OPTIONS[other].flag} "
+                             f"{v}; got {OPTIONS[other].flag} {clean[other]} (use "
+                             f"{OPTIONS[name].flag} with {OPTIONS[other].flag} for another)")
+        clean[other] = v
     return clean
 
 
@@ -254,8 +274,8 @@ class RunOptions:
 def option_reference() -> str:
     """docs/cli.md's option tables, from the same metadata as `--help` (a test keeps the
     document equal to this)."""
-    headings = {"Workload": "Workload", "Engine": "Engine, memory and model",
-                "Output": "Output"}
+    headings = {"Workload": "Workload", "Policy": "Policy", "Memory and model":
+                "Memory and model", "Engine": "Engine", "Output": "Output"}
     lines: list[str] = []
     for panel, heading in headings.items():
         lines += [f"#### {heading}", "", "| option | default | meaning |", "|---|---|---|"]
@@ -274,5 +294,5 @@ def option_reference() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["ALIASES", "OPTIONS", "SPECS", "Option", "OutputSpec", "RunOptions", "coerce",
+__all__ = ["ALIASES", "IMPLIED", "OPTIONS", "SPECS", "Option", "OutputSpec", "RunOptions", "coerce",
            "normalize", "option_key", "option_reference"]

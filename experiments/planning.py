@@ -33,16 +33,31 @@ def page_size_grid(opts: RunOptions, sizes: Sequence[int]) -> list[RunOptions]:
 def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 1,
                     progress: bool = True) -> tuple[Path, pd.DataFrame]:
     """Simulate the options at each page size into --out (default kvsim-plan); returns the
-    directory and the study's rows (a resumed directory may hold other rows too)."""
-    from experiments.runner import config_document, run_sweep
+    directory and the study's rows (a resumed directory may hold other rows too). With one
+    job the progress bar moves per simulated request, over every page size."""
+    from experiments.executors import LocalExecutor
+    from experiments.progress import RequestBar
+    from experiments.runner import config_document, pending_cells, run_cell, run_sweep
+    from reports.io import check_writable
     from reports.results import write_config
+    from reports.schema import SUMMARY_FILE
 
     out = Path(opts.output.out or "kvsim-plan")
     grid = page_size_grid(opts, sizes)
     for c in grid:  # every user mistake before the first simulation
         c.sim_config()
+    check_writable(out)
     write_config(out, config_document("plan", opts, axes={"page_size": list(sizes)}))
-    df = run_sweep(grid, out, jobs=jobs, progress=progress)
+    if jobs > 1:  # cells in worker processes: the bar moves per cell
+        df = run_sweep(grid, out, jobs=jobs, progress=progress)
+    else:  # cells in this process: one bar over every page size's requests
+        todo, _ = pending_cells(grid, out / SUMMARY_FILE)
+        bar = RequestBar(len(todo), enabled=progress, desc="plan")
+        try:
+            df = run_sweep(grid, out, progress=False,
+                           executor=LocalExecutor(lambda cell: run_cell(cell, bar)))
+        finally:
+            bar.close()
     hashes = {c.config_hash() for c in grid}
     return out, df[df["config_hash"].astype(str).isin(hashes)]
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import kvcore
 from experiments.options import RunOptions
+from experiments.progress import RequestBar
 from reports.schema import METRICS, SUMMARY_FILE
 from simulator.config import FLAT_FIELDS
 
@@ -65,22 +66,26 @@ def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
     return row
 
 
-def simulate_options(opts: RunOptions, *, progress: bool = False,
+def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
                      event_sink: Callable[..., None] | None = None
                      ) -> tuple[dict[str, Any], SimResult]:
-    """Build the workload and the engine config from `opts` and simulate; (row, result)."""
+    """Build the workload and the engine config from `opts` and simulate; (row, result).
+    `progress`: True for a bar of this run, or a RequestBar shared by several runs."""
     from simulator.run import simulate
     from workloads import build_workload
 
     cfg = opts.sim_config()
     workload = build_workload(opts.workload_spec())
-    result = simulate(workload, cfg, progress=progress, event_sink=event_sink)
+    tick = progress.start_run(workload.num_requests) if isinstance(progress, RequestBar) \
+        else progress
+    result = simulate(workload, cfg, progress=tick, event_sink=event_sink)
     return summary_row(opts, result.summary, workload), result
 
 
-def run_cell(cell: Mapping[str, Any]) -> dict[str, Any]:
-    """One sweep cell (a dict of option values) -> its summary row."""
-    row, _ = simulate_options(RunOptions.from_mapping(cell))
+def run_cell(cell: Mapping[str, Any], progress: RequestBar | None = None) -> dict[str, Any]:
+    """One sweep cell (a dict of option values) -> its summary row (`progress`: a bar in this
+    process, for a sweep that runs here)."""
+    row, _ = simulate_options(RunOptions.from_mapping(cell), progress=progress or False)
     return row
 
 

@@ -53,7 +53,8 @@ def spec_field(default: Any, help: str, *, flags: tuple[str, ...] = (),
                choices: Choices | None = None, domain: Domain | None = None,
                normalize: Callable[[str], str] | None = None, path: bool = False,
                hashed: bool = True, option: str | None = None,
-               derived: str | None = None) -> Any:
+               derived: str | None = None,
+               implies: dict[str, dict[str, Any]] | None = None) -> Any:
     """A dataclass field that is also a command-line option and an experiment-file key.
 
     `flags`: extra spellings (`--num-gpu-blocks-override`, an old `--think-time`), accepted on
@@ -65,10 +66,16 @@ def spec_field(default: Any, help: str, *, flags: tuple[str, ...] = (),
     inputs whose resolved pool size is hashed instead). `option`: the option's name when it is
     not the field's (WorkloadSpec.name is `--workload`). `derived`: not an option of a composed
     run; the run fills it from the option of that name (a workload's seed is the run's seed).
+    `implies`: extra spelling -> other options it sets, for an engine's own name that carries
+    that engine's meaning (vLLM's `--gpu-memory-utilization` is the fraction of vLLM's budget
+    rule, so it also sets `budget = "vllm"`).
     """
+    unknown = sorted(set(implies or {}) - set(flags))
+    if unknown:
+        raise ValueError(f"implies names spellings not in flags: {', '.join(unknown)}")
     meta = {"help": help, "flags": flags, "choices": choices, "domain": domain,
             "normalize": normalize, "path": path, "hashed": hashed, "option": option,
-            "derived": derived}
+            "derived": derived, "implies": dict(implies or {})}
     return field(default=default, metadata=meta)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from kvcore.fields import MAX_I32, MAX_TOKENS, Domain, check_fields, flag, spec_field
 from kvcore.presets import ALIASES, DTYPE_BYTES, GPUS, MODELS, ModelPreset, get_model
@@ -69,6 +70,33 @@ BUDGET_RULES: dict[str, BudgetRule] = {r.name: r for r in [
 ]}
 
 
+def check_tp(model: ModelPreset, tp: int) -> None:
+    """The engines' tensor-parallel rule (vLLM's model-config check, SGLang's the same): the
+    attention heads split evenly over the ranks, and the KV heads either split evenly
+    (tp <= KV heads) or are replicated a whole number of times (tp > KV heads). MLA keeps one
+    latent per rank, so only the attention heads count."""
+    if tp == 1:
+        return
+    if model.num_heads % tp:
+        raise ValueError(f"--tp {tp} does not divide {model.id}'s {model.num_heads} attention "
+                         "heads (the engines split heads evenly over the ranks)")
+    kv = model.num_kv_heads
+    if not model.is_mla and (kv % tp if tp <= kv else tp % kv):
+        raise ValueError(f"--tp {tp} does not fit {model.id}'s {kv} KV heads (they must split "
+                         f"evenly, or be replicated evenly when --tp is above {kv})")
+
+
+def _config_file(path: str) -> str:
+    """--model-config: a config.json, or a model directory holding one (a Hugging Face
+    checkout), as the file."""
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ValueError(f"--model-config {path!r} is a directory without a config.json")
+        return str(p / "config.json")
+    return path
+
+
 def _preset_key(name: str) -> str:
     """How a model or GPU name is looked up: case-insensitive, aliases resolved."""
     key = name.lower()
@@ -106,7 +134,11 @@ class MemorySpec:
         None, f"budget rule sizing the KV pool (default {DEFAULT_BUDGET} when no size is given)",
         choices=lambda: list(BUDGET_RULES), hashed=False)
     mem_fraction: float | None = spec_field(
-        None, "the budget rule's fraction (default: the engine's)",
+        None, "the budget rule's fraction (default: the engine's); vLLM's "
+        "--gpu-memory-utilization and SGLang's --mem-fraction-static also pick their rule",
+        flags=("--gpu-memory-utilization", "--mem-fraction-static"),
+        implies={"--gpu-memory-utilization": {"budget": "vllm"},
+                 "--mem-fraction-static": {"budget": "sglang"}},
         domain=Domain(0, 1, lo_inclusive=False), hashed=False)
     activation_peak_gib: float = spec_field(
         DEFAULT_ACTIVATION_PEAK_GIB, "activation peak (GiB) for the vllm/trtllm rules",
@@ -117,6 +149,10 @@ class MemorySpec:
     def __post_init__(self) -> None:
         # a Hugging Face config replaces the preset: --model is then not looked up
         check_fields(self, skip=("model",) if self.model_config else ())
+        if self.model_config:
+            object.__setattr__(self, "model_config", _config_file(self.model_config))
+        if self.tp > 1:  # loads a --model-config only when the rule has something to check
+            check_tp(self.model_preset(), self.tp)
         direct = self.direct_sizes()
         if len(direct) > 1:
             raise ValueError(f"give at most one of --kv-tokens, --num-pages, --kv-mem-gib "
@@ -153,5 +189,13 @@ class MemorySpec:
         return self.max_context_len or self.model_preset().max_position
 
 
-__all__ = ["BUDGET_RULES", "DEFAULT_ACTIVATION_PEAK_GIB", "DEFAULT_BUDGET",
-           "DEFAULT_NON_TORCH_GIB", "DIRECT_SIZES", "BudgetRule", "MemorySpec"]
+__all__ = [
+    "BUDGET_RULES",
+    "DEFAULT_ACTIVATION_PEAK_GIB",
+    "DEFAULT_BUDGET",
+    "DEFAULT_NON_TORCH_GIB",
+    "DIRECT_SIZES",
+    "BudgetRule",
+    "MemorySpec",
+    "check_tp",
+]

@@ -61,6 +61,27 @@ def _atomic(path: str | Path, write: Callable[[str], None]) -> Path:
     return target
 
 
+def check_writable(path: str | Path, flag: str = "--out") -> None:
+    """ValueError (one line, naming `flag`) unless results can be written under directory
+    `path`: checked before a simulation starts, so a long run does not fail at its end. The
+    nearest existing ancestor must be a directory in which a file can be created (a probe
+    file, removed at once: permission bits alone miss a read-only file system or root)."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} exists and is not a directory")
+    probe_dir = target
+    while not probe_dir.exists():
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise ValueError(f"{flag} {str(path)!r}: {str(probe_dir)!r} is a file, not a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".kvsim-write-check.", dir=probe_dir)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise ValueError(f"{flag} {str(path)!r} is not writable ({e.strerror or e})") from None
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     def w(tmp: str) -> None:
         with open(tmp, "wb") as fh:

@@ -1,13 +1,18 @@
 """PNG figures from saved results (summary.csv, requests.parquet, timeline.parquet).
 
 Every function takes DataFrames and returns the figure; `plot_dir` draws whatever the saved
-data supports and writes the PNGs atomically. Nothing here re-simulates.
+data supports and writes the PNGs atomically, with the interactive page (reports.interactive)
+beside them. Nothing here re-simulates. Lines are grouped and rows ordered by reports.series
+(the swept axes, never a resolved column such as the pool size); a metric that is zero in
+every run gets no figure (`left_out` says which and why, for the report).
 """
 
 from __future__ import annotations
 
-import math
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -15,21 +20,22 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from reports.interactive import write_interactive
 from reports.io import read_csv_or_empty, save_figure_atomic
+from reports.schema import CONFIG_FILE, REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
 from reports.schema import PARTS_PCT as PART_COLUMNS
-from reports.schema import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
+from reports.series import label, ordered, series_keys, with_axis_values
 
+Axes_ = Mapping[str, Sequence[Any]] | None
 PART_LABELS = ("token states", "cached (prefix)", "reserved", "internal frag.",
                "external frag.", "free")
 PART_COLORS = ("#2b6cb0", "#68d391", "#f6ad55", "#e53e3e", "#9f7aea", "#e2e8f0")
 TIMELINE_PARTS = ("token_states", "cached", "reserved", "internal", "external", "free")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 LINESTYLES = ("-", "--", ":")
-# columns a series label may vary over (besides the x axis)
-SERIES_KEYS = ("policy", "placement", "workload", "rate_req_s", "kv_tokens", "admission",
-               "model", "gpu")
 VS_PAGE_SIZE = {
     "internal_frag_pct": "internal fragmentation (% of KV)",
     "token_states_pct": "token-state share (% of KV)",
@@ -37,32 +43,57 @@ VS_PAGE_SIZE = {
     "normalized_latency_s": "normalized latency (s / output token)",
     "throughput_tok_s": "throughput (tokens / s)",
 }
+# values spanning at least this ratio (two decades) are drawn on a log axis: a TTFT of 6,000 s
+# next to one of 0.05 s leaves every servable run flat on a linear axis
+LOG_SPAN = 100.0
 
 
-def _varying(df: pd.DataFrame, keys, exclude: str) -> list[str]:
-    return [k for k in keys if k in df.columns and k != exclude
-            and df[k].astype(str).nunique() > 1]
+def spans_decades(values: Any) -> bool:
+    """True when the positive finite values span at least LOG_SPAN (and none is <= 0, which
+    a log axis cannot show)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return bool(v.size and (v > 0).all() and v.max() / v.min() >= LOG_SPAN)
 
 
-def _label(row: pd.Series, keys: list[str]) -> str:
-    if not keys:
-        return str(row.get("policy", "run"))
-    parts = []
-    for k in keys:
-        v = row[k]
-        if isinstance(v, float) and math.isfinite(v):
-            v = f"{v:g}"
-        parts.append(str(v) if k == "policy" else f"{k}={v}")
-    return ", ".join(parts)
+def _log_if_wide(ax: Axes, values: Any, axis: str = "y") -> None:
+    if spans_decades(values):
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
 
 
-def breakdown_figure(summary: pd.DataFrame, title: str = "KV memory breakdown") -> Figure:
-    """Stacked bars of the six-way breakdown (percent of KV capacity), one bar per run;
-    several seeds of one configuration are averaged."""
-    keys = _varying(summary, ("policy", "page_size", *SERIES_KEYS[1:]), exclude="")
-    keys = list(dict.fromkeys(["policy", *keys])) if "policy" in summary.columns else keys
+def left_out(summary: pd.DataFrame) -> dict[str, str]:
+    """Figures (file name -> why) not drawn because their metric is zero (or missing) in every
+    run: an empty figure says nothing a sentence cannot."""
+    out: dict[str, str] = {}
+    if "page_size" not in summary.columns or summary["page_size"].nunique() < 2:
+        return out
+    for metric, name in VS_PAGE_SIZE.items():
+        if metric not in summary.columns:
+            continue
+        v = pd.to_numeric(summary[metric], errors="coerce").fillna(0.0)
+        if not (v != 0).any():
+            out[f"{metric}_vs_page_size.png"] = f"{name} is 0 in every run"
+    return out
+
+
+def bar_keys(summary: pd.DataFrame, axes: Axes_ = None) -> list[str]:
+    """What tells one bar (or one run in a legend) from another: the series keys plus the
+    page size when it varies."""
+    keys = series_keys(summary, None, axes)
+    if "page_size" in summary.columns and summary["page_size"].nunique() > 1 \
+            and "page_size" not in keys:
+        keys.insert(1 if keys[:1] == ["policy"] else 0, "page_size")
+    return keys or (["policy"] if "policy" in summary.columns else [])
+
+
+def breakdown_figure(summary: pd.DataFrame, title: str = "KV memory breakdown",
+                     axes: Axes_ = None) -> Figure:
+    """Stacked bars of the six-way breakdown (percent of KV capacity), one bar per run, by
+    policy then page size; several seeds of one configuration are averaged."""
+    summary = ordered(with_axis_values(summary, axes), axes)
+    keys = bar_keys(summary, axes)
     g = summary.groupby(keys, sort=False)[list(PART_COLUMNS)].mean().reset_index()
-    labels = [_label(r, keys) if len(keys) > 1 else str(r[keys[0]]) for _, r in g.iterrows()]
+    labels = [label(r, keys) if len(keys) > 1 else str(r[keys[0]]) for _, r in g.iterrows()]
     fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(g) + 2.5), 4.5), layout="constrained")
     bottom = np.zeros(len(g))
     x = np.arange(len(g))
@@ -79,11 +110,11 @@ def breakdown_figure(summary: pd.DataFrame, title: str = "KV memory breakdown") 
     return fig
 
 
-def vs_page_size_figure(summary: pd.DataFrame, metric: str) -> Figure:
-    """`metric` against page size (log2 axis), one line per policy (and per other varying
-    option); seeds averaged."""
-    keys = _varying(summary, SERIES_KEYS, exclude="page_size") or (
-        ["policy"] if "policy" in summary.columns else [])
+def vs_page_size_figure(summary: pd.DataFrame, metric: str, axes: Axes_ = None) -> Figure:
+    """`metric` against page size (log2 axis), one line per policy (and per other swept
+    axis); seeds averaged; a log y axis when the values span decades."""
+    summary = ordered(with_axis_values(summary, axes), axes)
+    keys = series_keys(summary, "page_size", axes)
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     groups = summary.groupby(keys, sort=False) if keys else [((), summary)]
     for i, (_key, g) in enumerate(groups):
@@ -91,7 +122,8 @@ def vs_page_size_figure(summary: pd.DataFrame, metric: str) -> Figure:
         row = g.iloc[0]
         ax.plot(s.index, s.values, marker=MARKERS[i % len(MARKERS)],
                 linestyle=LINESTYLES[i // len(MARKERS) % len(LINESTYLES)] if i else "-",
-                label=_label(row, keys), alpha=0.85)
+                label=label(row, keys), alpha=0.85)
+    _log_if_wide(ax, summary[metric])
     ax.set_xscale("log", base=2)
     ticks = sorted(summary["page_size"].unique())
     ax.set_xticks(ticks, [str(int(t)) for t in ticks])
@@ -119,21 +151,22 @@ def max_rate_meeting(g: pd.DataFrame, slo_ttft: float | None,
 
 
 def latency_vs_rate_figure(summary: pd.DataFrame, slo_ttft: float | None = None,
-                           slo_tpot: float | None = None) -> Figure:
-    """Normalized latency against request rate, one line per policy; the highest rate that
-    meets the TTFT / TPOT targets (p99) is marked on each line."""
-    keys = _varying(summary, ("policy", "page_size", "placement", "workload", "kv_tokens"),
-                    exclude="rate_req_s") or ["policy"]
+                           slo_tpot: float | None = None, axes: Axes_ = None) -> Figure:
+    """Normalized latency against request rate, one line per policy (and other swept axis);
+    the highest rate that meets the TTFT / TPOT targets (p99) is marked on each line."""
+    summary = ordered(with_axis_values(summary, axes), axes)
+    keys = series_keys(summary, "rate_req_s", axes) or ["policy"]
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     for _, g in summary.groupby(keys, sort=False):
         s = g.groupby("rate_req_s")["normalized_latency_s"].mean().sort_index()
-        line, = ax.plot(s.index, s.values, marker="o", label=_label(g.iloc[0], keys))
+        line, = ax.plot(s.index, s.values, marker="o", label=label(g.iloc[0], keys))
         best = max_rate_meeting(g, slo_ttft, slo_tpot)
         if best is not None:
             ax.axvline(best, color=line.get_color(), linestyle="--", alpha=0.6)
             ax.plot([best], [s.loc[best]], marker="*", markersize=14, color=line.get_color())
     target = ", ".join(t for t in (f"TTFT p99 <= {slo_ttft:g} s" if slo_ttft else "",
                                    f"TPOT p99 <= {slo_tpot:g} s" if slo_tpot else "") if t)
+    _log_if_wide(ax, summary["normalized_latency_s"])
     ax.set_xlabel("request rate (req / s)")
     ax.set_ylabel("normalized latency (s / output token)")
     ax.set_title("latency vs rate" + (f" (star: max rate with {target})" if target else ""),
@@ -167,7 +200,8 @@ def cdf_figure(requests: pd.DataFrame, label_of: dict[str, str]) -> Figure:
             v = np.sort(g[col].dropna().to_numpy(dtype=float))
             if len(v):
                 ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label_of.get(h, str(h)))
-    for ax, name in zip(axes, ("TTFT (s)", "TPOT (s)"), strict=True):
+    for ax, name, col in zip(axes, ("TTFT (s)", "TPOT (s)"), ("ttft_s", "tpot_s"), strict=True):
+        _log_if_wide(ax, done[col], axis="x")
         ax.set_xlabel(name)
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{name.split()[0]} CDF")
@@ -184,25 +218,28 @@ def _save(fig: Figure, path: Path, written: list[Path]) -> None:
 
 def plot_results(summary: pd.DataFrame, out: str | Path, *,
                  requests: pd.DataFrame | None = None, timeline: pd.DataFrame | None = None,
-                 slo_ttft: float | None = None, slo_tpot: float | None = None) -> list[Path]:
-    """Every figure the data supports, into `out`; returns the paths written."""
+                 slo_ttft: float | None = None, slo_tpot: float | None = None,
+                 axes: Axes_ = None) -> list[Path]:
+    """Every figure the data supports, into `out`, and the interactive page beside them
+    (`axes`: the sweep's axes, which decide the lines); returns the paths written."""
     out = Path(out)
     written: list[Path] = []
     if summary.empty:
         return written
-    _save(breakdown_figure(summary), out / "breakdown.png", written)
+    _save(breakdown_figure(summary, axes=axes), out / "breakdown.png", written)
+    skipped = left_out(summary)
     if "page_size" in summary.columns and summary["page_size"].nunique() > 1:
         for metric in VS_PAGE_SIZE:
-            if metric in summary.columns:
-                _save(vs_page_size_figure(summary, metric), out / f"{metric}_vs_page_size.png",
-                      written)
+            name = f"{metric}_vs_page_size.png"
+            if metric in summary.columns and name not in skipped:
+                _save(vs_page_size_figure(summary, metric, axes), out / name, written)
     if "rate_req_s" in summary.columns and summary["rate_req_s"].nunique() > 1:
-        _save(latency_vs_rate_figure(summary, slo_ttft, slo_tpot),
+        _save(latency_vs_rate_figure(summary, slo_ttft, slo_tpot, axes),
               out / "latency_vs_rate.png", written)
-    keys = _varying(summary, ("policy", "page_size", *SERIES_KEYS[1:]), exclude="") or [
-        "policy"]
-    label_of = {str(r["config_hash"]): _label(r, keys) for _, r in summary.iterrows()
-                if "config_hash" in summary.columns}
+    named = with_axis_values(summary, axes)
+    keys = bar_keys(named, axes) or ["policy"]
+    label_of = {str(r["config_hash"]): label(r, keys) for _, r in named.iterrows()
+                if "config_hash" in named.columns}
     if requests is not None and len(requests):
         _save(cdf_figure(requests, label_of), out / "latency_cdf.png", written)
     if timeline is not None and len(timeline):
@@ -213,11 +250,25 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
         else:
             tl, title = timeline, "KV memory over time"
         _save(timeline_figure(tl, title), out / "memory_timeline.png", written)
+    written.append(write_interactive(out / "interactive.html", summary, axes))
     return written
 
 
-def plot_dir(results: str | Path, out: str | Path | None = None, **kw) -> list[Path]:
-    """Figures from a results directory (summary.csv, and the parquet files when present)."""
+def saved_axes(results: str | Path) -> dict[str, list[Any]] | None:
+    """The sweep axes recorded in DIR/config.json (None: no file, or no axes)."""
+    p = Path(results) / CONFIG_FILE
+    if not p.exists():
+        return None
+    try:
+        axes = json.loads(p.read_text()).get("axes")
+    except (ValueError, AttributeError):
+        return None
+    return axes if isinstance(axes, dict) and axes else None
+
+
+def plot_dir(results: str | Path, out: str | Path | None = None, **kw: Any) -> list[Path]:
+    """Figures from a results directory (summary.csv, the parquet files when present, the
+    axes from config.json)."""
     d = Path(results)
     summary = read_csv_or_empty(d / SUMMARY_FILE)
     if summary.empty:
@@ -225,6 +276,7 @@ def plot_dir(results: str | Path, out: str | Path | None = None, **kw) -> list[P
                          "directory of kvsim run / sweep / compare)")
     req = d / REQUESTS_FILE
     tl = d / TIMELINE_FILE
+    kw.setdefault("axes", saved_axes(d))
     return plot_results(summary, out or d / "figures",
                         requests=pd.read_parquet(req) if req.exists() else None,
                         timeline=pd.read_parquet(tl) if tl.exists() else None, **kw)

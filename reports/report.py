@@ -1,6 +1,9 @@
 """A one-page Markdown and HTML report from a results directory (no re-simulation).
 
-The HTML embeds its figures (base64 PNG), so it is one self-contained file to share.
+It opens with its summary (reports.report_summary: the best page size per policy and why,
+overloaded runs, figures left out), then the facts of the run, the results table and the
+figures. The HTML embeds its figures (base64 PNG), so it is one self-contained file to share;
+both link the interactive page written beside the PNGs.
 """
 
 from __future__ import annotations
@@ -8,22 +11,14 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from reports.io import atomic_write_text, read_csv_or_empty
-from reports.plots import plot_dir
+from reports.plots import left_out, plot_dir, saved_axes
+from reports.report_summary import summary_lines, table
 
-KEY_COLUMNS = (
-    "policy", "placement", "page_size", "workload", "rate_req_s", "kv_tokens", "seed",
-    "token_states_pct", "cached_pct", "reserved_pct", "internal_frag_pct",
-    "external_frag_pct", "free_pct", "prefix_hit_rate", "throughput_tok_s",
-    "normalized_latency_s", "ttft_p99_s", "tpot_p99_s", "requests_completed",
-    "requests_rejected", "preemptions",
-)  # fmt: skip
 CAPTIONS = {
     "breakdown.png": "Where KV memory went, per run (time-weighted % of capacity).",
     "internal_frag_pct_vs_page_size.png": "Internal fragmentation against page size.",
@@ -35,21 +30,6 @@ CAPTIONS = {
     "memory_timeline.png": "The memory breakdown over simulated time.",
     "latency_cdf.png": "TTFT and TPOT distributions.",
 }
-
-
-def _cell(v: Any) -> str:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
-    return str(v)
-
-
-def _table(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    cols = [c for c in KEY_COLUMNS if c in df.columns]
-    varying = [c for c in cols[:7] if df[c].astype(str).nunique() > 1]
-    show = [c for c in cols if c not in cols[:7] or c in varying or c == "policy"]
-    return show, [[_cell(v) for v in row] for row in df[show].itertuples(index=False)]
 
 
 def _facts(d: Path, df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -70,6 +50,12 @@ def _facts(d: Path, df: pd.DataFrame) -> list[tuple[str, str]]:
     return facts
 
 
+def _md_inline(text: str) -> str:
+    """Markdown bold (**x**) as HTML, the rest escaped."""
+    parts = html.escape(text).split("**")
+    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
     """Draw the figures into DIR/figures and write DIR/report.md and DIR/report.html."""
     d = Path(results)
@@ -77,17 +63,26 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
     if df.empty:
         raise ValueError(f"DIR {str(d)!r} has no summary.csv with rows (expected the --out "
                          "directory of kvsim run / sweep / compare)")
-    figs = plot_dir(d, d / "figures", **plot_kw)
+    axes = saved_axes(d)
+    written = plot_dir(d, d / "figures", axes=axes, **plot_kw)
+    figs = [f for f in written if f.suffix == ".png"]
+    page = next((f for f in written if f.suffix == ".html"), None)
+    summary = summary_lines(df, axes, left_out(df))
     facts = _facts(d, df)
-    cols, rows = _table(df)
+    cols, rows = table(df, axes)
     title = f"kvsim report: {d.name}"
-    md = [f"# {title}", ""]
+    md = [f"# {title}", "", "## Summary", ""]
+    md += [f"- {line}" for line in summary]
+    md += ["", "## Setup", ""]
     md += [f"- **{k}**: {v}" for k, v in facts]
     md += ["", "## Results", "", "| " + " | ".join(cols) + " |",
            "|" + "|".join("---" for _ in cols) + "|"]
     md += ["| " + " | ".join(r) + " |" for r in rows]
-    md += ["", "Breakdown columns are time-weighted % of KV capacity and add up to 100.", "",
-           "## Figures", ""]
+    md += ["", "Breakdown columns are time-weighted % of KV capacity; the full rows are in "
+           "summary.csv.", "", "## Figures", ""]
+    if page is not None:
+        md += [f"Interactive version (hover values, toggle policies): "
+               f"[figures/{page.name}](figures/{page.name})", ""]
     for f in figs:
         md += [f"![{f.stem}](figures/{f.name})", "", f"*{CAPTIONS.get(f.name, f.stem)}*", ""]
     md_path = atomic_write_text(d / "report.md", "\n".join(md) + "\n")
@@ -95,18 +90,24 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
     h = ["<!doctype html><html><head><meta charset='utf-8'>",
          f"<title>{html.escape(title)}</title><style>",
          "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}",
+         ".wide{overflow-x:auto;max-width:100%}",
          "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;",
          "padding:2px 6px;text-align:right}th{background:#f3f3f3}",
          "figure{display:inline-block;margin:8px}img{max-width:520px}</style></head><body>",
-         f"<h1>{html.escape(title)}</h1><ul>"]
+         f"<h1>{html.escape(title)}</h1><h2>Summary</h2><ul>"]
+    h += [f"<li>{_md_inline(line)}</li>" for line in summary]
+    h += ["</ul><h2>Setup</h2><ul>"]
     h += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts]
-    h += ["</ul><h2>Results</h2><table><tr>"]
+    h += ["</ul><h2>Results</h2><div class='wide'><table><tr>"]
     h += [f"<th>{html.escape(c)}</th>" for c in cols]
     h += ["</tr>"]
     for r in rows:
         h += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>"]
-    h += ["</table><p>Breakdown columns are time-weighted % of KV capacity.</p>",
-          "<h2>Figures</h2>"]
+    h += ["</table></div><p>Breakdown columns are time-weighted % of KV capacity; the full "
+          "rows are in summary.csv.</p>", "<h2>Figures</h2>"]
+    if page is not None:
+        h += [f"<p><a href='figures/{page.name}'>Interactive version</a> (hover values, "
+              "toggle policies).</p>"]
     for f in figs:
         b64 = base64.b64encode(f.read_bytes()).decode("ascii")
         h += [f"<figure><img alt='{html.escape(f.stem)}' src='data:image/png;base64,{b64}'>",

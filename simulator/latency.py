@@ -26,6 +26,12 @@ import numpy as np
 
 from kvcore.presets import GpuPreset, ModelPreset, dtype_bytes, get_gpu, get_model
 
+# the two roofline constants a user calibrates to a GPU (--page-head-overhead-s,
+# --iteration-overhead-s; simulator/specs.py shows these defaults); docs/latency.md says how
+PAGE_HEAD_OVERHEAD_S = 1.5e-9
+ITERATION_OVERHEAD_S = 5e-3
+CALIBRATED = ("page_head_overhead_s", "iteration_overhead_s")
+
 PrefillBatch = Sequence[tuple[int, int]] | np.ndarray  # (new tokens, context before) per request
 Contexts = Sequence[int] | np.ndarray
 
@@ -135,9 +141,9 @@ class RooflineLatency(LatencyModel):
     # per KV page touched, per KV head on the rank, per layer (index, loop, partial tiles):
     # 1.5 ns x 40 heads = 60 ns per page and layer for OPT-13B, the calibration point; a GQA
     # model with 8 KV heads pays a fifth of that, since each head's slice is its own work item
-    page_head_overhead_s: float = 1.5e-9
+    page_head_overhead_s: float = PAGE_HEAD_OVERHEAD_S
     request_overhead_s: float = 20e-6  # per request in the batch (sampling, bookkeeping)
-    iteration_overhead_s: float = 5e-3  # per iteration (scheduling, launches, host sync)
+    iteration_overhead_s: float = ITERATION_OVERHEAD_S  # scheduling, launches, host sync
     tp_link_gb_s: float = 150.0  # effective all-reduce bus bandwidth between ranks
     tp_allreduce_latency_s: float = 10e-6  # fixed cost of each all-reduce
     act_bytes: int = 2  # bytes of one activation element in all-reduces

@@ -66,7 +66,7 @@ def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
 def simulate(
     workload: Workload,
     cfg: SimConfig,
-    progress: bool = False,
+    progress: bool | Callable[[int], None] = False,
     request_sink: Callable[[list[tuple]], None] | None = None,
     event_sink: Callable[..., None] | None = None,
 ) -> SimResult:
@@ -78,7 +78,7 @@ def simulate(
     max_ctx = cfg.pool.max_context_len or model.max_position
     policy = build_policy(cfg, max_ctx)
     latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp,
-                                 cfg.pool.kv_dtype)
+                                 cfg.pool.kv_dtype, **cfg.engine.latency_constants())
     start, end = _window(workload, cfg)
     interval = cfg.engine.timeline_interval_s or (
         (end - start) / 2000 if np.isfinite(end) and end > start else 0.05
@@ -87,12 +87,13 @@ def simulate(
                    request_sink)
     env = simpy.Environment()
     bar = None
-    if progress:
+    tick: Callable[[int], None] | None = progress if callable(progress) else None
+    if progress and tick is None:
         from tqdm import tqdm
 
         bar = tqdm(total=workload.num_requests, unit="req", desc="simulating", leave=False)
-    engine = Engine(env, workload, policy, latency, cfg, max_ctx, rec,
-                    progress=bar.update if bar else None)
+        tick = bar.update
+    engine = Engine(env, workload, policy, latency, cfg, max_ctx, rec, progress=tick)
     engine.event_sink = event_sink  # optional schedule observer (Engine.event_sink)
     engine.start()
     backlog: dict[str, int] = {}

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
+from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, flag, spec_field
 from simulator.admission import ADMISSIONS
+from simulator.latency import ITERATION_OVERHEAD_S, PAGE_HEAD_OVERHEAD_S
 
 ADMISSION_MODES = tuple(ADMISSIONS)  # the registered strategies (simulator/admission.py)
 SCHEDULES = ("fcfs", "lpm")
 PREEMPT_MODES = ("recompute", "swap")
+CACHING_POLICIES = ("paged", "vllm")  # the policies that keep a prefix cache
 
 
 def _policies() -> list[str]:
@@ -54,10 +56,24 @@ class PolicySpec:
     placement: str = spec_field("first-fit", "address-space placement of contiguous policies",
                                 choices=_placements)
     eviction: str = spec_field("lru", "prefix-cache eviction order", choices=_evictions)
-    page_size: int = spec_field(16, "tokens per page (block)", domain=Domain(1, MAX_TOKENS))
+    page_size: int = spec_field(16, "tokens per page (block)", flags=("--block-size",),
+                                domain=Domain(1, MAX_TOKENS))
+    # vLLM's switch, mapped onto the policy (the policy, which is hashed, carries it)
+    enable_prefix_caching: bool | None = spec_field(
+        None, "vLLM's switch: off turns paged and vllm into paged-nocache (blocks without a "
+        "prefix cache); on requires a caching policy (default: as --policy says)",
+        hashed=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
+        caching = self.enable_prefix_caching
+        if caching is False and self.policy in CACHING_POLICIES:
+            # vLLM with caching off allocates blocks and frees them at finish, nothing hashed
+            # or kept: what paged-nocache does (admission is its own option)
+            object.__setattr__(self, "policy", "paged-nocache")
+        elif caching is True and self.policy not in CACHING_POLICIES:
+            raise ValueError(f"--enable-prefix-caching needs a policy with a prefix cache "
+                             f"({', '.join(CACHING_POLICIES)}), got --policy {self.policy}")
 
 
 @dataclass(frozen=True)
@@ -70,12 +86,19 @@ class EngineSpec:
     preempt: str = spec_field("recompute", "what a preempted request does",
                               choices=PREEMPT_MODES)
     max_running_requests: int = spec_field(256, "max requests in a batch",
-                                           domain=Domain(1, 1 << 20))
+                                           flags=("--max-num-seqs",), domain=Domain(1, 1 << 20))
     max_prefill_tokens: int = spec_field(16384, "max prefill tokens per iteration",
                                          domain=Domain(1, MAX_I32))
     chunked_prefill_size: int = spec_field(8192, "prefill chunk size (0: no chunking)",
                                            domain=Domain(0, MAX_I32))
     latency: str = spec_field("roofline", "latency model", choices=_latencies)
+    # the roofline constants to calibrate to a GPU (docs/latency.md); defaults as calibrated
+    page_head_overhead_s: float = spec_field(
+        PAGE_HEAD_OVERHEAD_S, "roofline: attention cost per KV page touched, per KV head on a "
+        "rank, per layer (s)", domain=Domain(0, 1e-3))
+    iteration_overhead_s: float = spec_field(
+        ITERATION_OVERHEAD_S, "roofline: fixed cost of every iteration (s): scheduling, "
+        "kernel launches, host sync", domain=Domain(0, 10.0))
     # measurement window (its end is the workload's --duration-s, when given)
     warmup_s: float = spec_field(0.0, "seconds after the first arrival excluded from averages",
                                  flags=("--warmup",), domain=Domain(0))
@@ -92,6 +115,19 @@ class EngineSpec:
     def __post_init__(self) -> None:
         check_fields(self)
         check_device(self.device)
+        if self.latency != "roofline":
+            for name, default in (("page_head_overhead_s", PAGE_HEAD_OVERHEAD_S),
+                                  ("iteration_overhead_s", ITERATION_OVERHEAD_S)):
+                if getattr(self, name) != default:
+                    raise ValueError(f"{flag(name)} is a constant of --latency roofline, not "
+                                     f"of --latency {self.latency}")
+
+    def latency_constants(self) -> dict[str, float]:
+        """The latency model's constants set by options (the roofline's calibration)."""
+        if self.latency != "roofline":
+            return {}
+        return {"page_head_overhead_s": self.page_head_overhead_s,
+                "iteration_overhead_s": self.iteration_overhead_s}
 
 
 def check_device(device: str) -> None:
@@ -112,5 +148,5 @@ def check_device(device: str) -> None:
             raise ValueError(f"--device {device!r}: no such CUDA device here ({n} found)")
 
 
-__all__ = ["ADMISSION_MODES", "PREEMPT_MODES", "SCHEDULES", "EngineSpec", "PolicySpec",
-           "check_device"]
+__all__ = ["ADMISSION_MODES", "CACHING_POLICIES", "PREEMPT_MODES", "SCHEDULES", "EngineSpec",
+           "PolicySpec", "check_device"]

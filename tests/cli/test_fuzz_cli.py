@@ -210,6 +210,7 @@ VALID: dict[str, st.SearchStrategy] = {
     "--timeline-interval-s": st.sampled_from(["0", "0.01", "0.5"]), "--seed": _i(0, 2**32),
     "--slo-ttft": _f(0.01, 10),
     "--slo-tpot": _f(0.01, 10), "--device": st.just("cpu"),
+    "--page-head-overhead-s": _f(0, 1e-6), "--iteration-overhead-s": _f(0, 0.05),
 }
 for _name in CHOICE:
     VALID[flag(_name)] = st.sampled_from(allowed_values(_name))
@@ -244,6 +245,8 @@ def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
     extra = []
     if option in ("--mem-fraction",):
         extra = ["--budget", "vllm"]
+    if option in ("--page-head-overhead-s", "--iteration-overhead-s"):
+        extra = ["--latency", "roofline"]  # constants of the roofline model (BASE: constant)
     args = ["run", *with_base(option, value), *extra]
     r = invoke(*args)
     assert_ok(r, args)

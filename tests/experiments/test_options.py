@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.config_file import load_config, options_from
-from experiments.options import ALIASES, OPTIONS, SPECS, RunOptions, option_reference
+from experiments.options import ALIASES, IMPLIED, OPTIONS, SPECS, RunOptions, option_reference
 from kvcore.memory import DEFAULT_BUDGET, MemorySpec
 from kvcore.planner import resolve_kv_tokens
 from kvcore.presets import MODELS, get_model
@@ -87,13 +87,19 @@ def test_from_mapping_accepts_dashes_and_aliases_and_rejects_unknown():
         RunOptions.from_mapping({"page_size": "big"})
 
 
-def test_one_name_per_option_and_every_alias_is_an_old_spelling():
+def test_one_name_per_option_and_every_alias_is_an_old_or_engine_spelling():
     names = [o.name for o in OPTIONS.values()]
     assert len(names) == len(set(names))
     assert not set(ALIASES) & set(OPTIONS)
     assert ALIASES == {"num_gpu_blocks_override": "num_pages", "duration": "duration_s",
                        "think_time": "think_time_s", "level_interval": "level_interval_s",
-                       "warmup": "warmup_s", "timeline_interval": "timeline_interval_s"}
+                       "warmup": "warmup_s", "timeline_interval": "timeline_interval_s",
+                       # the engines' own names (vLLM, SGLang)
+                       "block_size": "page_size", "max_num_seqs": "max_running_requests",
+                       "gpu_memory_utilization": "mem_fraction",
+                       "mem_fraction_static": "mem_fraction"}
+    assert IMPLIED == {"gpu_memory_utilization": {"budget": "vllm"},
+                       "mem_fraction_static": {"budget": "sglang"}}
     assert list(SPECS) == ["workload", "policy", "memory", "engine", "output"]
 
 

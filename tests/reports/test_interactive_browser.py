@@ -1,0 +1,82 @@
+"""The interactive page in a real browser engine (Chromium through Playwright): it renders
+without JavaScript errors, draws one line per policy in every chart, shows a value on hover,
+and unticking a policy hides its lines. Skipped, with the reason, where no browser is
+installed (CI images without Chromium)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from reports.interactive import write_interactive
+from reports.schema import PARTS_PCT
+
+playwright = pytest.importorskip("playwright.sync_api",
+                                 reason="playwright is not installed (pip install playwright)")
+
+POLICIES = ["vllm", "paged", "contiguous-pow2"]
+
+
+def summary() -> pd.DataFrame:
+    rows = []
+    for i, pol in enumerate(POLICIES):
+        for ps in (1, 4, 16, 64):
+            for seed in (0, 1):
+                r = {"policy": pol, "page_size": ps, "seed": seed,
+                     "kv_tokens": 410485 // ps * ps,  # resolved per page size: not a line
+                     "normalized_latency_s": 0.01 * (i + 1) + ps * 1e-4,
+                     "ttft_p99_s": 0.05 * 10 ** (ps / 16),  # spans decades: log axis
+                     "prefix_hit_rate": 0.4 - 0.001 * ps, "throughput_tok_s": 900.0 + ps}
+                r.update({p: 10.0 for p in PARTS_PCT})
+                rows.append(r)
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        args = ["--no-sandbox", "--disable-gpu"]
+        exe = shutil.which("chromium") or shutil.which("chromium-browser")
+        try:
+            b = p.chromium.launch(executable_path=exe, args=args) if exe else \
+                p.chromium.launch(args=args)
+        except Exception as e:  # no system Chromium and no playwright-installed browser
+            pytest.skip(f"no Chromium for Playwright here: {str(e).splitlines()[0]}")
+        yield b
+        b.close()
+
+
+def test_page_renders_toggles_and_hovers(tmp_path, browser):
+    path = write_interactive(tmp_path / "interactive.html", summary(),
+                             {"page_size": [1, 4, 16, 64], "policy": POLICIES, "seed": [0, 1]})
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(path.as_uri())
+    charts = page.locator(".chart")
+    assert charts.count() == 6  # the metrics present and not zero everywhere
+    assert errors == []
+    for i in range(charts.count()):
+        series = charts.nth(i).locator("g.series")
+        assert series.count() == len(POLICIES)  # one line per policy, seeds averaged
+        assert [series.nth(j).get_attribute("data-policy") for j in range(len(POLICIES))] \
+            == POLICIES
+        assert series.first.locator("circle").count() == 4
+
+    lat = page.locator(".chart[data-metric='normalized_latency_s']")
+    lat.locator("g.series[data-policy='paged'] circle").first.hover()
+    tip = page.locator("#tip")
+    assert tip.is_visible()
+    assert tip.text_content() == "paged | page_size 1: 0.0201"
+
+    paged = page.locator("g.series[data-policy='paged']")
+    assert paged.first.is_visible()
+    page.locator("#legend input[data-policy='paged']").uncheck()
+    assert all(not paged.nth(i).is_visible() for i in range(paged.count()))
+    assert page.locator("g.series[data-policy='vllm']").first.is_visible()
+    page.locator("#legend input[data-policy='paged']").check()
+    assert paged.first.is_visible()
+    assert errors == []
