@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
-from kvcore.radix_cache import RadixCache, TreeNode
+from kvcore.radix_cache import MatchResult, RadixCache, TreeNode, as_key
 from kvcore.validation import InvariantError
 
 WRITE_POLICIES: tuple[str, ...] = ("write_through", "write_through_selective", "write_back")
@@ -150,6 +150,36 @@ class TierTree(RadixCache):
     def _spill(self, leaf: TreeNode) -> None:
         assert self.lower is not None
         self.lower.store(path_key(leaf))
+
+    def match_prefix(self, key: object) -> MatchResult:
+        """The device tree's match, except that the part of a node below where the match ends
+        keeps its recency (the device tree touches it too, as SGLang does): only pages a
+        match used become recent, which makes this tier an exact LRU over pages."""
+        key = as_key(key)
+        inner = self._ends_inside(key)
+        if inner is None:
+            return super().match_prefix(key)
+        before = inner.last_access, inner.hit_count
+        res = super().match_prefix(key)
+        inner.last_access, inner.hit_count = before
+        if self._is_evictable_leaf(inner):
+            self._mark_leaf(inner)  # a fresh heap entry at the old priority
+        return res
+
+    def _ends_inside(self, key: np.ndarray) -> TreeNode | None:
+        """The node a match of `key` would split (ending inside it), read-only."""
+        n = len(key) - len(key) % self.page_size
+        node, pos = self.root, 0
+        while pos < n:
+            children = node.children
+            child = children.get(self._child_key(key, pos)) if children is not None else None
+            if child is None:
+                return None
+            m = self._match_len(child.key, key[pos:n])
+            if m < len(child.key):
+                return child
+            node, pos = child, pos + m
+        return None
 
     def _lowest_leaf(self) -> TreeNode | None:
         """The next leaf `evict` would take (stale heap entries dropped on the way)."""
