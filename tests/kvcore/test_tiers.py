@@ -34,7 +34,7 @@ def _serve(p, rid: int, prompt: np.ndarray, out: int = 2):
     assert p.extend([rid], [len(prompt)])
     p.cache_prefix(rid, prompt)
     ids = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
-    for i in range(out - 1):
+    for _ in range(out - 1):
         assert p.decode([rid])
     p.finish(rid, ids[: len(prompt) + out - 1])
     p.check_invariants()
