@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
-from kvcore.radix_cache import MatchResult, RadixCache, TreeNode, as_key
+from kvcore.radix_cache import RadixCache, TreeNode
+from kvcore.radix_node import frozen
 from kvcore.validation import InvariantError
 
 WRITE_POLICIES: tuple[str, ...] = ("write_through", "write_through_selective", "write_back")
@@ -151,35 +152,30 @@ class TierTree(RadixCache):
         assert self.lower is not None
         self.lower.store(path_key(leaf))
 
-    def match_prefix(self, key: object) -> MatchResult:
-        """The device tree's match, except that the part of a node below where the match ends
-        keeps its recency (the device tree touches it too, as SGLang does): only pages a
-        match used become recent, which makes this tier an exact LRU over pages."""
-        key = as_key(key)
-        inner = self._ends_inside(key)
-        if inner is None:
-            return super().match_prefix(key)
-        before = inner.last_access, inner.hit_count
-        res = super().match_prefix(key)
-        inner.last_access, inner.hit_count = before
-        if self._is_evictable_leaf(inner):
-            self._mark_leaf(inner)  # a fresh heap entry at the old priority
-        return res
-
-    def _ends_inside(self, key: np.ndarray) -> TreeNode | None:
-        """The node a match of `key` would split (ending inside it), read-only."""
+    def touch(self, key: np.ndarray) -> tuple[int, TreeNode]:
+        """Match the page-aligned prefix of `key`: (its length, the node ending there, split
+        if the match ends inside one). Only the pages matched become recent (the device tree
+        also touches the part of a node below the match, as SGLang does), which makes this
+        tier an exact LRU over pages; no slot values are gathered (nobody reads them)."""
         n = len(key) - len(key) % self.page_size
+        self._clock += 1
         node, pos = self.root, 0
         while pos < n:
             children = node.children
             child = children.get(self._child_key(key, pos)) if children is not None else None
             if child is None:
-                return None
+                break
             m = self._match_len(child.key, key[pos:n])
-            if m < len(child.key):
-                return child
+            if m < len(child.key):  # the lower part keeps its priority: its heap entry holds
+                child = self._split(child, m)
+            child.last_access = self._clock
+            child.hit_count += 1
             node, pos = child, pos + m
-        return None
+            if m < len(child.key):
+                break
+        if self._is_evictable_leaf(node):
+            self._mark_leaf(node)
+        return pos, node
 
     def _lowest_leaf(self) -> TreeNode | None:
         """The next leaf `evict` would take (stale heap entries dropped on the way)."""
@@ -193,16 +189,42 @@ class TierTree(RadixCache):
 
     def evict(self, num_tokens: int, sizes: list[int] | None = None) -> int:
         """LRU, page-granular: the oldest leaf gives only the pages still needed, its deepest
-        (the upper part stays, with the same recency)."""
+        (cut off in place: the rest keeps its key, recency and heap entry). Every page goes
+        back to the pool in one push; each evicted (part of a) leaf spills to the lower tier
+        first, when there is one."""
         ps, freed = self.page_size, 0
+        starts: list[np.ndarray] = []
         while freed < num_tokens:
             leaf = self._lowest_leaf()
             if leaf is None:
                 break
+            assert leaf.host is not None  # a lower tier's tree lives on the host
+            if self.on_evict is not None:
+                self.on_evict(leaf)
             want = -(-(num_tokens - freed) // ps) * ps
-            if len(leaf) > want:
-                self._split(leaf, len(leaf) - want)  # `leaf` keeps its priority: still first
-            freed += super().evict(1, sizes)
+            keep = len(leaf) - want
+            if keep > 0:  # the deepest `want` tokens go; the leaf stays, shorter
+                starts.append(leaf.host[keep::ps])
+                leaf.key, leaf.value, leaf.host = (leaf.key[:keep], leaf.value[:keep],
+                                                   leaf.host[:keep])
+                gone = want
+            else:
+                heapq.heappop(self._heap)  # `leaf` is the top entry
+                starts.append(leaf.host[::ps])
+                gone = len(leaf)
+                parent = leaf.parent
+                assert parent is not None
+                self._remove_child(parent, leaf)
+                self._evictable_leaves.discard(leaf)
+                if self._is_evictable_leaf(parent):
+                    self._mark_leaf(parent)
+            self._evictable -= gone
+            freed += gone
+            if sizes is not None:
+                sizes.append(gone)
+        if starts:
+            firsts = starts[0] if len(starts) == 1 else np.concatenate(starts)
+            self.pool.push_host(firsts // ps if ps > 1 else firsts)
         return freed
 
     def store(self, key: np.ndarray) -> int:
@@ -212,31 +234,33 @@ class TierTree(RadixCache):
         n = len(key) - len(key) % ps
         if n == 0:
             return 0
-        match = self.match_prefix(key[:n])
-        m = len(match.indices)
+        m, node = self.touch(key[:n])
         if m >= n:
             return 0
-        self.inc_lock_ref(match.last_node)  # the path it extends must stay while evicting
-        try:
-            short = (n - m) - self.pool.available_size()
-            if short > 0:
-                self.evict(short)
-            room = min(n - m, self.pool.available_size())
-            room -= room % ps
-            if room <= 0:
-                return 0
-            pages = self.pool.pop_host(room // ps)
-            assert pages is not None  # room is free
-            value = np.zeros(m + room, dtype=np.int64)
-            value[m:] = page_slots(pages, ps)
-            already = self.insert(key[: m + room], value)
-            if already != m:
-                raise InvariantError(f"{self.name} store: the path changed under its lock "
-                                     f"({already} != {m})")
-        finally:
-            self.dec_lock_ref(match.last_node)
+        if self.pool.available_size() < n - m:
+            self.inc_lock_ref(node)  # the path it extends must stay while evicting
+            self.evict(n - m - self.pool.available_size())
+            self.dec_lock_ref(node)
+        room = min(n - m, self.pool.available_size())
+        room -= room % ps
+        if room <= 0:
+            return 0
+        pages = self.pool.pop_host(room // ps)
+        assert pages is not None  # room is free
+        self._attach(node, key, m, m + room, page_slots(pages, ps))
         self.pages_in += room // ps
         return room // ps
+
+    def _attach(self, node: TreeNode, key: np.ndarray, start: int, end: int,
+                slots: np.ndarray) -> None:
+        """A new leaf key[start:end] under `node`, which ends at `start` with no child
+        continuing the key (what `touch` returned): the insert, without walking again."""
+        leaf = self._new_node(frozen(key[start:end]), torch.from_numpy(slots), node, slots)
+        if self._is_evictable_leaf(node):
+            self._evictable_leaves.discard(node)
+        self._add_child(node, leaf)
+        self._evictable += end - start
+        self._mark_leaf(leaf)
 
     def check_tier(self) -> None:
         """The tree's invariants and the pool's conservation (the tree is its only holder)."""
@@ -307,8 +331,7 @@ class HierarchicalCache:
         if (self.config.write_policy == "write_through_selective" and d
                 and node.hit_count >= self.config.write_threshold):
             self.host.store(key[:d])
-        hit = self.host.match_prefix(key)
-        h = len(hit.indices)
+        h, hnode = self.host.touch(key)
         from_storage = 0
         if self.storage is not None and storage_allowance > 0:
             base = max(h, d)
@@ -316,18 +339,17 @@ class HierarchicalCache:
             take = min(s, base + storage_allowance)
             take -= take % ps
             if take > base:
-                smatch = self.storage.match_prefix(key[:take])
-                self.storage.inc_lock_ref(smatch.last_node)  # read while host makes room
+                snode = self.storage.touch(key[:take])[1]
+                self.storage.inc_lock_ref(snode)  # read while the host makes room
                 try:
                     self.pages_s2h += self.host.store(key[:take])
                 finally:
-                    self.storage.dec_lock_ref(smatch.last_node)
-                hit = self.host.match_prefix(key)
-                from_storage = max(len(hit.indices) - base, 0)
-                h = len(hit.indices)
+                    self.storage.dec_lock_ref(snode)
+                h, hnode = self.host.touch(key)
+                from_storage = max(h - base, 0)
         if h <= d:
             return none
-        self.host.inc_lock_ref(hit.last_node)  # in flight: the host copy must stay
+        self.host.inc_lock_ref(hnode)  # in flight: the host copy must stay
         alloc = self.tree.allocator
         assert alloc is not None
         short = (h - d) - alloc.available_size()
@@ -336,7 +358,7 @@ class HierarchicalCache:
         room = min(h - d, alloc.available_size())
         room -= room % ps
         if room <= 0:
-            self.host.dec_lock_ref(hit.last_node)
+            self.host.dec_lock_ref(hnode)
             return none
         pages = alloc.pop_host(room // ps)
         assert pages is not None
@@ -347,10 +369,10 @@ class HierarchicalCache:
             raise InvariantError(f"load: the device prefix changed under its lock "
                                  f"({already} != {d})")
         self.pages_h2d += room // ps
-        self.inflight.append(hit.last_node)
+        self.inflight.append(hnode)
         slots = torch.from_numpy(value).to(device.device)
         from_storage = min(from_storage, room)
-        return Fetch(top, slots, room - from_storage, from_storage, hit.last_node)
+        return Fetch(top, slots, room - from_storage, from_storage, hnode)
 
     def done(self, host_lock: TreeNode) -> None:
         """A load finished: its host pages may be evicted again."""
