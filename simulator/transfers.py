@@ -11,8 +11,9 @@ The cost model (docs/tiers.md):
 * a host -> device load of L seconds beside C seconds of compute in L layers: `overlap` loads
   layer i while layer i-1 computes, so the iteration grows by max(L/n, L - C + C/n) (the first
   layer's load cannot hide; the rest hides under compute); `block` adds L;
-* device -> host write-backs (and host -> storage spills) run beside compute on the same link,
-  full duplex with loads: they lengthen an iteration only by what exceeds it.
+* device -> host write-backs (and host -> storage spills, at the storage bandwidth, latency
+  pipelined away) run beside compute, full duplex with loads: they lengthen an iteration only
+  by what exceeds it.
 The stall of an iteration is charged to every request that loaded in it: TTFT shows it.
 """
 
@@ -97,8 +98,9 @@ class TransferModel:
         return max(load_s / n, load_s - compute_s + compute_s / n)
 
     def writeback_stall(self, d2h_pages: int, h2s_pages: int, busy_s: float) -> float:
-        """Write-backs run beside the iteration: only what exceeds it (`busy_s`) is added."""
-        write = self.link_s(d2h_pages) + (self.storage_s(h2s_pages) if h2s_pages else 0.0)
+        """Write-backs run beside the iteration: only what exceeds it (`busy_s`) is added.
+        Writes are pipelined: their bandwidth counts, not the per-operation latency."""
+        write = self.link_s(d2h_pages) + h2s_pages * self.page_bytes / self.storage_bytes_s
         return max(write - busy_s, 0.0)
 
 

@@ -94,7 +94,7 @@ def test_one_name_per_option_and_every_alias_is_an_old_spelling():
     assert ALIASES == {"num_gpu_blocks_override": "num_pages", "duration": "duration_s",
                        "think_time": "think_time_s", "level_interval": "level_interval_s",
                        "warmup": "warmup_s", "timeline_interval": "timeline_interval_s"}
-    assert list(SPECS) == ["workload", "policy", "memory", "engine", "output"]
+    assert list(SPECS) == ["workload", "policy", "memory", "engine", "tier", "output"]
 
 
 def test_sim_config_is_built_from_the_options_by_name():
