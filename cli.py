@@ -241,6 +241,9 @@ def sweep(
     workloads: Optional[str] = typer.Option(None, "--workloads",  # noqa: UP045
                                             help="workloads [default: --workload]",
                                             rich_help_panel="Grid"),
+    hicache_ratios: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--hicache-ratios", help="host KV tier sizes as multiples of the device pool, "
+        "comma list (0: none) [default: --hicache-ratio]", rich_help_panel="Grid"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="worker processes (local pool, or the "
                              "local Dask cluster)", rich_help_panel="Grid"),
     executor: str = typer.Option("local", "--executor", help="where cells run [local, dask]",
@@ -271,7 +274,8 @@ def sweep(
 
     axes = sweep_axes({"page_size": DEFAULT_PAGE_SIZES if page_sizes is None else page_sizes,
                        "policy": policies, "placement": placements, "rate": rates,
-                       "kv_tokens": kv_tokens, "seed": seeds, "workload": workloads})
+                       "kv_tokens": kv_tokens, "seed": seeds, "workload": workloads,
+                       "hicache_ratio": hicache_ratios})
     grid = cells(opts, axes)
     for c in grid:  # every user mistake (a model that does not fit...) before the first cell
         c.sim_config()
