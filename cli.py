@@ -461,6 +461,28 @@ def trace_stats_cmd(
 
 
 # -- plan -----------------------------------------------------------------------------------------
+def _plan_host_tier(ctx: typer.Context, opts: RunOptions, target: float, as_json: bool) -> None:
+    """`plan --target-hit-rate`: the host tier search (experiments/host_sizing.py)."""
+    from experiments.host_sizing import size_host_tier
+
+    if not (_from_user(ctx, "workload") or opts.workload.trace is not None):
+        raise ValueError(f"--target-hit-rate {target} needs --trace or --workload to simulate")
+    res = size_host_tier(opts, target)
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), indent=2))
+        return
+    typer.echo(f"ideal reuse of the workload: {res.ideal_reuse:.4f}; target {target:.4f}")
+    typer.echo("host tier (x pool) | host GiB/rank | hit rate | host hit | TTFT p50 (s)")
+    for s in res.steps:
+        typer.echo(f"{s.ratio:18.3g} | {s.host_gib:13.2f} | {s.prefix_hit_rate:8.4f} | "
+                   f"{s.host_hit_rate:8.4f} | {s.ttft_p50_s:.3f}")
+    if res.needed is None:
+        typer.echo("not reached even with an unbounded host tier")
+    else:
+        typer.echo(f"host memory needed: {res.needed.host_gib:.2f} GiB per rank "
+                   f"(--hicache-ratio {res.needed.ratio:g})")
+
+
 @app.command()
 @with_options()
 def plan(
@@ -475,9 +497,15 @@ def plan(
     page_sizes: str = typer.Option(DEFAULT_PAGE_SIZES, "--page-sizes",
                                    help="page sizes simulated with --trace / --workload"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
+    target_hit_rate: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--target-hit-rate", help="with --trace / --workload: the host KV tier needed "
+        "for this total prefix hit rate (simulated search over host sizes)"),
 ) -> None:
     """Static memory plan; with --trace or --workload also simulate across page sizes and
-    recommend one."""
+    recommend one (or, with --target-hit-rate, size the host KV tier)."""
+    if target_hit_rate is not None:
+        _plan_host_tier(ctx, opts, target_hit_rate, as_json)
+        return
     from experiments.executors import check_jobs
     from experiments.planning import page_size_grid, page_size_study, static_plan
     from reports.plan_view import render_plan_all, render_recommendation

@@ -32,3 +32,20 @@ def test_tier_option_errors_exit_2(invoke, tmp_path):
     assert r.exit_code == 2 and "--hicache-write-policy" in r.stderr
     r = invoke("sweep", *CHAT, "--hicache-ratios", "1,x", "--out", tmp_path / "bad")
     assert r.exit_code == 2 and "--hicache-ratios" in r.stderr
+
+
+def test_plan_sizes_the_host_tier_for_a_target_hit_rate(invoke):
+    import json
+
+    args = ["plan", *CHAT[:-3], "--page-size", "16", "--latency", "constant"]
+    r = invoke(*args, "--target-hit-rate", "0.2", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    need = doc["needed"]
+    assert need is not None and need["prefix_hit_rate"] >= 0.2 and need["host_gib"] > 0
+    misses = [s for s in doc["steps"] if s["ratio"] < need["ratio"]]
+    assert misses and all(s["prefix_hit_rate"] < 0.2 for s in misses if s["ratio"] == 0)
+    r = invoke(*args, "--target-hit-rate", "0.99")
+    assert r.exit_code == 2 and "ideal reuse" in r.stderr
+    r = invoke("plan", "--target-hit-rate", "0.5")
+    assert r.exit_code == 2 and "--trace or --workload" in r.stderr
