@@ -50,6 +50,10 @@ def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
                "head_dim": model.head_dim, "store_kv": False}
     host, storage = tier_tokens(cfg.tier, model, cfg.pool.kv_dtype, cfg.pool.tp,
                                 cfg.pool.kv_tokens)
+    for name, slots in (("--hicache-size / --hicache-ratio", host), ("--storage-size", storage)):
+        if 0 < slots < cfg.policy.page_size:
+            raise ValueError(f"{name}: a tier of {slots} slots is smaller than one page of "
+                             f"{cfg.policy.page_size} tokens")
     if host:
         if cfg.policy.policy != "paged":
             raise ValueError(f"--hicache-size / --hicache-ratio: the host tier is built for "

@@ -111,29 +111,30 @@ class TierSpec:
 
     hicache_size: float = spec_field(
         0.0, "host KV tier in GiB per tensor-parallel rank (0: none; or --hicache-ratio)",
-        domain=Domain(0))
+        domain=Domain(0, 1 << 16))
     hicache_ratio: float = spec_field(
         0.0, "host KV tier as a multiple of the device pool (0: none; or --hicache-size)",
-        domain=Domain(0))
+        domain=Domain(0, 1 << 12))
     storage_size: float = spec_field(
-        0.0, "storage KV tier in GiB per rank behind the host tier (0: none)", domain=Domain(0))
+        0.0, "storage KV tier in GiB per rank behind the host tier (0: none)",
+        domain=Domain(0, 1 << 20))
     hicache_write_policy: str = spec_field(
         "write_through", "when device KV is backed up to the host tier", choices=_write_policies)
     hicache_prefetch_policy: str = spec_field(
         "best_effort", "how long admission waits for a storage prefetch",
         choices=PREFETCH_POLICIES)
     hicache_prefetch_timeout_s: float = spec_field(
-        1.0, "the `timeout` prefetch policy's wait in s", domain=Domain(0))
+        1.0, "the `timeout` prefetch policy's wait in s", domain=Domain(0, 1e6))
     hicache_load: str = spec_field(
         "overlap", "host-to-device loads overlap compute layer by layer, or block",
         choices=LOAD_MODES)
     host_link_gbps: float = spec_field(
         0.0, "host<->device link in GB/s (0: the GPU preset's, PCIe or NVLink-C2C)",
-        domain=Domain(0))
+        domain=Domain(0, 1e6))
     storage_gbps: float = spec_field(10.0, "storage tier read/write bandwidth in GB/s",
-                                     domain=Domain(0, lo_inclusive=False))
+                                     domain=Domain(0, 1e6, lo_inclusive=False))
     storage_latency_us: float = spec_field(100.0, "storage tier latency per operation in us",
-                                           domain=Domain(0))
+                                           domain=Domain(0, 1e9))
 
     def __post_init__(self) -> None:
         check_fields(self)

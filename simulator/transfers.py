@@ -22,12 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvcore.fields import MAX_I32
 from kvcore.presets import GpuPreset, ModelPreset
 from kvcore.tiers import TierState
 from simulator.request import SimRequest
 from simulator.specs import TierSpec
 
 GiB = 2**30
+MAX_TIER_SLOTS = MAX_I32  # slot ids are int32 like the device pool's
 #: a prefetch allowance meaning "all of it" (wait_complete)
 UNLIMITED = 1 << 60
 
@@ -40,6 +42,10 @@ def tier_tokens(tier: TierSpec, model: ModelPreset, kv_dtype: str, tp: int,
     host = (int(tier.hicache_size * GiB // per_token) if tier.hicache_size
             else int(tier.hicache_ratio * kv_tokens))
     storage = int(tier.storage_size * GiB // per_token)
+    for name, slots in (("--hicache-size / --hicache-ratio", host), ("--storage-size", storage)):
+        if slots > MAX_TIER_SLOTS:
+            raise ValueError(f"{name}: a tier of {slots:,} slots is more than the "
+                             f"{MAX_TIER_SLOTS:,} a page table can address")
     return host, storage
 
 
