@@ -107,7 +107,7 @@ def test_storage_prefetch_policies() -> None:
     kw = dict(hicache_ratio=1.0, storage_size=0.01)
     wait = _tiered(hicache_prefetch_policy="wait_complete", **kw).summary
     assert wait["storage_hit_rate"] > 0 and wait["host_to_storage_bytes"] > 0
-    slow = _tiered(hicache_prefetch_policy="best_effort", storage_latency_us=1e10, **kw).summary
+    slow = _tiered(hicache_prefetch_policy="best_effort", storage_latency_us=1e9, **kw).summary
     assert slow["storage_hit_rate"] == 0
     timeout = _tiered(hicache_prefetch_policy="timeout", hicache_prefetch_timeout_s=10.0,
                       **kw).summary
