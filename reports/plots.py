@@ -201,12 +201,13 @@ def host_tier_figure(summary: pd.DataFrame) -> Figure:
         bx.plot(x, s["ttft_p99_s"].to_numpy(), marker="s", linestyle="--", label="TTFT p99")
     bx.set_xlabel("host tier (x device pool)")
     bx.set_ylabel("seconds")
-    bx.set_yscale("log")
     bx.set_title("TTFT vs host-tier size")
     bx.legend(fontsize=8)
     for a in (ax, bx):
-        if (x > 0).all() and len(x) > 2:
-            a.set_xscale("log", base=2)
+        if len(x) > 2 and x.max() >= 8 * max(x[x > 0].min(), 1e-9):  # sizes spread by powers
+            a.set_xscale("symlog", base=2, linthresh=max(float(x[x > 0].min()), 1e-3))
+            a.set_xticks(x, [f"{v:g}" for v in x])
+            a.set_xlim(float(x.min()) - 0.1, float(x.max()) * 1.2)
         a.grid(True, alpha=0.3)
     return fig
 
