@@ -310,6 +310,9 @@ def sweep(
     workloads: Optional[str] = typer.Option(None, "--workloads",  # noqa: UP045
                                             help="workloads [default: --workload]",
                                             rich_help_panel="Grid"),
+    hicache_ratios: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--hicache-ratios", help="host KV tier sizes as multiples of the device pool, "
+        "comma list (0: none) [default: --hicache-ratio]", rich_help_panel="Grid"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="worker processes (local pool, or the "
                              "local Dask cluster)", rich_help_panel="Grid"),
     executor: str = typer.Option("local", "--executor", help="where cells run [local, dask]",
@@ -342,7 +345,8 @@ def sweep(
 
     axes = sweep_axes({"page_size": DEFAULT_PAGE_SIZES if page_sizes is None else page_sizes,
                        "policy": policies, "placement": placements, "rate": rates,
-                       "kv_tokens": kv_tokens, "seed": seeds, "workload": workloads})
+                       "kv_tokens": kv_tokens, "seed": seeds, "workload": workloads,
+                       "hicache_ratio": hicache_ratios})
     grid = cells(opts, axes)
     for c in grid:  # every user mistake (a model that does not fit...) before the first cell
         c.sim_config()
@@ -614,6 +618,28 @@ def trace_stats_cmd(
 
 
 # -- plan -----------------------------------------------------------------------------------------
+def _plan_host_tier(ctx: typer.Context, opts: RunOptions, target: float, as_json: bool) -> None:
+    """`plan --target-hit-rate`: the host tier search (experiments/host_sizing.py)."""
+    from experiments.host_sizing import size_host_tier
+
+    if not (_from_user(ctx, "workload") or opts.workload.trace is not None):
+        raise ValueError(f"--target-hit-rate {target} needs --trace or --workload to simulate")
+    res = size_host_tier(opts, target)
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), indent=2))
+        return
+    typer.echo(f"ideal reuse of the workload: {res.ideal_reuse:.4f}; target {target:.4f}")
+    typer.echo("host tier (x pool) | host GiB/rank | hit rate | host hit | TTFT p50 (s)")
+    for s in res.steps:
+        typer.echo(f"{s.ratio:18.3g} | {s.host_gib:13.2f} | {s.prefix_hit_rate:8.4f} | "
+                   f"{s.host_hit_rate:8.4f} | {s.ttft_p50_s:.3f}")
+    if res.needed is None:
+        typer.echo("not reached even with an unbounded host tier")
+    else:
+        typer.echo(f"host memory needed: {res.needed.host_gib:.2f} GiB per rank "
+                   f"(--hicache-ratio {res.needed.ratio:g})")
+
+
 @app.command(epilog=EXAMPLES["plan"])
 @with_options()
 def plan(
@@ -634,9 +660,16 @@ def plan(
         False, "--at-sustainable-rate", help="search the highest sustainable rate first and "
         "run the page-size study at it (implies --find-rate)"),
     steps: int = typer.Option(4, "--steps", help="bisection steps of the rate search"),
+    target_hit_rate: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--target-hit-rate", help="with --trace / --workload: the host KV tier needed "
+        "for this total prefix hit rate (simulated search over host sizes)"),
 ) -> None:
     """Static memory plan; with --trace or --workload also simulate across page sizes and
-    recommend one (never from an overloaded run)."""
+    recommend one (never from an overloaded run); with --target-hit-rate, size the host KV
+    tier instead."""
+    if target_hit_rate is not None:
+        _plan_host_tier(ctx, opts, target_hit_rate, as_json)
+        return
     from experiments.capacity import check_steps
     from experiments.executors import check_jobs
     from experiments.planning import page_size_grid, static_plan

@@ -15,13 +15,14 @@ from experiments.options import RunOptions
 # the options a sweep can vary -> the sweep flag listing its values
 SWEEP_AXES = {"page_size": "--page-sizes", "policy": "--policies",
               "placement": "--placements", "rate": "--rates", "kv_tokens": "--kv-tokens",
-              "seed": "--seeds", "workload": "--workloads"}
+              "seed": "--seeds", "workload": "--workloads", "hicache_ratio": "--hicache-ratios"}
 # a sweep axis in a TOML file (`page_size = [1, 16]`) -> the sweep parameter it fills
 AXIS_PARAMS = {"page_size": "page_sizes", "policy": "policies", "placement": "placements",
                "rate": "rates", "kv_tokens": "kv_tokens", "seed": "seeds",
-               "workload": "workloads"}
+               "workload": "workloads", "hicache_ratio": "hicache_ratios"}
 AXIS_TYPES: dict[str, type] = {"page_size": int, "policy": str, "placement": str, "rate": float,
-                               "kv_tokens": int, "seed": int, "workload": str}
+                               "kv_tokens": int, "seed": int, "workload": str,
+                               "hicache_ratio": float}
 DEFAULT_PAGE_SIZES = "1,2,4,8,16,32,64,128,256"
 
 

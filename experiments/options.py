@@ -6,6 +6,7 @@
 | `policy`   | `PolicySpec`   | simulator/specs.py | policy, placement, eviction, page size      |
 | `memory`   | `MemorySpec`   | kvcore/memory.py   | model, GPU, TP, KV dtype, pool size or rule |
 | `engine`   | `EngineSpec`   | simulator/specs.py | admission, batches, latency, window, seed   |
+| `tier`     | `TierSpec`     | simulator/specs.py | host / storage KV tiers and their links     |
 | `output`   | `OutputSpec`   | here               | output directory, SLO marks                 |
 
 Every field declared with `kvcore.fields.spec_field` is an option. `OPTIONS` lists them, in
@@ -45,7 +46,7 @@ from kvcore.fields import (
 from kvcore.memory import MemorySpec
 from kvcore.planner import resolve_kv_tokens
 from simulator.config import PoolSpec, SimConfig
-from simulator.specs import EngineSpec, PolicySpec
+from simulator.specs import EngineSpec, PolicySpec, TierSpec
 from workloads.spec import WorkloadSpec
 
 
@@ -67,10 +68,10 @@ class OutputSpec:
 
 # RunOptions attribute -> its spec class, in the order of the options (and summary columns)
 SPECS: dict[str, type] = {"workload": WorkloadSpec, "policy": PolicySpec, "memory": MemorySpec,
-                          "engine": EngineSpec, "output": OutputSpec}
+                          "engine": EngineSpec, "tier": TierSpec, "output": OutputSpec}
 # the help panel each spec's options are listed under (one per spec)
 PANELS = {"workload": "Workload", "policy": "Policy", "memory": "Memory and model",
-          "engine": "Engine", "output": "Output"}
+          "engine": "Engine", "tier": "Host KV tier", "output": "Output"}
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ class RunOptions:
     policy: PolicySpec = field(default_factory=PolicySpec)
     memory: MemorySpec = field(default_factory=MemorySpec)
     engine: EngineSpec = field(default_factory=EngineSpec)
+    tier: TierSpec = field(default_factory=TierSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
 
     def __post_init__(self) -> None:
@@ -256,7 +258,7 @@ class RunOptions:
         pool = PoolSpec(model=m.model_preset().id, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
                         kv_tokens=self.resolved_kv_tokens(),
                         max_context_len=m.resolved_max_context_len())
-        return SimConfig(policy=self.policy, pool=pool, engine=self.engine,
+        return SimConfig(policy=self.policy, pool=pool, engine=self.engine, tier=self.tier,
                          duration_s=self.workload.duration_s or 0.0)
 
     def config_hash(self) -> str:

@@ -58,6 +58,10 @@ def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
     row["workload"] = workload.name if trace is None else trace
     row["rate_req_s"] = _rate(opts, workload)
     row["capacity_slots"] = summary.get("capacity_slots")
+    if opts.tier.enabled:  # the line a host-tier sweep is drawn against (docs/tiers.md)
+        from workloads.reuse import ideal_reuse
+
+        row["ideal_reuse"] = ideal_reuse(workload, opts.policy.page_size)
     for k in METRICS:
         row[k] = summary.get(k, math.nan)
     for k, v in summary.items():

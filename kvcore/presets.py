@@ -369,6 +369,7 @@ GPUS: dict[str, GpuPreset] = {g.id: g for g in [
     GpuPreset("a100-80gb", "A100-80GB SXM", mem_gb=80, bandwidth_tb_s=2.039, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16"),
     GpuPreset("h100", "H100-SXM", mem_gb=80, bandwidth_tb_s=3.35, bf16_tflops=989, host_link_gb_s=64, source="NVIDIA H100 datasheet (dense bf16); PCIe Gen5 x16"),
     GpuPreset("h200", "H200-SXM", mem_gb=141, bandwidth_tb_s=4.8, bf16_tflops=989, host_link_gb_s=64, source="NVIDIA H200 datasheet (dense bf16); PCIe Gen5 x16"),
+    GpuPreset("gh200", "GH200 (H100 96 GB + Grace)", mem_gb=96, bandwidth_tb_s=4.0, bf16_tflops=989, host_link_gb_s=450, source="NVIDIA GH200 Grace Hopper datasheet (96 GB HBM3); NVLink-C2C 900 GB/s total, 450 GB/s each way"),
     GpuPreset("b200", "B200 (HGX)", mem_gb=180, bandwidth_tb_s=8.0, bf16_tflops=2250, host_link_gb_s=64, source="NVIDIA HGX B200 datasheet (dense bf16, 180 GB usable); PCIe Gen5 x16"),
     GpuPreset("l40s", "L40S", mem_gb=48, bandwidth_tb_s=0.864, bf16_tflops=362, host_link_gb_s=32, source="NVIDIA L40S datasheet (dense bf16); PCIe Gen4 x16"),
     GpuPreset("rtx-4090", "GeForce RTX 4090", mem_gb=24, bandwidth_tb_s=1.008, bf16_tflops=165.2, host_link_gb_s=32, source="NVIDIA Ada architecture whitepaper (bf16, fp32 accumulate); PCIe Gen4 x16"),

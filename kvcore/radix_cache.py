@@ -24,6 +24,7 @@ Invariants (`check_invariants`), besides the nodes' own (kvcore/radix_node.py):
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -69,6 +70,9 @@ class RadixCache:
         self.disable = disable
         self.eviction = eviction
         self._priority = EVICTION_PRIORITIES[eviction]
+        # called with each leaf about to be evicted, still linked (kvcore/tiers.py backs it
+        # up into a lower tier); None costs one attribute test per evicted leaf
+        self.on_evict: Callable[[TreeNode], None] | None = None
         self.device = torch.device(device) if device else (
             allocator.device if allocator else torch.device("cpu")
         )
@@ -388,6 +392,8 @@ class RadixCache:
             key, leaf = heapq.heappop(heap)
             if leaf not in self._evictable_leaves or key != prio(leaf):
                 continue  # stale entry
+            if self.on_evict is not None:
+                self.on_evict(leaf)
             # each page_size-th slot starts one of the node's whole pages
             if on_cpu and leaf.host is not None:
                 freed_host.append(leaf.host[::ps])

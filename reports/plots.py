@@ -210,6 +210,42 @@ def cdf_figure(requests: pd.DataFrame, label_of: dict[str, str]) -> Figure:
     return fig
 
 
+def host_tier_figure(summary: pd.DataFrame) -> Figure:
+    """Hit rate (total and its device / host / storage parts) and TTFT p50 against the host
+    tier's size (x the device pool), one panel each, with the trace's ideal reuse as a line:
+    how much host memory a hit rate needs, and what the loads cost in time to first token."""
+    s = summary.groupby("hicache_ratio").mean(numeric_only=True).sort_index()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    x = s.index.to_numpy()
+    for col, tier_name, marker in (("prefix_hit_rate", "total", "o"),
+                                     ("device_hit_rate", "device", "s"),
+                                     ("host_hit_rate", "host", "^"),
+                                     ("storage_hit_rate", "storage", "D")):
+        if col in s.columns and (col == "prefix_hit_rate" or s[col].any()):
+            ax.plot(x, s[col].to_numpy(), marker=marker, label=tier_name, alpha=0.85)
+    if "ideal_reuse" in s.columns and s["ideal_reuse"].notna().any():
+        ax.axhline(float(s["ideal_reuse"].max()), color="k", linestyle="--", linewidth=1,
+                   label="ideal reuse (trace)")
+    ax.set_xlabel("host tier (x device pool)")
+    ax.set_ylabel("prefix hit rate")
+    ax.set_title("hit rate vs host-tier size")
+    ax.legend(fontsize=8)
+    bx.plot(x, s["ttft_p50_s"].to_numpy(), marker="o", label="TTFT p50")
+    if "ttft_p99_s" in s.columns:
+        bx.plot(x, s["ttft_p99_s"].to_numpy(), marker="s", linestyle="--", label="TTFT p99")
+    bx.set_xlabel("host tier (x device pool)")
+    bx.set_ylabel("seconds")
+    bx.set_title("TTFT vs host-tier size")
+    bx.legend(fontsize=8)
+    for a in (ax, bx):
+        if len(x) > 2 and x.max() >= 8 * max(x[x > 0].min(), 1e-9):  # sizes spread by powers
+            a.set_xscale("symlog", base=2, linthresh=max(float(x[x > 0].min()), 1e-3))
+            a.set_xticks(x, [f"{v:g}" for v in x])
+            a.set_xlim(float(x.min()) - 0.1, float(x.max()) * 1.2)
+        a.grid(True, alpha=0.3)
+    return fig
+
+
 def _save(fig: Figure, path: Path, written: list[Path]) -> None:
     save_figure_atomic(path, fig, dpi=110)
     plt.close(fig)
@@ -233,6 +269,8 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
             name = f"{metric}_vs_page_size.png"
             if metric in summary.columns and name not in skipped:
                 _save(vs_page_size_figure(summary, metric, axes), out / name, written)
+    if "hicache_ratio" in summary.columns and summary["hicache_ratio"].nunique() > 1:
+        _save(host_tier_figure(summary), out / "hit_rate_ttft_vs_host_tier.png", written)
     if "rate_req_s" in summary.columns and summary["rate_req_s"].nunique() > 1:
         _save(latency_vs_rate_figure(summary, slo_ttft, slo_tpot, axes),
               out / "latency_vs_rate.png", written)

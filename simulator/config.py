@@ -10,6 +10,7 @@ per concern, each validated once, where it is defined:
   imitated that no option exposes (SGLang's new-token ratio, vLLM's watermark);
 * `tuning`  (`EngineTuning`, here): the simulator's own bounds (checks, timeline, stretches,
   the livelock guard);
+* `tier`    (`TierSpec`, simulator/specs.py): lower KV tiers (host, storage) and their links;
 * `duration_s`: the workload's span of arrivals, which also ends the measurement window.
 
 The experiments layer hands over the user's specs as they are (no field is copied);
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from simulator.admission import AdmissionParams
-from simulator.specs import EngineSpec, PolicySpec
+from simulator.specs import EngineSpec, PolicySpec, TierSpec
 
 
 def _positive(owner: object, *names: str) -> None:
@@ -71,7 +72,7 @@ class EngineTuning:
 
 
 _PARTS = {"policy": PolicySpec, "pool": PoolSpec, "engine": EngineSpec,
-          "admission_params": AdmissionParams, "tuning": EngineTuning}
+          "admission_params": AdmissionParams, "tuning": EngineTuning, "tier": TierSpec}
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class SimConfig:
     engine: EngineSpec = field(default_factory=EngineSpec)
     admission_params: AdmissionParams = field(default_factory=AdmissionParams)
     tuning: EngineTuning = field(default_factory=EngineTuning)
+    tier: TierSpec = field(default_factory=TierSpec)
     duration_s: float = 0.0  # 0: the window ends at the last arrival
 
     def __post_init__(self) -> None:

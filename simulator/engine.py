@@ -33,6 +33,7 @@ from simulator.metrics import Recorder
 from simulator.request import SimRequest
 from simulator.scheduler import order_waiting
 from simulator.stretch import FastForward
+from simulator.transfers import TierTraffic, TransferModel
 from workloads.request import Request, Workload
 
 Plan = list[tuple[SimRequest, int]]  # (request, prefill target) chunks of one iteration
@@ -50,6 +51,7 @@ class Engine:
         max_context_len: int,
         recorder: Recorder,
         progress: Callable[[int], None] | None = None,
+        transfers: TransferModel | None = None,
     ) -> None:
         self.env = env
         self.workload = workload
@@ -97,6 +99,10 @@ class Engine:
         # event_sink(t0, t1, prefill_chunks [(rid, from_token, to_token)], decode_rids, steps)
         # once per iteration or decode stretch. Never changes the simulation.
         self.event_sink: Callable[..., None] | None = None
+        # lower KV tiers (a policy with a host tier and a transfer model): traffic and stalls
+        state = policy.tier_state()
+        self.tier = (TierTraffic(transfers, state)
+                     if state is not None and transfers is not None else None)
 
     def start(self) -> None:
         self.arrivals.start()
@@ -201,6 +207,9 @@ class Engine:
             if self._blocked == (sreq.rid, self._mem_epoch):
                 break
             target_ids = sreq.seq_ids(sreq.prefill_target)
+            if self.tier is not None:  # what the storage prefetch delivered while it waited
+                self.policy.storage_allowance = self.tier.model.allowance(
+                    self.env.now - sreq.req.arrival_s, self.policy.page_size)
             res = self.policy.admit(sreq.rid, target_ids, sreq.final_len, sreq.max_new)
             if res is None:
                 self._blocked = (sreq.rid, self._mem_epoch)
@@ -215,6 +224,10 @@ class Engine:
                 self.prompt_tokens += sreq.prompt_len
                 self.hit_tokens += res.cached_len
                 self.token_hit_tokens += res.unaligned_hit
+            if self.tier is not None:
+                self.tier.admitted(sreq, res.host_hit, res.storage_hit,
+                                   self.env.now - sreq.req.arrival_s, self.policy.page_size,
+                                   self._admitted[-1][1])
             sreq.written = res.cached_len
             sreq.status = "prefill"
             self.prefilling.append(sreq)
@@ -263,6 +276,8 @@ class Engine:
         sreq.written = 0
         sreq.status = "waiting"
         self.waiting.insert(0, sreq)
+        if self.tier is not None:
+            self.tier.unadmitted(sreq, first)
         if first:
             self.prompt_tokens -= sreq.prompt_len
             self.hit_tokens -= sreq.cached_tokens
@@ -389,6 +404,12 @@ class Engine:
         contexts = np.fromiter((s.written for s in decoding), dtype=np.int64,
                                count=len(decoding))
         dt = self.latency.iteration_time(prefill_info, contexts, self.policy.page_size) + extra
+        if self.tier is not None:
+            state = self.policy.tier_state()
+            assert state is not None
+            dt += self.tier.iteration_stall([s for s, _ in plan], dt, state,
+                                            self.policy.page_size)
+            self.rec.host = (state.host_used, state.host_locked)
         if self.event_sink is not None:
             self.event_sink(t0, t0 + dt, chunks, [s.rid for s in decoding], 1)
         b = self._breakdown()

@@ -19,10 +19,11 @@ REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "status", "reject_reason", "arrival_s", "admit_s",
     "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "normalized_latency_s",
     "prompt_len", "output_len", "final_len", "cached_tokens", "token_hit_tokens",
-    "preemptions", "recomputed_tokens", "swapped_tokens",
+    "preemptions", "recomputed_tokens", "swapped_tokens", "host_hit_tokens",
+    "storage_hit_tokens", "load_stall_s",
 )  # fmt: skip
 
-TIMELINE_COLUMNS = ("time_s", *PARTS, "batch_size", "waiting", "running")
+TIMELINE_COLUMNS = ("time_s", *PARTS, "batch_size", "waiting", "running", "host_used")
 
 
 @dataclass
@@ -44,6 +45,10 @@ class Recorder:
     request_rows: list[tuple] = field(default_factory=list)
     timeline: list[tuple] = field(default_factory=list)
     _last_sample: float = -1e300
+    # the host KV tier now (slots used, of which locked by loads in flight), set by the engine
+    # when there is one; integrated like the device parts
+    host: tuple[int, int] = (0, 0)
+    host_seconds: np.ndarray = field(default_factory=lambda: np.zeros(2))
 
     def _clip(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
         return np.clip(np.minimum(t1, self.window_end) - np.maximum(t0, self.window_start), 0, None)
@@ -54,6 +59,8 @@ class Recorder:
         w = max(min(t1, self.window_end) - max(t0, self.window_start), 0.0)
         if w > 0:
             self.part_seconds += parts * w
+            if self.host[0]:
+                self.host_seconds += np.array(self.host) * w
             self.over_seconds += over_reservation * w
             self.frag_index_seconds += frag_index * w
             self.page_entry_seconds += page_entries * w
@@ -65,6 +72,8 @@ class Recorder:
         """One breakdown row per step (rows of `parts`), step i lasting starts[i]..ends[i].
         Over-reservation does not change during decode steps, so it comes as one number."""
         w = self._clip(starts, ends)
+        if w.any() and self.host[0]:
+            self.host_seconds += np.array(self.host) * float(w.sum())
         if w.any():
             # accumulate step by step, in order, so the sums round exactly as stepping's do
             self.part_seconds = _accumulate(self.part_seconds, parts * w[:, None])
@@ -101,7 +110,8 @@ class Recorder:
             self.timeline = self.timeline[::2]
             self.timeline_interval_s = max(self.timeline_interval_s * 2, 1e-3)
         self._last_sample = now
-        self.timeline.append((now, *(int(x) for x in parts), batch, waiting, running))
+        self.timeline.append((now, *(int(x) for x in parts), batch, waiting, running,
+                              self.host[0]))
 
     def add_request(self, row: tuple) -> None:
         self.request_rows.append(row)

@@ -24,8 +24,9 @@ class SimRequest:
 
     __slots__ = (
         "admit_s", "cached_tokens", "computed_len", "decoded", "done", "final_len", "finish_s",
-        "first_token_s", "ids", "max_new", "output_len", "preemptions", "prefill_target",
-        "prompt_len", "recomputed_tokens", "reject_reason", "req", "status", "swap_len",
+        "first_token_s", "host_hit", "ids", "load_stall_s", "load_tokens", "max_new",
+        "output_len", "preemptions", "prefill_target", "prompt_len", "recomputed_tokens",
+        "reject_reason", "req", "status", "storage_hit", "storage_wait", "swap_len",
         "swapped_tokens", "token_hit", "written",
     )  # fmt: skip
 
@@ -49,6 +50,10 @@ class SimRequest:
         self.swap_len = 0  # swapped-out KV to copy back at re-admission (tokens)
         self.computed_len = 0  # most tokens it had computed when preempted: below is recompute
         self.reject_reason = ""
+        # lower KV tiers (simulator/transfers.py): tokens of the first admission's hit loaded
+        # from host / storage, a load still to charge, and the stall it was charged
+        self.host_hit = self.storage_hit = self.load_tokens = 0
+        self.storage_wait = self.load_stall_s = 0.0
         self.ids: np.ndarray | None = None
         self.done = env.event()
 
@@ -78,6 +83,7 @@ class SimRequest:
             arrival, self.admit_s, self.first_token_s, self.finish_s, ttft, tpot, e2e, norm,
             self.prompt_len, self.output_len, self.final_len, max(self.cached_tokens, 0),
             self.token_hit, self.preemptions, self.recomputed_tokens, self.swapped_tokens,
+            self.host_hit, self.storage_hit, self.load_stall_s,
         )
 
     def prefill_key(self) -> np.ndarray:

@@ -20,6 +20,7 @@ from simulator.latency import make_latency_model
 from simulator.metrics import REQUEST_COLUMNS, TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
 from simulator.reuse_gap import reuse_gap
+from simulator.transfers import TransferModel, tier_tokens
 from workloads.request import Workload
 
 # torch's intra-op threads cost more than they give on the tiny tensors of one engine step
@@ -49,6 +50,17 @@ def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
                "num_layers": model.num_layers,
                "num_kv_heads": model.kv_heads_per_rank(cfg.pool.tp),
                "head_dim": model.head_dim, "store_kv": False}
+    host, storage = tier_tokens(cfg.tier, model, cfg.pool.kv_dtype, cfg.pool.tp,
+                                cfg.pool.kv_tokens)
+    for name, slots in (("--hicache-size / --hicache-ratio", host), ("--storage-size", storage)):
+        if 0 < slots < cfg.policy.page_size:
+            raise ValueError(f"{name}: a tier of {slots} slots is smaller than one page of "
+                             f"{cfg.policy.page_size} tokens")
+    if host:
+        if cfg.policy.policy != "paged":
+            raise ValueError(f"--hicache-size / --hicache-ratio: the host tier is built for "
+                             f"--policy paged, not {cfg.policy.policy!r}")
+        derived.update(host_tokens=host, storage_tokens=storage)
     return make_policy(cfg.policy.policy, PolicyConfig(**{**shared, **derived}))
 
 
@@ -93,7 +105,10 @@ def simulate(
 
         bar = tqdm(total=workload.num_requests, unit="req", desc="simulating", leave=False)
         tick = bar.update
-    engine = Engine(env, workload, policy, latency, cfg, max_ctx, rec, progress=tick)
+    transfers = (TransferModel.of(cfg.tier, model, gpu, cfg.pool.kv_dtype, cfg.pool.tp,
+                                  cfg.policy.page_size) if cfg.tier.enabled else None)
+    engine = Engine(env, workload, policy, latency, cfg, max_ctx, rec, progress=tick,
+                    transfers=transfers)
     engine.event_sink = event_sink  # optional schedule observer (Engine.event_sink)
     engine.start()
     backlog: dict[str, int] = {}
@@ -197,8 +212,40 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
         "page_table_bytes": policy_page_table_bytes(policy),
         "block_table_entries": rec.page_entry_seconds / span if span > 0 else float("nan"),
         "sim_end_s": engine.env.now,
+        **tier_summary(engine, rec, policy),
     }
     return out
+
+
+def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
+    """Where hits came from and what the tiers moved (zeros without a tier, so every summary
+    has the same columns). prefix_hit_rate stays the total: device + host + storage."""
+    tier, prompt = engine.tier, engine.prompt_tokens
+    host_hit = tier.host_tokens if tier is not None else 0
+    storage_hit = tier.storage_tokens if tier is not None else 0
+    state = policy.tier_state()
+    page_bytes = tier.model.page_bytes if tier is not None else 0.0
+    cap = state.host_capacity if state is not None else 0
+    span = rec.window_length
+    used, locked = (rec.host_seconds / (span * cap) * 100.0 if cap and span > 0
+                    else np.zeros(2))
+    return {
+        "device_hit_rate": (engine.hit_tokens - host_hit - storage_hit) / prompt if prompt
+        else 0.0,
+        "host_hit_rate": host_hit / prompt if prompt else 0.0,
+        "storage_hit_rate": storage_hit / prompt if prompt else 0.0,
+        "host_capacity_slots": cap,
+        "storage_capacity_slots": state.storage_capacity if state is not None else 0,
+        "host_to_device_bytes": state.pages_h2d * page_bytes if state is not None else 0.0,
+        "device_to_host_bytes": state.pages_d2h * page_bytes if state is not None else 0.0,
+        "storage_to_host_bytes": state.pages_s2h * page_bytes if state is not None else 0.0,
+        "host_to_storage_bytes": state.pages_h2s * page_bytes if state is not None else 0.0,
+        "load_stall_s": tier.load_stall_s if tier is not None else 0.0,
+        # the host pool's breakdown: loads in flight hold token states, the rest is cache
+        "host_token_states_pct": float(locked),
+        "host_cached_pct": float(used - locked),
+        "host_free_pct": 100.0 - float(used) if cap else 0.0,
+    }
 
 
 def policy_page_table_bytes(policy) -> int:

@@ -130,6 +130,62 @@ class EngineSpec:
                 "iteration_overhead_s": self.iteration_overhead_s}
 
 
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+LOAD_MODES = ("overlap", "block")
+
+
+def _write_policies() -> list[str]:
+    from kvcore.tiers import WRITE_POLICIES
+
+    return list(WRITE_POLICIES)
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """Lower KV tiers behind the device pool (SGLang HiCache: host DRAM, then storage) and what
+    moving KV between them costs. All sizes 0 (the default): no tier, today's results."""
+
+    hicache_size: float = spec_field(
+        0.0, "host KV tier in GiB per tensor-parallel rank (0: none; or --hicache-ratio)",
+        domain=Domain(0, 1 << 16))
+    hicache_ratio: float = spec_field(
+        0.0, "host KV tier as a multiple of the device pool (0: none; or --hicache-size)",
+        domain=Domain(0, 1 << 12))
+    storage_size: float = spec_field(
+        0.0, "storage KV tier in GiB per rank behind the host tier (0: none)",
+        domain=Domain(0, 1 << 20))
+    hicache_write_policy: str = spec_field(
+        "write_through", "when device KV is backed up to the host tier", choices=_write_policies)
+    hicache_prefetch_policy: str = spec_field(
+        "best_effort", "how long admission waits for a storage prefetch",
+        choices=PREFETCH_POLICIES)
+    hicache_prefetch_timeout_s: float = spec_field(
+        1.0, "the `timeout` prefetch policy's wait in s", domain=Domain(0, 1e6))
+    hicache_load: str = spec_field(
+        "overlap", "host-to-device loads overlap compute layer by layer, or block",
+        choices=LOAD_MODES)
+    host_link_gbps: float = spec_field(
+        0.0, "host<->device link in GB/s (0: the GPU preset's, PCIe or NVLink-C2C)",
+        domain=Domain(0, 1e6))
+    storage_gbps: float = spec_field(10.0, "storage tier read/write bandwidth in GB/s",
+                                     domain=Domain(0, 1e6, lo_inclusive=False))
+    storage_latency_us: float = spec_field(100.0, "storage tier latency per operation in us",
+                                           domain=Domain(0, 1e9))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.hicache_size and self.hicache_ratio:
+            raise ValueError(f"give one of --hicache-size ({self.hicache_size}) and "
+                             f"--hicache-ratio ({self.hicache_ratio})")
+        if self.storage_size and not (self.hicache_size or self.hicache_ratio):
+            raise ValueError(f"--storage-size {self.storage_size} needs a host tier "
+                             "(--hicache-size or --hicache-ratio)")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.hicache_size or self.hicache_ratio)
+
+
 def check_device(device: str) -> None:
     """cpu, or cuda[:N] with such a device present (torch's own errors are not one line)."""
     if device == "cpu":  # the default: no need to load torch to know it
@@ -148,5 +204,6 @@ def check_device(device: str) -> None:
             raise ValueError(f"--device {device!r}: no such CUDA device here ({n} found)")
 
 
-__all__ = ["ADMISSION_MODES", "CACHING_POLICIES", "PREEMPT_MODES", "SCHEDULES", "EngineSpec",
-           "PolicySpec", "check_device"]
+__all__ = ["ADMISSION_MODES", "CACHING_POLICIES", "LOAD_MODES", "PREEMPT_MODES",
+           "PREFETCH_POLICIES", "SCHEDULES", "EngineSpec", "PolicySpec", "TierSpec",
+           "check_device"]

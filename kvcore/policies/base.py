@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
+from kvcore.tiers import TierState
 
 __all__ = [
     "AdmitResult",
@@ -62,6 +63,8 @@ class AdmitResult:
     row: int
     cached_len: int
     token_hit: int = -1
+    host_hit: int = 0  # of cached_len: tokens loaded from the host tier (kvcore/tiers.py)
+    storage_hit: int = 0  # of cached_len: tokens loaded from the storage tier
 
     @property
     def unaligned_hit(self) -> int:
@@ -92,6 +95,9 @@ class KVPolicy(ABC):
 
     #: registry name, e.g. "paged"
     name: str = ""
+    #: tokens a storage tier may deliver at the next `admit` (set by the engine's prefetch
+    #: policy; read by policies with lower tiers only)
+    storage_allowance: int = 0
 
     def __init__(self, capacity: int, page_size: int) -> None:
         self.capacity = capacity
@@ -283,6 +289,11 @@ class KVPolicy(ABC):
         """Requests holding memory or a row now (default: not tracked)."""
         return 0
 
+    def tier_state(self) -> TierState | None:
+        """Lower KV tiers' occupancy and the pages moved between tiers so far (None: the
+        policy has no lower tier). The engine charges the traffic as transfer time."""
+        return None
+
 
 @dataclass(frozen=True)
 class PolicyConfig:
@@ -307,6 +318,10 @@ class PolicyConfig:
     head_dim: int = 1
     kv_dtype: str = "bf16"
     store_kv: bool = False
+    # lower KV tiers behind the device pool (kvcore/tiers.py), in slots; 0: none
+    host_tokens: int = 0
+    storage_tokens: int = 0
+    hicache_write_policy: str = "write_through"
 
     @property
     def num_pages(self) -> int:

@@ -27,10 +27,9 @@ from kvcore.policies.base import (
     KVPolicy,
     PolicyConfig,
     PrefixPeek,
-    register_policy,
 )
 from kvcore.radix_cache import RadixCache
-from kvcore.radix_node import TreeNode, as_key
+from kvcore.radix_node import MatchResult, TreeNode, as_key
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import InvariantError, positive_int
 
@@ -136,6 +135,11 @@ class PagedPolicy(KVPolicy):
     def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
         return 0
 
+    def _load(self, row: int, key: np.ndarray, match: MatchResult) -> MatchResult:
+        """The locked device match, extended by what lower tiers load (kvcore/policies/
+        paged_tiers.py; none here)."""
+        return match
+
     def admit(
         self, rid: int, token_ids: np.ndarray, final_len: int, max_new_tokens: int
     ) -> AdmitResult | None:
@@ -153,8 +157,9 @@ class PagedPolicy(KVPolicy):
         key = as_key(token_ids)[: max(len(token_ids) - 1, 0)]
         token_hit = self.tree.peek(key)[1]
         match = self.tree.match_prefix(key)
-        cached = len(match.indices)
         self.tree.inc_lock_ref(match.last_node)
+        match = self._load(row, key, match)
+        cached = len(match.indices)
         if cached:
             self.req_to_token_pool.write_range(row, 0, match.indices)
         self._members += 1
@@ -300,8 +305,12 @@ class PagedPolicy(KVPolicy):
         # the int32 row itself: the tree copies (as int64) only the part it did not have
         row_slots = self.req_to_token_pool.row_prefix(row, n)
         already, node = self.tree.insert_path(as_key(token_ids)[:n], row_slots)
+        self._inserted(token_ids, n)
         self._free_positions(row, cached, already)
         return n, node, already == cached
+
+    def _inserted(self, token_ids: np.ndarray, n: int) -> None:
+        """The device tree took token_ids[:n] (a tier's write_through backs it up)."""
 
     def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
         self._epoch += 1
@@ -461,17 +470,3 @@ class PagedPolicy(KVPolicy):
     @_table_np.setter
     def _table_np(self, view: np.ndarray | None) -> None:
         self.req_to_token_pool.host = view
-
-
-@register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
-                 "real traffic, any page size; reuses shared prefixes")
-def _make_paged(config: PolicyConfig) -> KVPolicy:
-    return PagedPolicy(config, cache_enabled=True)
-
-
-@register_policy("paged-nocache", when="paging without prefix reuse: isolates what the radix "
-                 "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)")
-def _make_paged_nocache(config: PolicyConfig) -> KVPolicy:
-    policy = PagedPolicy(config, cache_enabled=False)
-    policy.name = "paged-nocache"
-    return policy

@@ -211,6 +211,12 @@ VALID: dict[str, st.SearchStrategy] = {
     "--slo-ttft": _f(0.01, 10),
     "--slo-tpot": _f(0.01, 10), "--device": st.just("cpu"),
     "--page-head-overhead-s": _f(0, 1e-6), "--iteration-overhead-s": _f(0, 0.05),
+    # host KV tier (docs/tiers.md): sizes that hold a page; storage needs a host tier, so alone
+    # only its 0 is valid
+    "--hicache-size": st.sampled_from(["0", "0.05", "0.5"]),
+    "--hicache-ratio": st.sampled_from(["0", "1", "4"]), "--storage-size": st.just("0"),
+    "--hicache-prefetch-timeout-s": _f(0, 10), "--host-link-gbps": _f(0, 900),
+    "--storage-gbps": _f(0.1, 100), "--storage-latency-us": _f(0, 1e4),
 }
 for _name in CHOICE:
     VALID[flag(_name)] = st.sampled_from(allowed_values(_name))

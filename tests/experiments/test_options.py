@@ -100,7 +100,7 @@ def test_one_name_per_option_and_every_alias_is_an_old_or_engine_spelling():
                        "mem_fraction_static": "mem_fraction"}
     assert IMPLIED == {"gpu_memory_utilization": {"budget": "vllm"},
                        "mem_fraction_static": {"budget": "sglang"}}
-    assert list(SPECS) == ["workload", "policy", "memory", "engine", "output"]
+    assert list(SPECS) == ["workload", "policy", "memory", "engine", "tier", "output"]
 
 
 def test_sim_config_is_built_from_the_options_by_name():

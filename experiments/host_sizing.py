@@ -1,0 +1,104 @@
+"""`kvsim plan --target-hit-rate X`: the host KV tier a workload needs for a total prefix hit
+rate, found by simulating it (the hit rate of a tiered cache depends on the arrival order, the
+device pool and the eviction order, which no closed form captures).
+
+The search: the device pool alone first (ratio 0); then the host tier doubles (1x, 2x, 4x the
+device pool ...) until the target is met or the host holds every token the workload writes
+(where the hit rate is the trace's ideal reuse); then a few bisection steps between the last
+miss and the first hit. A target above the ideal reuse can never be met: it is refused before
+anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from experiments.options import RunOptions
+
+GiB = 2**30
+BISECTIONS = 4
+
+
+@dataclass(frozen=True)
+class SizingStep:
+    """One simulation of the search: the host tier (x the device pool, GiB per rank) and the
+    hit rates and TTFT it gave."""
+
+    ratio: float
+    host_gib: float
+    prefix_hit_rate: float
+    host_hit_rate: float
+    ttft_p50_s: float
+
+
+@dataclass(frozen=True)
+class HostSizing:
+    """The answer: the smallest host tier tried that met the target (None: not met even
+    unbounded), the trace's ideal reuse, and every step."""
+
+    target: float
+    ideal_reuse: float
+    needed: SizingStep | None
+    steps: tuple[SizingStep, ...]
+
+    def to_dict(self) -> dict:
+        return {"target_hit_rate": self.target, "ideal_reuse": self.ideal_reuse,
+                "needed": None if self.needed is None else vars(self.needed),
+                "steps": [vars(s) for s in self.steps]}
+
+
+def host_gib(opts: RunOptions, ratio: float) -> float:
+    """GiB per rank of a host tier `ratio` x the device pool."""
+    per_token = opts.memory.model_preset().kv_bytes_per_token(opts.memory.kv_dtype,
+                                                              opts.memory.tp)
+    return ratio * opts.resolved_kv_tokens() * per_token / GiB
+
+
+def size_host_tier(opts: RunOptions, target: float) -> HostSizing:
+    """Search the host tier that reaches `target` (see the module docstring)."""
+    from experiments.runner import simulate_options
+    from workloads import build_workload
+    from workloads.reuse import ideal_reuse
+
+    if not 0 < target <= 1:
+        raise ValueError(f"--target-hit-rate must be in (0, 1], got {target}")
+    ps = opts.policy.page_size
+    workload = build_workload(opts.workload_spec())
+    ideal = ideal_reuse(workload, ps)
+    if target > ideal:
+        raise ValueError(f"--target-hit-rate {target} is above the workload's ideal reuse "
+                         f"{ideal:.4f} at page size {ps}: no cache can reach it")
+    written = sum(r.prompt_len + r.output_len for r in workload.nominal_requests())
+    unbounded = max(written / opts.resolved_kv_tokens(), 1.0)
+    steps: list[SizingStep] = []
+
+    def run(ratio: float) -> SizingStep:
+        cell = RunOptions.from_mapping({"hicache_ratio": ratio, "hicache_size": 0.0}, opts)
+        row, _ = simulate_options(cell)
+        step = SizingStep(ratio, host_gib(opts, ratio), float(row["prefix_hit_rate"]),
+                          float(row["host_hit_rate"]), float(row["ttft_p50_s"]))
+        steps.append(step)
+        return step
+
+    low = run(0.0)
+    if low.prefix_hit_rate >= target:
+        return HostSizing(target, ideal, low, tuple(steps))
+    ratio, high = 1.0, None
+    while high is None:
+        step = run(min(ratio, unbounded))
+        if step.prefix_hit_rate >= target:
+            high = step
+        elif ratio >= unbounded:
+            return HostSizing(target, ideal, None, tuple(steps))
+        else:
+            low, ratio = step, ratio * 2
+    for _ in range(BISECTIONS):
+        mid = run((low.ratio + high.ratio) / 2)
+        if mid.prefix_hit_rate >= target:
+            high = mid
+        else:
+            low = mid
+    return HostSizing(target, ideal, high, tuple(steps))
+
+
+__all__ = ["HostSizing", "SizingStep", "host_gib", "size_host_tier"]
