@@ -143,12 +143,11 @@ class BlockPool:
         self.block_hash = np.zeros(nb, dtype=_U64)
         self.parent_hash = np.zeros(nb, dtype=_U64)
         self.block_tokens = np.zeros((nb, page_size), dtype=np.int64)
-        # per block: which caching put it in the index (0 = not indexed); an unchanged
-        # generation means the block stayed indexed in between (kvcore/chain_memo.py)
-        self.gen = np.zeros(nb, dtype=np.int64)
-        self._last_gen = 0
         # hash index: hash -> the blocks holding it, oldest first
         self.index = BlockHashIndex(num_blocks)
+        # per block: which caching put it in the index (0 = not indexed); an unchanged
+        # generation means the block stayed indexed in between (kvcore/chain_memo.py)
+        self.gen = self.index.gen
         self.cached_block_hash_to_block = HeadView(self.index)
         self.free_block_queue = FreeKVCacheBlockQueue(nb)
         self.num_cached_free = 0  # hashed blocks in the free queue: evictable cache
@@ -172,7 +171,6 @@ class BlockPool:
             self.evicted_blocks += len(ev)
             self.index.remove(ev)
             self.is_hashed[ev] = False
-            self.gen[ev] = 0
         self.ref_cnt[blocks] = 1
         return blocks
 
@@ -205,8 +203,6 @@ class BlockPool:
         self.parent_hash[blocks[0]] = parent
         self.parent_hash[blocks[1:]] = hashes[:-1]
         self.block_tokens[blocks] = tokens
-        self._last_gen += 1
-        self.gen[blocks] = self._last_gen
         self.index.insert(blocks, hashes)
         return hashes
 
@@ -227,7 +223,7 @@ class BlockPool:
         if j:
             stale = np.flatnonzero(self.gen[known[:j]] != known_gens[:j])
             j = int(stale[0]) if len(stale) else j
-        if j == nblocks or not self.index.num_keys:
+        if j == nblocks or not self.index.num_live:
             return known[:j]
         parts: list[np.ndarray] = [known[:j]]
         k, step = j, 64
@@ -309,9 +305,10 @@ class BlockPool:
             raise InvariantError("vllm: the null block was handed out")
         self.index.check_invariants()
         hashed = np.flatnonzero(self.is_hashed)
-        if not np.array_equal(np.flatnonzero(self.index.slot >= 0), hashed):
+        if not np.array_equal(np.flatnonzero(self.gen), hashed):
             raise InvariantError("vllm: hash index out of sync with block hashes")
-        if not np.array_equal(self.index.find(self.block_hash[hashed]), self.index.slot[hashed]):
+        keys, blocks = self.index.live_entries()
+        if not np.array_equal(keys, self.block_hash[blocks]):
             raise InvariantError("vllm: a block is indexed under the wrong hash")
         if len(hashed) and not np.array_equal(
             block_hashes(self.parent_hash[hashed], self.block_tokens[hashed]),

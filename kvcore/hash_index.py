@@ -1,37 +1,35 @@
 """The block pool's hash index: block hash -> every block holding that content, oldest first.
 
-vLLM keeps this index as a Python dict of hash -> blocks. At page size 1 every token is a block,
-so a dict costs one interpreted step per token: matching a 12 k-token prompt, caching it and
-evicting it are each 12 k dict operations, which made the `vllm` policy some 40x slower than
-`paged` at page 1. Here the same index lives in numpy arrays and every operation takes a whole
-batch of blocks in a few vectorised passes:
+vLLM keeps this index as a Python dict of hash -> blocks. At page size 1 every token is a
+block, so the index sees one insertion and one removal per prompt token: a 12 k-token prompt
+is 12 k of each, and a dict (or any per-block Python step) made the `vllm` policy tens of
+times slower than `paged`. The table here is numpy arrays taking whole batches, and it is
+shaped so that the common operations touch as little memory as possible (the table is far
+larger than the caches, so every random access is a cache miss, and misses are the cost):
 
-* An open-addressing table (double hashing: the home slot from the hash's low bits, an odd
-  step from its high bits; power-of-two size at least four times the block count, so at most
-  a quarter full of live keys) maps a hash to its slot. A batch probes in rounds, so its cost
-  follows the longest probe path in it: double hashing keeps those short where linear
-  probing's clusters grew long. A slot is one row of a flat int64 table (a probe's reads share
-  a cache line, which matters: the table is far larger than the caches and every access is
-  random): the key, the oldest holder (`head`, > 0), the youngest (`tail`) and a claim cell.
-  `head` 0 is an empty slot, -1 a tombstone left by a key whose last holder went; probing
-  skips tombstones, insertion takes the first free slot on the key's path once the key is
-  known to be absent, and the table is rebuilt without tombstones when they fill a quarter
-  of it (so probing never sees it over half full, and a rebuild, which reinserts at most a
-  quarter of the table, comes at most once per as many removals).
-* The holders of one hash form a doubly linked list through per-block `next`/`prev` arrays in
-  insertion order (duplicates exist because block tables are append-only), and each block
-  remembers its slot, so removing a block is O(1) and needs no search.
-* Batches: a lookup probes all keys at once, dropping the resolved ones each round. An insert
-  finds the keys it already has, then claims slots for the new ones in rounds: keys at a free
-  slot write their batch index into its claim cell and the one read back wins; a loser looks
-  at that slot again and joins it if the winner had its key (equal hashes in one batch), else
-  walks on. Each key's new holders are linked, in batch order, after its tail. A removal of
-  blocks that are each their key's only holder (the usual case) is one pass; otherwise it
-  unlinks at most one block per key per round, so two neighbours in one list never race.
-  Removing a set of blocks leaves the same lists whatever order they go in.
+* **A multimap with linear probing.** One row per entry (key, block, generation); equal keys
+  are separate rows on the same probe path. Probing goes one row forward at a time, so a
+  probe's rows share cache lines, and no row ever moves except in a rebuild.
+* **Lazy deletion.** A block's entry is live while the block's generation (`gen`, set when it
+  is indexed, 0 when it is not) equals the row's. Removing blocks is a write of 0 into `gen`,
+  one small array: no table access at all. Dead rows stay in the table, skipped by lookups,
+  until a rebuild drops them.
+* **Order for free.** With no row ever freed between rebuilds, a new entry lands on the first
+  empty row of its key's path: after every older entry of the same key. So the live rows of a
+  key in probe order are its holders oldest first, exactly vLLM's order (a dict of lists), with
+  no per-key list to maintain.
+* **Rebuilds** when occupied rows (live and dead) would pass half of the home slots: the live
+  rows, sorted by home slot (stably, so equal keys keep their order), are written back in one
+  pass, each at `i + cummax(home_j - j)`, the closed form of linear probing for sorted keys.
+  The table has spare rows past the last home slot instead of wrapping around, so a cluster
+  near the end runs on into them (a rebuild adds more in the rare case they run out); the
+  last row always stays empty, so every probe ends inside the table.
+* Batches probe in rounds, each round one vectorised step for every key still walking; when
+  few keys are left they finish one at a time (a numpy round costs a dozen calls whatever its
+  size, a key's step in Python about one).
 
-The order of holders is exactly the dict-and-lists index's, which tests/kvcore/
-test_hash_index.py checks against a plain per-block model on random operation streams.
+tests/kvcore/test_hash_index.py checks the order of holders against a plain dict of lists on
+random operation streams.
 """
 
 from __future__ import annotations
@@ -43,14 +41,10 @@ import numpy as np
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
-_S32 = _U64(32)
-_EMPTY, _TOMB = 0, -1
-#: a slot's row in the flat table: the key's bits, oldest holder, youngest holder, and a
-#: scratch cell where keys racing for the slot write their batch index (the last write wins)
-_KEY, _HEAD, _TAIL, _CLAIM = 0, 1, 2, 3
-_ROW = 4
-#: keys left probing at which a batch finishes one key at a time: a numpy round costs a
-#: dozen calls whatever its size, a key's step in Python about one
+#: a row of the flat table: the key's bits, the block (0: an empty row) and its generation
+_KEY, _BLOCK, _GEN = 0, 1, 2
+_ROW = 3
+#: keys left walking at which a batch finishes one key at a time
 _FEW = 32
 
 
@@ -62,301 +56,218 @@ def _bits(hashes: np.ndarray) -> np.ndarray:
 class BlockHashIndex:
     """Hash -> holders (block ids 1..num_blocks), oldest first, for batches of blocks."""
 
-    #: probing keys left when a batch goes on one key at a time (0: always whole rounds)
+    #: keys left walking when a batch goes on one key at a time (0: always whole rounds)
     few = _FEW
+    #: rows past the last home slot at the start (a cluster there runs on into them)
+    min_spare = 64
 
     def __init__(self, num_blocks: int) -> None:
         nb = num_blocks + 1  # block 0 (the null block) is never indexed
-        size = 1 << max(4, (4 * nb - 1).bit_length())
-        self._mask = _U64(size - 1)
-        self._imask = size - 1
-        # one row per slot, so a probe's key and head share a cache line
-        self._t = np.zeros(size * _ROW, dtype=np.int64)
-        self._keys = self._t[_KEY::_ROW]
-        self._head = self._t[_HEAD::_ROW]  # 0 empty, -1 tombstone, else oldest holder
-        self._tail = self._t[_TAIL::_ROW]  # youngest holder of a live slot
-        self.slot = np.full(nb, -1, dtype=np.int64)  # per block: its key's slot, -1 = unindexed
-        self._next = np.zeros(nb, dtype=np.int64)  # younger holder of the same key, 0 = none
-        self._prev = np.zeros(nb, dtype=np.int64)  # older holder, 0 = none
-        self.num_keys = 0
-        self._tombs = 0
+        self.gen = np.zeros(nb, dtype=np.int64)  # per block: its entry's generation, 0 = none
+        self._last_gen = 0
+        self.num_live = 0  # indexed blocks
+        self._used = 0  # occupied rows, live and dead
+        self._homes = 1 << max(4, (4 * nb - 1).bit_length())  # at most a quarter live
+        self._alloc(self._homes + max(self.min_spare, self._homes >> 6))
 
-    # -- probing ---------------------------------------------------------------------------
-    def _probe_start(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Home slot and probe step of each hash: low bits, and an odd step from the high
-        bits (double hashing, so keys that share a home do not share a path)."""
-        h = np.ascontiguousarray(hashes, dtype=_U64)
-        home = (h & self._mask).astype(np.int64)
-        step = ((h >> _S32) & self._mask | _U64(1)).astype(np.int64)
-        return home, step
+    def _alloc(self, rows: int) -> None:
+        self._rows = rows
+        self._t = np.zeros(rows * _ROW, dtype=np.int64)
 
-    def find(self, hashes: np.ndarray) -> np.ndarray:
-        """Slot of each hash (uint64), -1 where it is not indexed."""
-        return self._find(hashes)[0]
-
-    def _find(self, hashes: np.ndarray, *, free: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(slot of each hash or -1, and with `free` the first free slot on each absent
-        hash's probe path: where an insertion claims from)."""
-        n = len(hashes)
-        out = np.full(n, -1, dtype=np.int64)
-        first = np.full(n if free else 0, -1, dtype=np.int64)
-        todo = np.arange(n)
-        k = _bits(hashes)
-        pos, step = self._probe_start(hashes)
-        t, mask = self._t, self._imask
-        while len(todo):
-            if len(todo) <= self.few:
-                self._find_each(todo, k, pos, step, out, first if free else None)
-                break
-            hd = t[pos * _ROW + _HEAD]
-            live = hd > 0
-            hit = live & (t[pos * _ROW] == k)
-            if hit.any():
-                out[todo[hit]] = pos[hit]
-            if free:
-                open_ = ~live
-                if open_.any():
-                    mark = todo[open_]
-                    unset = first[mark] < 0
-                    first[mark[unset]] = pos[open_][unset]
-            go = np.flatnonzero(~hit & (hd != _EMPTY))
-            todo, k, step = todo[go], k[go], step[go]
-            pos = (pos[go] + step) & mask
-        return out, first
-
-    def _find_each(self, todo: np.ndarray, k: np.ndarray, pos: np.ndarray, step: np.ndarray,
-                   out: np.ndarray, first: np.ndarray | None) -> None:
-        """`_find`'s rounds for a few keys, one key at a time."""
-        t, mask = self._t, self._imask
-        for i, kk, p, st in zip(todo.tolist(), k.tolist(), pos.tolist(), step.tolist(),
-                                strict=True):
-            while True:
-                r = p * _ROW
-                hd = int(t[r + _HEAD])
-                if hd > 0:
-                    if int(t[r]) == kk:
-                        out[i] = p
-                        break
-                else:
-                    if first is not None and first[i] < 0:
-                        first[i] = p
-                    if hd == _EMPTY:
-                        break
-                p = (p + st) & mask
-
-    def heads(self, hashes: np.ndarray) -> np.ndarray:
-        """Oldest holder of each hash, 0 where it is not indexed."""
-        s = self.find(hashes)
-        return np.where(s >= 0, self._head[s], 0)
-
-    def _claim(self, hashes: np.ndarray, firsts: np.ndarray,
-               start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Give each of `hashes` (all absent from the table before this call) a free slot on
-        its probe path, from `start` (a slot on that path with no free slot before it; the
-        home slot by default), with `firsts` (one block each) as its head. Equal hashes
-        share one slot: the ones that find their key already claimed in this call are
-        `joined`. Returns (slots, joined)."""
-        t, mask = self._t, self._imask
-        n = len(hashes)
-        out = np.empty(n, dtype=np.int64)
-        joined = np.zeros(n, dtype=bool)
-        todo = np.arange(n)
-        k = _bits(hashes)
-        pos, step = self._probe_start(hashes)
-        if start is not None:
-            pos = start.copy()
-        while len(todo):
-            if len(todo) <= self.few:
-                self._claim_each(todo, k[todo], pos, step, firsts, out, joined)
-                break
-            r = pos * _ROW
-            hd = t[r + _HEAD]
-            live = hd > 0
-            if live.any():
-                mine = live & (t[r] == k[todo])  # claimed by an equal key of this call
-                if mine.any():
-                    out[todo[mine]] = pos[mine]
-                    joined[todo[mine]] = True
-                    keep = ~mine
-                    todo, pos, step, live = todo[keep], pos[keep], step[keep], live[keep]
-                pos[live] = (pos[live] + step[live]) & mask  # walk on to a free slot
-                continue
-            t[r + _CLAIM] = todo  # several keys at one free slot: the last write wins
-            win = t[r + _CLAIM] == todo
-            w, wr = todo[win], r[win]
-            self._tombs -= int(np.count_nonzero(hd[win] == _TOMB))
-            t[wr] = k[w]
-            t[wr + _HEAD] = firsts[w]
-            out[w] = pos[win]
-            lose = ~win  # the losers look at the same slot again: their key, or walk on
-            todo, pos, step = todo[lose], pos[lose], step[lose]
-        return out, joined
-
-    def _claim_each(self, todo: np.ndarray, k: np.ndarray, pos: np.ndarray, step: np.ndarray,
-                    firsts: np.ndarray, out: np.ndarray, joined: np.ndarray) -> None:
-        """`_claim`'s rounds for a few keys, one key at a time (no races left to settle)."""
-        t, mask = self._t, self._imask
-        for i, kk, p, st in zip(todo.tolist(), k.tolist(), pos.tolist(), step.tolist(),
-                                strict=True):
-            while True:
-                r = p * _ROW
-                hd = int(t[r + _HEAD])
-                if hd > 0:
-                    if int(t[r]) == kk:  # claimed by an equal key of this call
-                        out[i], joined[i] = p, True
-                        break
-                    p = (p + st) & mask
-                    continue
-                if hd == _TOMB:
-                    self._tombs -= 1
-                t[r] = kk
-                t[r + _HEAD] = firsts[i]
-                out[i] = p
-                break
+    def _home(self, hashes: np.ndarray) -> np.ndarray:
+        return (np.ascontiguousarray(hashes, dtype=_U64) & _U64(self._homes - 1)).astype(
+            np.int64)
 
     # -- batches ---------------------------------------------------------------------------
     def insert(self, blocks: np.ndarray, hashes: np.ndarray) -> None:
-        """Index `blocks` (distinct, unindexed) under `hashes`, each after the holders its hash
-        already has, in the given order."""
-        if not len(blocks):
+        """Index `blocks` (distinct, unindexed) under `hashes` (uint64), each after the
+        holders its hash already has, in the given order; they share a new generation."""
+        k = len(blocks)
+        if not k:
             return
-        slots, first_free = self._find(hashes, free=True)
-        old = slots >= 0
-        new = np.flatnonzero(~old)
-        shared = False
-        if len(new):
-            got, joined = self._claim(hashes[new], blocks[new], first_free[new])
-            slots[new] = got
-            nj = int(np.count_nonzero(joined))
-            self.num_keys += len(new) - nj
-            shared = nj > 0
-        nold = len(blocks) - len(new)
-        if not shared and nold > 1:
-            so = slots[old]
-            shared = len(np.unique(so)) < len(so)
-        if shared:
-            self._link_groups(blocks, slots, old)
-            return
-        # one block per key (the usual case): no list to build
-        nxt, prv = self._next, self._prev
-        nxt[blocks] = 0
-        prv[blocks] = 0
-        if nold:
-            b, tl = blocks[old], self._tail[slots[old]]
-            prv[b] = tl
-            nxt[tl] = b
-        self._tail[slots] = blocks
-        self.slot[blocks] = slots
+        if self._used + k > self._homes // 2:
+            self._rebuild()
+        self._last_gen += 1
+        g = self._last_gen
+        self.gen[blocks] = g
+        keys, pos = _bits(hashes), self._home(hashes)
+        todo = np.arange(k)
+        while len(todo):
+            todo, pos = self._place(todo, keys, blocks, g, pos)
+            if len(todo):  # ran past the spare rows: rebuild with more, place the rest
+                self._rebuild(spare=2 * (self._rows - self._homes))
+                pos = self._home(hashes[todo])
+        self.num_live += k
 
-    def _link_groups(self, blocks: np.ndarray, slots: np.ndarray, old: np.ndarray) -> None:
-        """`insert`'s linking where some key takes several blocks: group by slot, keep batch
-        order within a group, hang each group after its key's tail (or make it the list)."""
-        order = np.argsort(slots, kind="stable")
-        bs, ss, fold = blocks[order], slots[order], old[order]
-        start = np.ones(len(bs), dtype=bool)
-        start[1:] = ss[1:] != ss[:-1]
-        end = np.ones(len(bs), dtype=bool)
-        end[:-1] = start[1:]
-        nxt, prv = self._next, self._prev
-        nxt[bs[:-1]] = np.where(end[:-1], 0, bs[1:])
-        prv[bs[1:]] = np.where(start[1:], 0, bs[:-1])
-        f, fs, fo = bs[start], ss[start], fold[start]
-        tl = np.where(fo, self._tail[fs], 0)  # an existing key's youngest holder
-        prv[f] = tl
-        nxt[tl[fo]] = f[fo]
-        self._head[fs[~fo]] = f[~fo]  # a new key's first holder in batch order
-        nxt[bs[-1]] = 0
-        self._tail[ss[end]] = bs[end]
-        self.slot[bs] = ss
+    def _place(self, todo: np.ndarray, keys: np.ndarray, blocks: np.ndarray, g: int,
+               pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Write each key of `todo` (batch order) at the first empty row from `pos` on; keys
+        reaching one row together go in batch order (so equal keys keep it). Returns the keys
+        that ran out of rows, with their positions."""
+        t, end = self._t, self._rows - 1  # the last row stays empty: probes stop there
+        while len(todo):
+            out = pos >= end
+            if out.any():
+                return todo, pos
+            if len(todo) <= self.few:
+                return self._place_each(todo, keys, blocks, g, pos)
+            r = pos * _ROW
+            free = np.flatnonzero(t[r + _BLOCK] == 0)
+            if len(free):
+                # keys at one free row: of repeated indices numpy's assignment keeps the last
+                # write, so writing in reverse lets the earliest batch index win the row
+                fr, fk = r[free][::-1], todo[free][::-1]
+                t[fr + _BLOCK] = blocks[fk]
+                won = t[fr + _BLOCK] == blocks[fk]
+                wr, wk = fr[won], fk[won]
+                t[wr] = keys[wk]
+                t[wr + _GEN] = g
+                self._used += len(wk)
+                keep = np.ones(len(todo), dtype=bool)
+                keep[free[::-1][won]] = False
+                todo, pos = todo[keep], pos[keep]
+            pos = pos + 1
+        return todo, pos
+
+    def _place_each(self, todo: np.ndarray, keys: np.ndarray, blocks: np.ndarray, g: int,
+                    pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_place` for a few keys, one at a time, in batch order."""
+        t, end = self._t, self._rows - 1  # the last row stays empty: probes stop there
+        for j, (i, p) in enumerate(zip(todo.tolist(), pos.tolist(), strict=True)):
+            while p < end and t[p * _ROW + _BLOCK]:
+                p += 1
+            if p == end:
+                return todo[j:], np.full(len(todo) - j, end, dtype=np.int64)
+            r = p * _ROW
+            t[r] = keys[i]
+            t[r + _BLOCK] = blocks[i]
+            t[r + _GEN] = g
+            self._used += 1
+        return todo[:0], pos[:0]
 
     def remove(self, blocks: np.ndarray) -> None:
-        """Unindex `blocks` (distinct, indexed); a key losing its last holder is dropped."""
-        head, tail, nxt, prv = self._head, self._tail, self._next, self._prev
-        s = self.slot[blocks]
-        if not (prv[blocks].any() or nxt[blocks].any()):  # each its key's only holder
-            r = s * _ROW
-            self._t[r + _HEAD] = _TOMB
-            self._t[r + _TAIL] = 0
-            self.num_keys -= len(blocks)
-            self._tombs += len(blocks)
-            self.slot[blocks] = -1
-            blocks = blocks[:0]
-        while len(blocks):
-            one = np.unique(s, return_index=True)[1]  # at most one block per key this round
-            b, bs = blocks[one], s[one]
-            p, n = prv[b], nxt[b]
-            hp, hn = p != 0, n != 0
-            nxt[p[hp]] = n[hp]
-            head[bs[~hp]] = n[~hp]
-            prv[n[hn]] = p[hn]
-            tail[bs[~hn]] = p[~hn]
-            gone = bs[~hp & ~hn]
-            head[gone] = _TOMB
-            self.num_keys -= len(gone)
-            self._tombs += len(gone)
-            nxt[b] = prv[b] = 0
-            self.slot[b] = -1
-            rest = np.ones(len(blocks), dtype=bool)
-            rest[one] = False
-            blocks, s = blocks[rest], s[rest]
-        if self._tombs * 4 > len(head):
-            self._rebuild()
+        """Unindex `blocks` (distinct, indexed): their rows die where they are."""
+        self.gen[blocks] = 0
+        self.num_live -= len(blocks)
 
-    def _rebuild(self) -> None:
-        """Reinsert the live keys into a table without tombstones."""
-        live = np.flatnonzero(self._head > 0)
-        keys, heads, tails = self._keys[live].view(_U64), self._head[live], self._tail[live]
-        self._t[:] = 0
-        self._tombs = 0
-        new, _ = self._claim(keys, heads)
-        self._tail[new] = tails
-        moved = np.full(len(self._head), -1, dtype=np.int64)
-        moved[live] = new
-        idx = np.flatnonzero(self.slot >= 0)
-        self.slot[idx] = moved[self.slot[idx]]
+    def _rebuild(self, spare: int = 0) -> None:
+        """Write the live rows back without the dead ones (and with at least `spare` rows
+        past the last home slot)."""
+        t = self._t
+        rows = np.flatnonzero(t[_BLOCK::_ROW])
+        b = t[rows * _ROW + _BLOCK]
+        live = rows[self.gen[b] == t[rows * _ROW + _GEN]]
+        r = live * _ROW
+        keys, blocks, gens = t[r], t[r + _BLOCK], t[r + _GEN]
+        order = np.argsort(self._home(keys.view(_U64)), kind="stable")  # slot order kept
+        keys, blocks, gens = keys[order], blocks[order], gens[order]
+        i = np.arange(len(keys))
+        pos = i + np.maximum.accumulate(self._home(keys.view(_U64)) - i) if len(i) else i
+        need = int(pos[-1]) + 1 if len(pos) else 0
+        spare = max(spare, self._rows - self._homes, need - self._homes + self.min_spare)
+        if self._homes + spare != self._rows:
+            self._alloc(self._homes + spare)
+        else:
+            self._t[:] = 0
+        t, r = self._t, pos * _ROW
+        t[r], t[r + _BLOCK], t[r + _GEN] = keys, blocks, gens
+        self._used = len(keys)
 
-    # -- single keys -----------------------------------------------------------------------
-    def holders(self, h: int) -> list[int]:
-        """Blocks indexed under hash h, oldest first."""
-        s = int(self.find(np.array([h], dtype=_U64))[0])
-        out: list[int] = []
-        b = int(self._head[s]) if s >= 0 else 0
-        while b:
-            out.append(b)
-            b = int(self._next[b])
+    # -- lookups ---------------------------------------------------------------------------
+    def heads(self, hashes: np.ndarray) -> np.ndarray:
+        """Oldest holder of each hash (uint64), 0 where it has none."""
+        n = len(hashes)
+        out = np.zeros(n, dtype=np.int64)
+        todo = np.arange(n)
+        keys, pos = _bits(hashes), self._home(hashes)
+        t, gen = self._t, self.gen
+        while len(todo):
+            if len(todo) <= self.few:
+                self._heads_each(todo, keys, pos, out)
+                break
+            r = pos * _ROW
+            b = t[r + _BLOCK]
+            full = b != 0
+            hit = full & (t[r] == keys) & (gen[b] == t[r + _GEN])
+            out[todo[hit]] = b[hit]
+            go = np.flatnonzero(full & ~hit)
+            todo, keys, pos = todo[go], keys[go], pos[go] + 1
         return out
 
+    def _heads_each(self, todo: np.ndarray, keys: np.ndarray, pos: np.ndarray,
+                    out: np.ndarray) -> None:
+        """`heads` for a few keys, one at a time."""
+        t, gen = self._t, self.gen
+        for i, k, p in zip(todo.tolist(), keys.tolist(), pos.tolist(), strict=True):
+            while True:
+                r = p * _ROW
+                b = int(t[r + _BLOCK])
+                if not b:
+                    break
+                if t[r] == k and gen[b] == t[r + _GEN]:
+                    out[i] = b
+                    break
+                p += 1
+
+    def holders(self, h: int) -> list[int]:
+        """Blocks indexed under hash h, oldest first."""
+        t, gen = self._t, self.gen
+        k = int(_bits(np.array([h], dtype=_U64))[0])
+        p = int(self._home(np.array([h], dtype=_U64))[0])
+        out: list[int] = []
+        while True:
+            r = p * _ROW
+            b = int(t[r + _BLOCK])
+            if not b:
+                break
+            if t[r] == k and gen[b] == t[r + _GEN]:
+                out.append(b)
+            p += 1
+        return out
+
+    def live_entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(hash, block) of every live row, in row order (a key's holders oldest first)."""
+        t = self._t
+        rows = np.flatnonzero(t[_BLOCK::_ROW])
+        b = t[rows * _ROW + _BLOCK]
+        live = rows[self.gen[b] == t[rows * _ROW + _GEN]] * _ROW
+        return t[live].view(_U64), t[live + _BLOCK]
+
     def items(self) -> Iterator[tuple[int, int]]:
-        """(hash, oldest holder) of every indexed hash, in slot order."""
-        live = np.flatnonzero(self._head > 0)
-        return zip(self._keys[live].view(_U64).tolist(), self._head[live].tolist(),
-                   strict=True)
+        """(hash, oldest holder) of every indexed hash."""
+        keys, blocks = self.live_entries()
+        _, first = np.unique(keys, return_index=True)
+        return zip(keys[first].tolist(), blocks[first].tolist(), strict=True)
+
+    @property
+    def num_keys(self) -> int:
+        """Distinct hashes with at least one holder (a full pass: for checks and views)."""
+        return len(np.unique(self.live_entries()[0]))
 
     # -- checks ----------------------------------------------------------------------------
     def check_invariants(self) -> None:
-        """Each live slot's list runs head..tail through next/prev, its blocks point back at
-        the slot, every indexed block is in exactly one list, each key is found by probing
-        (no empty slot on its path) and the key and tombstone counts are right."""
-        head = self._head
-        live = np.flatnonzero(head > 0)
-        if len(live) != self.num_keys or int(np.count_nonzero(head == _TOMB)) != self._tombs:
-            raise InvariantError("vllm: hash index key or tombstone count out of sync")
-        if (head < _TOMB).any() or len(np.unique(self._keys[live])) != len(live):
-            raise InvariantError("vllm: hash index has a bad slot or a key twice")
-        if not np.array_equal(self.find(self._keys[live].view(_U64)), live):
-            raise InvariantError("vllm: a hash index key is not reachable by probing")
-        seen = 0
-        for s in live.tolist():
-            b, prev = int(head[s]), 0
-            while b:
-                if self.slot[b] != s or self._prev[b] != prev:
-                    raise InvariantError(f"vllm: hash index list of slot {s} is broken at {b}")
-                prev, b = b, int(self._next[b])
-                seen += 1
-            if prev != self._tail[s]:
-                raise InvariantError(f"vllm: hash index tail of slot {s} is wrong")
-        if seen != int(np.count_nonzero(self.slot >= 0)):
-            raise InvariantError("vllm: a block points at a slot whose list lacks it")
+        """Counts agree; every indexed block has exactly one live row; every row is reachable
+        by probing (no empty row between its home and it); a key's live rows are in the order
+        of their generations (oldest first)."""
+        t = self._t
+        rows = np.flatnonzero(t[_BLOCK::_ROW])
+        if len(rows) != self._used:
+            raise InvariantError("vllm: hash index row count out of sync")
+        if self.gen[0] or int(np.count_nonzero(self.gen)) != self.num_live:
+            raise InvariantError("vllm: hash index live count out of sync")
+        keys, blocks = self.live_entries()
+        if len(blocks) != self.num_live or len(np.unique(blocks)) != len(blocks):
+            raise InvariantError("vllm: an indexed block has no live row, or two")
+        home = self._home(t[rows * _ROW].view(_U64))
+        empty = np.flatnonzero(t[_BLOCK::_ROW] == 0)
+        at = np.searchsorted(empty, rows)
+        last_empty = np.where(at > 0, empty[np.maximum(at - 1, 0)], -1) if len(empty) else -1
+        if (home > rows).any() or ((last_empty > home) & (last_empty < rows)).any():
+            raise InvariantError("vllm: a hash index row is not reachable by probing")
+        order = np.lexsort((np.arange(len(keys)), keys))
+        k, g = keys[order], self.gen[blocks[order]]
+        if ((k[1:] == k[:-1]) & (g[1:] < g[:-1])).any():
+            raise InvariantError("vllm: a key's holders are out of insertion order")
 
 
 class HeadView(Mapping[int, int]):

@@ -142,7 +142,7 @@ class VLLMBlockPolicy(KVPolicy):
     # -- hashing -----------------------------------------------------------------------------
     def _match(self, ids: np.ndarray, nblocks: int) -> np.ndarray:
         """Cached blocks for the first `nblocks` blocks of `ids`, up to the first miss."""
-        if nblocks <= 0 or not self.pool.index.num_keys:
+        if nblocks <= 0 or not self.pool.index.num_live:
             return _NO_BLOCKS
         e, hashes = self.memo.chain(ids, nblocks)
         hit = self.pool.longest_cache_hit(hashes, ids, e.hit, e.gens)
@@ -297,6 +297,45 @@ class VLLMBlockPolicy(KVPolicy):
             if w % ps == 0 and (source or w <= len(req.ids)):
                 self._register_full(rid, req)
         return True
+
+    def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        """n decode steps at once, exactly as n calls of `decode`: new blocks come off the
+        free queue in stepping's order (step-major, then batch order; a block starts at every
+        position that is a multiple of the page size), so block tables, lazy evictions and
+        the page table end up identical. A stretch in which some block would be hashed as it
+        fills (a token source, or known ids beyond a request's written tokens) is stepped,
+        so the hash index sees its insertions in stepping's order."""
+        reqs = [self._req(r) for r in rids]
+        if n <= 0 or not reqs or self._token_source is not None or any(
+                len(r.ids) > r.written for r in reqs):
+            return super().decode_steps(rids, n, head_reservation)
+        self.check_distinct("decode", rids)
+        ps = self.page_size
+        w = np.array([r.written for r in reqs], dtype=np.int64)
+        self.check_decode_args(rids, w, self.max_context_len, steps=n)
+        pos = w[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (step, request)
+        starts = pos % ps == 0  # stepping pops a block here, in row-major order
+        need = int(np.count_nonzero(starts))
+        if need > self.pool.get_num_free_blocks():
+            raise ValueError("decode_steps needs decode_cost <= available_tokens")
+        profile = self.decode_profile(rids, n, head_reservation)
+        new = self.pool.get_new_blocks(need)
+        last = np.array([r.last for r in reqs], dtype=np.int64)
+        if ps == 1:  # a new block every step
+            block_at = new.reshape(n, len(reqs))
+        else:
+            block_at = np.zeros(pos.shape, dtype=np.int64)
+            block_at[starts] = new
+            step_idx = np.where(starts, np.arange(n)[:, None], -1)
+            ffill = np.maximum.accumulate(step_idx, axis=0)
+            cols = np.arange(len(reqs))[None, :]
+            block_at = np.where(ffill >= 0, block_at[np.maximum(ffill, 0), cols], last)
+        rows = np.array([r.row for r in reqs], dtype=np.int64)
+        self.req_to_token_pool.write_at(rows[None, :], pos, block_at * ps + pos % ps)
+        for i, req in enumerate(reqs):
+            req.add_blocks(block_at[starts[:, i], i])
+            req.written += n
+        return profile
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         """Breakdown after each of the next n decode steps, without changing anything. New

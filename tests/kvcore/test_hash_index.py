@@ -18,10 +18,11 @@ from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_pool import BlockPool
 from kvcore.hash_index import BlockHashIndex
 
-NB = 24  # blocks 1..24; the table has 128 slots, so tombstones force rebuilds often
-# hashes crowded on four home slots (low 7 bits) with a few probe steps (bits 32..38), plus
-# edge values; more keys than blocks, so keys come and go and leave tombstones behind
-POOL = ([i % 4 | i << 7 | (i % 3) << 32 for i in range(24)]
+NB = 24  # blocks 1..24; the table has 128 home slots, so dead rows force rebuilds often
+# hashes crowded on four home slots (low 7 bits) and on the last one (their cluster runs into
+# the spare rows past it), plus spread and edge values; more keys than blocks, so keys come
+# and go and leave dead rows behind
+POOL = ([i % 4 | i << 7 for i in range(24)] + [127 | i << 8 for i in range(8)]
         + [i * 0x9E3779B97F4A7C15 % 2**64 for i in range(1, 60)] + [2**64 - 1, 2**63])
 
 
@@ -30,11 +31,13 @@ class IndexMachine(RuleBasedStateMachine):
     whole numpy rounds only (`few = 0`); the subclass below finishes a few keys one by one."""
 
     few = 0
+    min_spare = 64
 
     def __init__(self) -> None:
         super().__init__()
-        self.ix = BlockHashIndex(NB)
-        self.ix.few = self.few
+        self.ix = BlockHashIndex.__new__(BlockHashIndex)
+        self.ix.few, self.ix.min_spare = self.few, self.min_spare
+        self.ix.__init__(NB)  # type: ignore[misc]
         self.model: dict[int, list[int]] = {}
         self.where: dict[int, int] = {}  # block -> its hash
 
@@ -82,6 +85,15 @@ class IndexMachineFewByOne(IndexMachine):
 
 TestIndexFewByOne = IndexMachineFewByOne.TestCase
 TestIndexFewByOne.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+class IndexMachineShortSpare(IndexMachine):
+    min_spare = 1  # clusters at the last home slot run out of rows: rebuilds add more
+    few = 2
+
+
+TestIndexShortSpare = IndexMachineShortSpare.TestCase
+TestIndexShortSpare.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 
 
 class RefPool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import event, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -412,3 +412,51 @@ def test_simulation_results_unchanged(case: str) -> None:
     got = tuple(res.summary[k] for k in _KEYS)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
     assert int(res.requests.cached_tokens.sum()) == cached_tokens
+
+
+# -- decode_steps against stepping -------------------------------------------------------------
+
+
+def _pool_state(pol: VLLMBlockPolicy) -> tuple:
+    pool = pol.pool
+    queue = pool.peek_free(pool.get_num_free_blocks()).tolist()
+    hashed = np.flatnonzero(pool.is_hashed).tolist()
+    heads = sorted(pool.cached_block_hash_to_block.items())
+    return queue, hashed, heads, pool.ref_cnt.tolist(), pool.evicted_blocks
+
+
+@settings(max_examples=40, deadline=None)
+@given(ps=st.sampled_from([1, 2, 4]), data=st.data())
+def test_decode_steps_equal_stepping(ps: int, data) -> None:
+    """Block tables, page-table rows, the free queue (lazy evictions included) and the
+    profile of n steps at once equal n single steps, on a pool whose queue holds cached
+    blocks from finished requests."""
+    n_req = data.draw(st.integers(1, 4))
+    prompts = data.draw(st.lists(st.integers(1, 12), min_size=n_req, max_size=n_req))
+    n = data.draw(st.integers(1, 10))
+    history = data.draw(st.lists(st.integers(1, 20), max_size=4))
+    a, b = make(96, ps), make(96, ps)
+    rids = list(range(n_req))
+    for p in (a, b):
+        for j, length in enumerate(history):  # finished requests leave cached blocks
+            run(p, 100 + j, np.arange(length, dtype=np.int64) + 500 * j, out=2)
+        for rid, pl in enumerate(prompts):
+            assert p.admit(rid, np.arange(pl, dtype=np.int64) + 50 * rid, pl + n, n) is not None
+        assert p.extend(rids, prompts)
+    if a.decode_cost(rids, n) > a.available_tokens():
+        return
+    profile = a.decode_profile(rids, n, ps)
+    got = a.decode_steps(rids, n, ps)
+    assert np.array_equal(got, profile)
+    for step in range(n):
+        assert b.decode(rids)
+        assert b.breakdown(ps).as_array().tolist() == profile[step].tolist()
+    for rid in rids:
+        assert a.block_ids(rid) == b.block_ids(rid)
+        ra, rb = a._req(rid).row, b._req(rid).row
+        w = a.written(rid)
+        assert w == b.written(rid) == prompts[rid] + n
+        assert np.array_equal(a.req_to_token_pool.read_at(ra, slice(0, w)),
+                              b.req_to_token_pool.read_at(rb, slice(0, w)))
+    assert _pool_state(a) == _pool_state(b)
+    a.check_invariants()
