@@ -1,4 +1,4 @@
-"""vLLM v1's block pool: ref-counted blocks, one free queue, a hash index of cached full blocks.
+"""vLLM v1's block pool: ref-counted blocks, one free queue, an index of cached full blocks.
 
 Modelled on the design of vLLM v1's `BlockPool` and `FreeKVCacheBlockQueue` (a
 re-implementation under the same names, not a copy). Why it looks as it does:
@@ -13,13 +13,14 @@ re-implementation under the same names, not a copy). Why it looks as it does:
 * A block with ref count 0 goes to the tail still hashed: cached and reusable. Popping a hashed
   block for a new allocation drops its hash (lazy eviction, LRU); callers free a request's
   blocks in reverse so a chain's tail is evicted first.
-* The hash index maps a hash to every block holding that content, oldest first: duplicates
-  are allowed because block tables are append-only. Each hashed block keeps its (parent hash,
-  token ids) key and a hit compares it, so a hash collision never yields a wrong block. The
-  index is numpy arrays (kvcore/hash_index.py) taking whole batches: at page size 1 a block
-  is a token, and a per-block dict made matching, caching and evicting per-token Python.
-  Everything a block's content is known by (hash, parent hash, token ids) is kept per block id,
-  so a lower tier can be keyed by the same hash chain.
+* The prefix index answers what vLLM's hash -> blocks dict answers for a lookup (the oldest
+  holder of each block of a prompt's chain; duplicates are allowed because block tables are
+  append-only), but keeps each caching call's run of blocks whole (kvcore/chain_index.py):
+  at page size 1 a block is a token, and per-block indexing made caching and evicting a
+  random memory access per token. Each hashed block keeps its (parent hash, token ids) key
+  and a hit compares it, so a hash collision never yields a wrong block. Everything a
+  block's content is known by (hash, parent hash, token ids) is kept per block id, so a
+  lower tier can be keyed by the same hash chain.
 
 Invariants (`check_invariants`), with queued(b) = b is in the free queue:
 
@@ -27,16 +28,18 @@ Invariants (`check_invariants`), with queued(b) = b is in the free queue:
     ref_cnt[b] > 1  =>  is_hashed[b]                  (only cached content is shared)
     ref_cnt[0] == 0, block 0 never queued nor hashed
     num_cached_free == #{b : queued(b) and is_hashed[b]}
-    index: b is listed under h  <=>  is_hashed[b] and block_hash[b] == h   (its own checks too)
+    index: b is a live entry of a segment  <=>  is_hashed[b]   (and the index's own checks)
     block_hash[b] == block_hashes(parent_hash[b], block_tokens[b])   for every hashed b
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import numpy as np
 
 from kvcore.block_hash import block_hashes
-from kvcore.hash_index import BlockHashIndex, HeadView
+from kvcore.chain_index import ChainIndex
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
@@ -143,12 +146,12 @@ class BlockPool:
         self.block_hash = np.zeros(nb, dtype=_U64)
         self.parent_hash = np.zeros(nb, dtype=_U64)
         self.block_tokens = np.zeros((nb, page_size), dtype=np.int64)
-        # hash index: hash -> the blocks holding it, oldest first
-        self.index = BlockHashIndex(num_blocks)
+        # prefix index: the oldest live holder of each position of a hash chain
+        self.index = ChainIndex(num_blocks)
         # per block: which caching put it in the index (0 = not indexed); an unchanged
         # generation means the block stayed indexed in between (kvcore/chain_memo.py)
         self.gen = self.index.gen
-        self.cached_block_hash_to_block = HeadView(self.index)
+        self.cached_block_hash_to_block = HeadView(self)
         self.free_block_queue = FreeKVCacheBlockQueue(nb)
         self.num_cached_free = 0  # hashed blocks in the free queue: evictable cache
         self.evicted_blocks = 0
@@ -190,12 +193,13 @@ class BlockPool:
         self.free_block_queue.append_n(idle)
         self.num_cached_free += int(np.count_nonzero(self.is_hashed[idle]))
 
-    # -- the hash index --------------------------------------------------------------------
+    # -- the prefix index ------------------------------------------------------------------
     def cache_full_blocks(self, blocks: np.ndarray, hashes: np.ndarray, parent: int,
-                          tokens: np.ndarray) -> np.ndarray:
-        """Hash `blocks` (a chain: block i's parent is block i-1, the first one's `parent`)
-        with their token ids (k, page_size) and index them after any older holders of the
-        same content (duplicates allowed); returns the hashes."""
+                          tokens: np.ndarray, start: int) -> np.ndarray:
+        """Hash `blocks` (a chain: block i's parent is block i-1, the first one's `parent`;
+        the first one at chain position `start`, vLLM's num_cached_blocks) with their token
+        ids (k, page_size) and index them after any older holders of the same content
+        (duplicates allowed); returns the hashes."""
         if not len(blocks):
             return hashes
         self.is_hashed[blocks] = True
@@ -203,20 +207,26 @@ class BlockPool:
         self.parent_hash[blocks[0]] = parent
         self.parent_hash[blocks[1:]] = hashes[:-1]
         self.block_tokens[blocks] = tokens
-        self.index.insert(blocks, hashes)
+        self.index.insert(blocks, hashes, start)
         return hashes
 
     def get_cached_blocks(self, h: int) -> list[int]:
-        """Blocks indexed under hash h, oldest first."""
-        return self.index.holders(h)
+        """Blocks indexed under hash h, oldest first (a scan of the per-block arrays: for
+        tests, debugging and the rare hash collision)."""
+        b = np.flatnonzero(self.is_hashed & (self.block_hash == _U64(h)))
+        return b[np.argsort(self.gen[b], kind="stable")].tolist()
 
     def longest_cache_hit(self, hashes: np.ndarray, ids: np.ndarray, known: np.ndarray = _EMPTY,
-                          known_gens: np.ndarray = _EMPTY) -> np.ndarray:
+                          known_gens: np.ndarray = _EMPTY, known_at: int = -1) -> np.ndarray:
         """Cached blocks for the chain `hashes` (uint64) of the full blocks of `ids`, up to the
-        first miss. `known`, an earlier answer for a prefix of the same chain, is kept as far
-        as its blocks' generations are still `known_gens`. The rest is looked up in growing
-        chunks (most lookups miss early); only a collision (a key that differs under an
-        equal hash) costs a walk over the other holders of that hash."""
+        first miss: at each position the oldest holder whose key (parent hash, token ids)
+        matches. `known`, an earlier answer for a prefix of the same chain, is still the
+        answer when all of it is still indexed under `known_gens` and either it covers the
+        whole chain, or it ended at a miss when the index's newest segment was `known_at`
+        and no newer segment starts on the chain (holders never come back, so only a new
+        segment can extend a hit). Otherwise the chain index walks the chain; only a
+        collision (a key that differs under an equal hash) costs a walk over the other
+        holders of that hash."""
         ps = self.page_size
         nblocks = len(hashes)
         j = min(len(known), nblocks)
@@ -225,26 +235,22 @@ class BlockPool:
             j = int(stale[0]) if len(stale) else j
         if j == nblocks or not self.index.num_live:
             return known[:j]
-        parts: list[np.ndarray] = [known[:j]]
-        k, step = j, 64
-        while k < nblocks:
-            heads = self.index.heads(hashes[k : k + step])
-            miss = np.flatnonzero(heads == 0)
-            parts.append(heads[: miss[0]] if len(miss) else heads)
-            if len(miss):
-                break
-            k += step
-            step *= 8
-        cand = np.concatenate(parts)
+        if known_at >= 0 and j == len(known) and not self.index.any_on_since(
+                np.ascontiguousarray(hashes, dtype=_U64), known_at):
+            return known
+        cand, _ = self.index.walk(np.ascontiguousarray(hashes, dtype=_U64))
         k = len(cand)
-        if k == j:
+        if not k:
             return cand
-        parents = np.empty(k - j, dtype=_U64)
-        parents[0] = hashes[j - 1] if j else 0
-        parents[1:] = hashes[j : k - 1]
-        tok = ids[j * ps : k * ps].reshape(k - j, ps)
+        # the still-valid known prefix was checked when it was found
+        j = j if j <= k and np.array_equal(cand[:j], known[:j]) else 0
+        parents = np.empty(k, dtype=_U64)
+        parents[0] = 0
+        parents[1:] = hashes[: k - 1]
+        tok = ids[: k * ps].reshape(k, ps)
         new = cand[j:]
-        ok = (self.block_tokens[new] == tok).all(axis=1) & (self.parent_hash[new] == parents)
+        ok = (self.block_tokens[new] == tok[j:]).all(axis=1) & (
+            self.parent_hash[new] == parents[j:])
         if ok.all():
             return cand
         # a collision with the oldest holder: check the other holders, block by block
@@ -253,8 +259,8 @@ class BlockPool:
         for i in range(bad, k):
             found = None
             for b in self.get_cached_blocks(int(hashes[i])):
-                if self.parent_hash[b] == parents[i - j] and np.array_equal(
-                        self.block_tokens[b], tok[i - j]):
+                if self.parent_hash[b] == parents[i] and np.array_equal(
+                        self.block_tokens[b], tok[i]):
                     found = b
                     break
             if found is None:
@@ -303,13 +309,10 @@ class BlockPool:
             raise InvariantError(f"vllm: unhashed block {b} is shared")
         if self.ref_cnt[0] != 0 or queued[0] or self.is_hashed[0]:
             raise InvariantError("vllm: the null block was handed out")
-        self.index.check_invariants()
+        self.index.check_invariants(self.block_hash, self.parent_hash)
         hashed = np.flatnonzero(self.is_hashed)
         if not np.array_equal(np.flatnonzero(self.gen), hashed):
-            raise InvariantError("vllm: hash index out of sync with block hashes")
-        keys, blocks = self.index.live_entries()
-        if not np.array_equal(keys, self.block_hash[blocks]):
-            raise InvariantError("vllm: a block is indexed under the wrong hash")
+            raise InvariantError("vllm: chain index out of sync with block hashes")
         if len(hashed) and not np.array_equal(
             block_hashes(self.parent_hash[hashed], self.block_tokens[hashed]),
             self.block_hash[hashed],
@@ -317,3 +320,27 @@ class BlockPool:
             raise InvariantError("vllm: a block's hash does not match its parent and tokens")
         if self.num_cached_free != int(np.count_nonzero(self.is_hashed & queued)):
             raise InvariantError("vllm: cached-block counter out of sync")
+
+
+class HeadView(Mapping[int, int]):
+    """Read-only `hash -> oldest holder` view of a pool: vLLM's `cached_block_hash_to_block`
+    under its name, for tests and debugging sessions (each access scans the pool)."""
+
+    def __init__(self, pool: BlockPool) -> None:
+        self._pool = pool
+
+    def __getitem__(self, h: int) -> int:
+        holders = self._pool.get_cached_blocks(h)
+        if not holders:
+            raise KeyError(h)
+        return holders[0]
+
+    def _hashes(self) -> np.ndarray:
+        pool = self._pool
+        return np.unique(pool.block_hash[pool.is_hashed])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._hashes().tolist())
+
+    def __len__(self) -> int:
+        return len(self._hashes())

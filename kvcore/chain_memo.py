@@ -32,13 +32,14 @@ _NO_BLOCKS = np.zeros(0, dtype=np.int64)
 class ChainEntry:
     """One token array's hashes (of `ids`' full blocks) and the last hit over them."""
 
-    __slots__ = ("gens", "hashes", "hit", "ids")
+    __slots__ = ("at", "gens", "hashes", "hit", "ids")
 
     def __init__(self, ids: np.ndarray, hashes: np.ndarray) -> None:
         self.ids = ids  # a private copy: the hashes are a function of it
         self.hashes = hashes
         self.hit = _NO_BLOCKS  # blocks of the last lookup, a prefix of hashes' blocks
         self.gens = _NO_BLOCKS  # their generations at that lookup
+        self.at = -1  # the index's newest segment then, if that lookup ended at a miss
 
 
 class ChainMemo:
@@ -70,6 +71,7 @@ class ChainMemo:
                     e.hashes = np.concatenate([e.hashes[:have], more])
                     e.ids = ids[:n].copy()
                     e.hit, e.gens = e.hit[:have], e.gens[:have]
+                    e.at = -1
                 return e, e.hashes[:nblocks]
             del self._entries[key]
         e = ChainEntry(ids[:n].copy(), self.hasher.chain(NONE_HASH, ids[:n]))

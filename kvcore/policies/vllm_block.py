@@ -145,8 +145,9 @@ class VLLMBlockPolicy(KVPolicy):
         if nblocks <= 0 or not self.pool.index.num_live:
             return _NO_BLOCKS
         e, hashes = self.memo.chain(ids, nblocks)
-        hit = self.pool.longest_cache_hit(hashes, ids, e.hit, e.gens)
+        hit = self.pool.longest_cache_hit(hashes, ids, e.hit, e.gens, e.at)
         e.hit, e.gens = hit, self.pool.gen[hit]
+        e.at = self.pool.index.newest if len(hit) < nblocks else -1
         return hit
 
     def _register_full(self, rid: int, req: _Req) -> None:
@@ -174,7 +175,7 @@ class VLLMBlockPolicy(KVPolicy):
                 parent, req.ids[have * ps : full * ps])])
         parent = int(req.chain[done - 1]) if done else NONE_HASH
         self.pool.cache_full_blocks(req.blocks[done:full], req.chain[done:full], parent,
-                                    req.ids[done * ps : full * ps].reshape(-1, ps))
+                                    req.ids[done * ps : full * ps].reshape(-1, ps), done)
         req.nhashed = full
 
     # -- admission -------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def _chain(pool: BlockPool, hasher: ChainHasher, ids: np.ndarray) -> np.ndarray:
     """Allocate and cache the full blocks of `ids` as one request would."""
     blocks = pool.get_new_blocks(len(ids) // pool.page_size)
     pool.cache_full_blocks(blocks, hasher.chain(NONE_HASH, ids), NONE_HASH,
-                           ids.reshape(-1, pool.page_size))
+                           ids.reshape(-1, pool.page_size), 0)
     return blocks
 
 
