@@ -134,7 +134,7 @@ class FreeKVCacheBlockQueue:
 
 
 class BlockPool:
-    """`num_blocks` blocks of `page_size` slots: ref counts, the free queue, the hash index."""
+    """`num_blocks` blocks of `page_size` slots: ref counts, the free queue, the prefix index."""
 
     def __init__(self, num_blocks: int, page_size: int) -> None:
         self.num_blocks = num_blocks

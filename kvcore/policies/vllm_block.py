@@ -1,7 +1,7 @@
 """The `vllm` policy: vLLM v1's KV cache manager over a `BlockPool` (kvcore/block_pool.py).
 
 Like `paged` (PagedAllocator + RadixCache), this is a thin policy over two structures: the
-block pool (ref counts, free queue, hash index; lazy LRU eviction) and the block hash chain
+block pool (ref counts, free queue, prefix index; lazy LRU eviction) and the block hash chain
 (kvcore/block_hash.py). What belongs to the manager, and so lives here:
 
 * Per request the block table (`blocks`), the hashes of its full blocks, and its page-table
@@ -22,10 +22,11 @@ Per request: len(blocks) == ceil(written / page_size), and its row holds
 Speed: at page size 1 every token is a block, so nothing here walks blocks in Python. A
 request's block table is a numpy array (grown by doubling), its full blocks' hashes one array
 hashed once (`chain`; registering blocks slices it), and prompts asked about repeatedly
-before admission are hashed and looked up once (`ChainMemo`, kvcore/chain_memo.py). With the
-pool's array hash index this keeps `vllm` within a small factor of `paged` at every page size
-(benchmarks/bench_vllm_speed.py, docs/performance.md) with the same blocks hit, evicted and
-freed in the same order.
+before admission are hashed once and looked up again only when the cache changed under them
+(`ChainMemo`, kvcore/chain_memo.py); a stretch of decode steps pops its blocks in one batch
+(`decode_steps`). With the pool's run-based prefix index (kvcore/chain_index.py) this keeps
+`vllm` within 3x of `paged` at every page size (benchmarks/bench_vllm_speed.py,
+docs/performance.md) with the same blocks hit, evicted and freed in the same order.
 """
 
 from __future__ import annotations
@@ -305,7 +306,7 @@ class VLLMBlockPolicy(KVPolicy):
         position that is a multiple of the page size), so block tables, lazy evictions and
         the page table end up identical. A stretch in which some block would be hashed as it
         fills (a token source, or known ids beyond a request's written tokens) is stepped,
-        so the hash index sees its insertions in stepping's order."""
+        so the prefix index sees its insertions in stepping's order."""
         reqs = [self._req(r) for r in rids]
         if n <= 0 or not reqs or self._token_source is not None or any(
                 len(r.ids) > r.written for r in reqs):
