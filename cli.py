@@ -663,6 +663,10 @@ def plan(
     target_hit_rate: Optional[float] = typer.Option(  # noqa: UP045
         None, "--target-hit-rate", help="with --trace / --workload: the host KV tier needed "
         "for this total prefix hit rate (simulated search over host sizes)"),
+    progress: Optional[bool] = typer.Option(  # noqa: UP045
+        None, "--progress/--no-progress", show_default="on a terminal, not with --json",
+        help="progress bar of the page-size study (over simulated requests; over cells "
+        "with --jobs > 1)", rich_help_panel="Output"),
 ) -> None:
     """Static memory plan; with --trace or --workload also simulate across page sizes and
     recommend one (never from an overloaded run); with --target-hit-rate, size the host KV
@@ -690,7 +694,8 @@ def plan(
         opts = _plan_capacity(opts, doc, lines, steps, at_sustainable_rate and study, as_json)
     rec = None
     if study:
-        rec = _plan_study(opts, sizes, tolerance, jobs, as_json, doc, lines)
+        bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
+        rec = _plan_study(opts, sizes, tolerance, jobs, bar, doc, lines)
     if as_json:
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
@@ -731,8 +736,8 @@ def _plan_capacity(opts: RunOptions, doc: dict[str, Any], lines: list[str], step
     return scaled(opts, cap.flag, cap.flag_value)
 
 
-def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int, quiet: bool,
-                doc: dict[str, Any], lines: list[str]):
+def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
+                progress: bool, doc: dict[str, Any], lines: list[str]):
     """plan --trace / --workload: the page-size study and its recommendation (None from an
     overloaded run: the lines say so and at which rate it ran)."""
     from experiments.planning import page_size_study
@@ -740,7 +745,7 @@ def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
     from reports.plots import plot_dir
     from reports.recommend import recommend_page_size
 
-    out, df = page_size_study(opts, sizes, jobs=jobs, progress=not quiet)
+    out, df = page_size_study(opts, sizes, jobs=jobs, progress=progress)
     rec = recommend_page_size(df, tolerance)
     figs = plot_dir(out, out / "figures")
     rates = df["rate_req_s"].astype(float)

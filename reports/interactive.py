@@ -107,7 +107,8 @@ svg text{font-size:10px;fill:#444}
 #tip{position:fixed;pointer-events:none;background:#fff;border:1px solid #888;
 padding:3px 6px;font-size:12px;display:none;box-shadow:1px 1px 3px #aaa}"""
 
-# draws each chart from the JSON payload; a checkbox per policy toggles its lines everywhere
+# draws each chart from the JSON payload; a checkbox per policy shows or hides its lines
+# everywhere, and the charts are redrawn so their axes fit the policies shown
 _SCRIPT = r"""
 const D = JSON.parse(document.getElementById('kvsim-data').textContent);
 const COLORS = ['#2b6cb0','#e53e3e','#38a169','#d69e2e','#805ad5','#dd6b20','#319795',
@@ -132,6 +133,7 @@ function scale(lo, hi, a, b, f) {
   return v => a + (f(v) - flo) / span * (b - a);
 }
 const tip = document.getElementById('tip');
+const hidden = new Set();  // policies unticked in the legend
 function draw(chart) {
   const box = document.createElement('div');
   box.className = 'chart';
@@ -139,10 +141,18 @@ function draw(chart) {
   box.innerHTML = '<h3></h3>';
   box.querySelector('h3').textContent = chart.title;
   const svg = el('svg', {width: W, height: H}, box);
-  const xs = [...new Set(chart.series.flatMap(s => s.points.map(p => p[0])))];
+  document.getElementById('charts').appendChild(box);
+  // the axes fit the policies shown: hiding one with large values rescales the rest
+  const series = chart.series.filter(s => !hidden.has(s.policy));
+  if (!series.length) {
+    const t = el('text', {x: W / 2, y: H / 2, 'text-anchor': 'middle'}, svg);
+    t.textContent = 'no policy selected';
+    return;
+  }
+  const xs = [...new Set(series.flatMap(s => s.points.map(p => p[0])))];
   const cat = xs.some(v => typeof v === 'string');
   if (!cat) xs.sort((a, b) => a - b);
-  const ys = chart.series.flatMap(s => s.points.map(p => p[1]));
+  const ys = series.flatMap(s => s.points.map(p => p[1]));
   let ylo = Math.min(...ys), yhi = Math.max(...ys);
   if (!chart.log) { ylo = Math.min(0, ylo); yhi = yhi === ylo ? ylo + 1 : yhi; }
   const fy = chart.log ? Math.log10 : (v => v);
@@ -172,8 +182,9 @@ function draw(chart) {
     const t = el('text', {x: L - 4, y: sy(v) + 3, 'text-anchor': 'end'}, svg);
     t.textContent = fmt(v);
   }
-  chart.series.forEach((s, i) => {
+  series.forEach(s => {
     const pi = Math.max(D.policies.indexOf(s.policy), 0);
+    const i = chart.series.indexOf(s);  // dashes keyed on the full list: stable on toggles
     const nth = chart.series.slice(0, i).filter(o => o.policy === s.policy).length;
     const color = COLORS[pi % COLORS.length];
     const g = el('g', {'class': 'series', 'data-policy': s.policy, 'data-name': s.name}, svg);
@@ -193,7 +204,10 @@ function draw(chart) {
       c.addEventListener('mouseleave', () => { tip.style.display = 'none'; });
     }
   });
-  document.getElementById('charts').appendChild(box);
+}
+function redraw() {
+  document.getElementById('charts').innerHTML = '';
+  D.charts.forEach(draw);
 }
 function legend() {
   const box = document.getElementById('legend');
@@ -205,9 +219,8 @@ function legend() {
     cb.checked = true;
     cb.dataset.policy = p;
     cb.addEventListener('change', () => {
-      document.querySelectorAll('g.series').forEach(g => {
-        if (g.dataset.policy === p) g.style.display = cb.checked ? '' : 'none';
-      });
+      if (cb.checked) hidden.delete(p); else hidden.add(p);
+      redraw();
     });
     lab.appendChild(cb);
     lab.appendChild(document.createTextNode(' ' + p));
@@ -215,7 +228,7 @@ function legend() {
   });
 }
 legend();
-D.charts.forEach(draw);
+redraw();
 """
 
 

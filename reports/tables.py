@@ -29,7 +29,7 @@ LATENCY_ROWS = (
     ("avg batch size", "avg_batch_size", "{:.1f}"),
     ("preemptions", "preemptions", "{:,.0f}"),
     ("prefix hit rate", "prefix_hit_rate", "{:.3f}"),
-    ("missed reuse (% prompt)", "missed_reuse_pct", "{:.2f}"),
+    ("reuse lost to page alignment (% prompt)", "missed_reuse_pct", "{:.2f}"),
     ("failed allocations", "failed_allocs", "{:,.0f}"),
     ("peak token states (%)", "peak_token_states_pct", "{:.1f}"),
     ("simulation wall time (s)", "sim_wall_s", "{:.2f}"),

@@ -137,6 +137,15 @@ def test_plan_recommends_a_page_size(invoke, tmp_path):
     assert_png_not_blank(out / "figures" / "prefix_hit_rate_vs_page_size.png")
 
 
+@pytest.mark.parametrize("flag, bar", [("--progress", True), ("--no-progress", False)])
+def test_plan_progress_flag(invoke, tmp_path, flag, bar):
+    """plan takes --progress / --no-progress like run and compare; the bar goes to stderr."""
+    r = invoke("plan", *TINY, "--workload", "kshot", "--prefix-len", "200",
+               "--question-len", "20", "--page-sizes", "1,16", "--out", tmp_path / "p", flag)
+    assert r.exit_code == 0, r.output
+    assert ("plan:" in r.stderr) == bar
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "--policy", "nope"], "--policy"),
     (["run", "--page-size", "abc"], "--page-size"),

@@ -74,9 +74,23 @@ def test_page_renders_toggles_and_hovers(tmp_path, browser):
 
     paged = page.locator("g.series[data-policy='paged']")
     assert paged.first.is_visible()
+
+    def y_ticks() -> list[str]:  # the latency chart's axis labels
+        return lat.locator("svg > text").all_text_contents()
+
     page.locator("#legend input[data-policy='paged']").uncheck()
     assert all(not paged.nth(i).is_visible() for i in range(paged.count()))
     assert page.locator("g.series[data-policy='vllm']").first.is_visible()
     page.locator("#legend input[data-policy='paged']").check()
     assert paged.first.is_visible()
+
+    before = y_ticks()  # contiguous-pow2 has the largest latencies: hiding it rescales
+    page.locator("#legend input[data-policy='contiguous-pow2']").uncheck()
+    assert y_ticks() != before
+    page.locator("#legend input[data-policy='contiguous-pow2']").check()
+    assert y_ticks() == before
+    for p in POLICIES:
+        page.locator(f"#legend input[data-policy='{p}']").uncheck()
+    assert page.locator("g.series").count() == 0
+    assert "no policy selected" in lat.text_content()
     assert errors == []
