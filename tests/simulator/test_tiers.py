@@ -191,3 +191,24 @@ def test_unbounded_host_reaches_the_ideal_reuse(page_size: int, policy: str) -> 
     assert s["requests_rejected"] == 0  # the ideal counts every prompt
     assert s["host_hit_rate"] > s["device_hit_rate"]
     assert np.isfinite(s["ttft_p50_s"])
+
+
+@pytest.mark.parametrize("page_size,write,admission", [
+    (1, "write_back", "vllm"), (16, "write_through", "sglang"),
+    (4, "write_through_selective", "vllm"), (16, "write_back", "reserve")])
+def test_vllm_tier_under_pressure(page_size: int, write: str, admission: str) -> None:
+    """A crowded pool (preemptions, unadmitted rounds, chunked prefills) with host and storage
+    tiers (six 324-token prefixes, more than host + storage hold): the policy's invariants
+    hold at every iteration (config checks them), every request completes, storage serves
+    hits, and the hit never exceeds the workload's ideal reuse."""
+    w = kshot(n=60, rate=60.0, prefix=300, question=24, num_prefixes=6)
+    r = simulate(w, config(policy="vllm", kv_tokens=1024, max_context_len=1024,
+                           page_size=page_size, hicache_ratio=1.0, storage_size=0.1,
+                           hicache_write_policy=write, admission=admission,
+                           hicache_prefetch_policy="wait_complete"))
+    s = r.summary
+    assert s["requests_completed"] == w.num_requests
+    assert s["prefix_hit_rate"] <= ideal_reuse(w, page_size) + 1e-12
+    assert s["storage_hit_rate"] > 0 and s["host_to_storage_bytes"] > 0
+    assert s["prefix_hit_rate"] == pytest.approx(
+        s["device_hit_rate"] + s["host_hit_rate"] + s["storage_hit_rate"])
