@@ -101,26 +101,39 @@ class BlockTier:
         blocks (evicting this tier's LRU blocks, spilled below), as many as fit, the most
         recent first. Every block ends idle at the queue tail in the given order (a block in
         flight stays held). Returns the blocks written."""
+        return self.place(hashes, parents, tokens)[1]
+
+    def place(self, hashes: np.ndarray, parents: np.ndarray, tokens: np.ndarray,
+              known: np.ndarray | None = None, distinct: bool = False) -> tuple[np.ndarray, int]:
+        """`store`, returning also where each block now is (0: not stored). `known` (one per
+        block, 0 = unknown) are blocks of an earlier `place` of the same content whose
+        generations the caller checked (`still_held`): no lookup for them. `distinct`: the
+        caller knows no hash repeats (one chain)."""
         n = len(hashes)
         if not n:
-            return 0
+            return np.zeros(0, dtype=np.int64), 0
         hashes = np.ascontiguousarray(hashes, dtype=_U64)
-        if len(np.unique(hashes)) != n:  # the same content twice: keep the most recent
-            last = n - 1 - np.unique(hashes[::-1], return_index=True)[1]
-            keep = np.sort(last)
-            hashes, parents, tokens = hashes[keep], parents[keep], tokens[keep]
-            n = len(hashes)
+        if not distinct and len(np.unique(hashes)) != n:  # the same content twice: keep the
+            keep = np.sort(n - 1 - np.unique(hashes[::-1], return_index=True)[1])  # latest
+            where, written = self.place(hashes[keep], parents[keep], tokens[keep],
+                                        None if known is None else known[keep], True)
+            out = np.zeros(n, dtype=np.int64)
+            out[keep] = where
+            return out, written
         pool = self.pool
-        heads = pool.index.heads(hashes) if pool.index.num_keys else np.zeros(n, dtype=np.int64)
-        found = heads > 0
-        have = heads[found]
-        if len(have):  # a hash held with other content (a collision) is not written
-            same = ((pool.block_tokens[have] == tokens[found]).all(axis=1)
-                    & (pool.parent_hash[have] == parents[found]))
-            if not same.all():
-                found[np.flatnonzero(found)[~same]] = False
-                heads[~found] = 0
-                have = heads[found]
+        heads = np.zeros(n, dtype=np.int64) if known is None else known.copy()
+        ask = np.flatnonzero(heads == 0) if known is not None else np.arange(n)
+        if len(ask) and pool.index.num_keys:
+            got = pool.index.heads(hashes[ask])
+            hit = got > 0
+            if hit.any():  # a hash held with other content (a collision) is not written
+                g, a = got[hit], ask[hit]
+                same = ((pool.block_tokens[g] == tokens[a]).all(axis=1)
+                        & (pool.parent_hash[g] == parents[a]))
+                heads[a[same]] = g[same]
+                heads[a[~same]] = -1  # neither touched nor written
+        have = heads[heads > 0]
+        if len(have):
             pool.touch(have)  # kept out of this store's evictions
         missing = np.flatnonzero(heads == 0)
         missing = missing[len(missing) - min(len(missing), pool.get_num_free_blocks()):]
@@ -134,7 +147,12 @@ class BlockTier:
         if len(order):
             pool.free_blocks(order)
         self.blocks_in += len(missing)
-        return len(missing)
+        return np.maximum(heads, 0), len(missing)
+
+    def still_held(self, blocks: np.ndarray, gens: np.ndarray) -> np.ndarray:
+        """`blocks` of an earlier `place` whose content is unchanged (generation still
+        `gens`: neither evicted nor written again), else 0."""
+        return np.where((blocks > 0) & (self.pool.gen[blocks] == gens), blocks, 0)
 
     def _spill(self, evicted: np.ndarray) -> None:
         assert self.lower is not None

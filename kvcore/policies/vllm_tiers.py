@@ -53,6 +53,8 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
                         if tiers.storage_tokens else None)
         self.host = BlockTier("host", tiers.host_tokens, ps, self.storage)
         self.inflight: dict[int, np.ndarray] = {}  # rid -> host blocks its load holds
+        # write_through: rid -> (host block of each chain block at its last store, gens)
+        self._placed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.pages_h2d = 0  # host -> device loads (blocks)
         self.pages_s2h = 0  # storage -> host copies (blocks)
         policy = tiers.write_policy
@@ -81,8 +83,10 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         rev = chain[::-1]
         self.host.store(p.block_hash[rev], p.parent_hash[rev], p.block_tokens[rev])
 
-    def _write_through(self, req: _Req) -> None:
-        """write_through: the request's hashed chain goes to the host (held blocks touched)."""
+    def _write_through(self, rid: int, req: _Req) -> None:
+        """write_through: the request's hashed chain goes to the host (held blocks touched).
+        Where its earlier write-through put each block is remembered, so the next one (at
+        finish) looks up only the blocks since, or those whose host copy changed."""
         n = req.nhashed
         if not (self._through and n):
             return
@@ -92,7 +96,14 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         parents[0] = NONE_HASH
         parents[1:] = hashes[:-1]
         tokens = req.ids[: n * ps].reshape(n, ps)
-        self.host.store(hashes[::-1], parents[::-1], tokens[::-1])
+        known = np.zeros(n, dtype=np.int64)
+        placed = self._placed.get(rid)
+        if placed is not None:
+            k = min(len(placed[0]), n)
+            known[:k] = self.host.still_held(placed[0][:k], placed[1][:k])
+        where = self.host.place(hashes[::-1], parents[::-1], tokens[::-1], known[::-1],
+                                distinct=True)[0][::-1]
+        self._placed[rid] = (where, self.host.pool.gen[where])
 
     # -- admission ---------------------------------------------------------------------------
     def peek_tiers(self, token_ids: np.ndarray) -> tuple[int, int, int]:
@@ -196,16 +207,17 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
     def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
         super().cache_prefix(rid, token_ids)
         self._loaded_done(rid)  # prefill done: the load has landed
-        self._write_through(self._req(rid))
+        self._write_through(rid, self._req(rid))
 
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
         super().cache_prefix(rid, token_ids)  # learn the ids, hash the full blocks
-        self._write_through(self._req(rid))
+        self._write_through(rid, self._req(rid))
         self.release(rid)
 
     def release(self, rid: int) -> None:
         self._req(rid)
         self._loaded_done(rid)
+        self._placed.pop(rid, None)
         super().release(rid)
 
     # -- observation -------------------------------------------------------------------------
@@ -242,6 +254,14 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
             holders[held] += 1
         if not np.array_equal(holders, self.host.pool.ref_cnt):
             raise InvariantError("host blocks in flight differ from the loads holding them")
+        for rid, (where, gens) in self._placed.items():
+            if rid not in self._reqs:
+                raise InvariantError(f"request {rid} left with its write-through remembered")
+            live = self.host.still_held(where, gens)
+            ok = live > 0
+            chain = self._reqs[rid].chain[: len(where)]
+            if not np.array_equal(self.host.pool.block_hash[live[ok]], chain[ok]):
+                raise InvariantError(f"request {rid}: a remembered host block changed content")
         if self._selective and (self._hits[~self.pool.is_hashed] != 0).any():
             raise InvariantError("a device block without content keeps a hit count")
         self.host_breakdown().check()
