@@ -53,8 +53,10 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
                         if tiers.storage_tokens else None)
         self.host = BlockTier("host", tiers.host_tokens, ps, self.storage)
         self.inflight: dict[int, np.ndarray] = {}  # rid -> host blocks its load holds
-        # write_through: rid -> (host block of each chain block at its last store, gens)
+        # write_through: rid -> (host block of each chain block at its last store, gens),
+        # and the stores due: (rid, hashes, parents, tokens, known host blocks), chain order
         self._placed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.pages_h2d = 0  # host -> device loads (blocks)
         self.pages_s2h = 0  # storage -> host copies (blocks)
         policy = tiers.write_policy
@@ -74,6 +76,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         if self._selective:
             self._hits[blocks] = 0
         if self._back:
+            self._flush()
             p = self.pool
             self.host.store(p.block_hash[blocks], p.parent_hash[blocks], p.block_tokens[blocks])
 
@@ -84,9 +87,12 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         self.host.store(p.block_hash[rev], p.parent_hash[rev], p.block_tokens[rev])
 
     def _write_through(self, rid: int, req: _Req) -> None:
-        """write_through: the request's hashed chain goes to the host (held blocks touched).
-        Where its earlier write-through put each block is remembered, so the next one (at
-        finish) looks up only the blocks since, or those whose host copy changed."""
+        """write_through: the request's hashed chain is due on the host (held blocks only
+        touched). Due stores wait in `_pending` until the host is next read (`_flush`): one
+        store for all of an iteration's requests costs about half of one store each, and a
+        request's later chain (at finish) replaces its earlier one (at cache_prefix), which it
+        extends: the host ends the same. Where its last store put each block is remembered
+        (`_placed`), so the next one looks up only blocks since, or whose host copy changed."""
         n = req.nhashed
         if not (self._through and n):
             return
@@ -95,19 +101,42 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         parents = np.empty(n, dtype=_U64)
         parents[0] = NONE_HASH
         parents[1:] = hashes[:-1]
-        tokens = req.ids[: n * ps].reshape(n, ps)
         known = np.zeros(n, dtype=np.int64)
         placed = self._placed.get(rid)
         if placed is not None:
             k = min(len(placed[0]), n)
             known[:k] = self.host.still_held(placed[0][:k], placed[1][:k])
-        where = self.host.place(hashes[::-1], parents[::-1], tokens[::-1], known[::-1],
-                                distinct=True)[0][::-1]
-        self._placed[rid] = (where, self.host.pool.gen[where])
+        if self._pending and any(p[0] == rid for p in self._pending):
+            self._pending = [p for p in self._pending if p[0] != rid]
+        self._pending.append((rid, hashes, parents, req.ids[: n * ps].reshape(n, ps), known))
+
+    def _flush(self) -> None:
+        """Store the due chains, in the order they were due, each reversed (its head most
+        recent); remember where each live request's blocks went."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        host = self.host
+        if len(pending) == 1:
+            rid, hashes, parents, tokens, known = pending[0]
+            wheres = [host.place(hashes[::-1], parents[::-1], tokens[::-1], known[::-1],
+                                 distinct=True)[0][::-1]]
+        else:  # one batch; a block in several chains is placed where it is due last
+            where = host.place(np.concatenate([p[1][::-1] for p in pending]),
+                               np.concatenate([p[2][::-1] for p in pending]),
+                               np.concatenate([p[3][::-1] for p in pending]),
+                               np.concatenate([p[4][::-1] for p in pending]))[0]
+            ends = np.cumsum([len(p[1]) for p in pending])
+            wheres = [w[::-1] for w in np.split(where, ends[:-1])]
+        gen = host.pool.gen
+        for (rid, *_), w in zip(pending, wheres, strict=True):
+            if rid in self._reqs:
+                self._placed[rid] = (w, gen[w])
 
     # -- admission ---------------------------------------------------------------------------
     def peek_tiers(self, token_ids: np.ndarray) -> tuple[int, int, int]:
         """(device, host, storage) hit of a prompt's prefill key in tokens, touching nothing."""
+        self._flush()
         ids = np.ascontiguousarray(token_ids, dtype=np.int64)
         ps = self.page_size
         n = len(ids) // ps
@@ -119,6 +148,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:
+        self._flush()  # the host as the due stores leave it
         res = super().admit(rid, token_ids, final_len, max_new_tokens)
         if res is None:
             return None
@@ -222,6 +252,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
 
     # -- observation -------------------------------------------------------------------------
     def tier_state(self) -> TierState:
+        self._flush()
         st, host = self.storage, self.host
         return TierState(self.pages_h2d, host.blocks_in - self.pages_s2h, self.pages_s2h,
                          st.blocks_in if st is not None else 0, host.used, host.locked,
@@ -232,6 +263,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         """The host pool in the six parts: blocks held by loads in flight are token states,
         idle hashed blocks cache, never-used blocks free (whole blocks only: no reservation,
         rounding or external fragmentation)."""
+        self._flush()
         host = self.host
         return MemoryBreakdown.for_pages(host.capacity, token_states=host.locked,
                                          cached=host.cached, reserved=0, rounding=0,
@@ -240,7 +272,9 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
     def check_invariants(self) -> None:
         """The device policy's invariants (loaded blocks carry the chain's hashes), each
         tier's, and: the host blocks in flight are exactly those the loads hold; nothing in
-        storage is held outside an admission; selective hit counts only on hashed blocks."""
+        storage is held outside an admission; selective hit counts only on hashed blocks.
+        Due write-through stores are made first (they wait only for the next host read)."""
+        self._flush()
         super().check_invariants()
         self.host.check()
         if self.storage is not None:

@@ -359,3 +359,63 @@ def test_every_write_policy_serves_reuse(write: str) -> None:
     s = p.tier_state()
     assert host > 0 and s.pages_h2d * ps == host
     assert s.host_used == s.pages_d2h * ps  # nothing evicted from this large host
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_write_through_equals_eager(seed: int) -> None:
+    """write_through stores wait for the next host read and go as one batch: with several
+    requests interleaved, the host ends with the same blocks in the same LRU order as a twin
+    policy that reads the host (and so stores) after every call, every admission is the
+    same, and it writes no more."""
+    ps = 4
+    rng = np.random.default_rng(seed)
+    bases = [rng.integers(0, 30, size=24 * ps) for _ in range(5)]
+    lazy, eager = (_policy(ps, pages=40, host=48 * ps, rows=6, ctx=512) for _ in range(2))
+    live: dict[int, list] = {}
+    for step in range(300):
+        op = int(rng.integers(0, 4))
+        if op == 0 and len(live) < 4:
+            rid = step
+            b = bases[int(rng.integers(0, 5))]
+            prompt = np.concatenate([b[: int(rng.integers(0, len(b)))],
+                                     900 + rng.integers(0, 50, size=int(rng.integers(1, 20)))])
+            out = int(rng.integers(1, 6))
+            res = [p.admit(rid, prompt, len(prompt) + out - 1, out) for p in (lazy, eager)]
+            assert (res[0] is None) == (res[1] is None)
+            if res[0] is not None:
+                assert res[0] == res[1]
+                live[rid] = [prompt, out, False, 0]
+        elif op == 1 and live:
+            rid = int(rng.choice(sorted(live)))
+            prompt, out, cached, done = live[rid]
+            ok = [p.extend([rid], [len(prompt)]) if not cached else p.decode([rid])
+                  for p in (lazy, eager)]
+            assert ok[0] == ok[1]
+            if not ok[0]:
+                for p in (lazy, eager):
+                    p.release(rid)
+                del live[rid]
+                continue
+            if not cached:
+                for p in (lazy, eager):
+                    p.cache_prefix(rid, prompt)
+                live[rid][2] = True
+            else:
+                live[rid][3] += 1
+        elif op == 2 and live:
+            rid = int(rng.choice(sorted(live)))
+            prompt, out, cached, done = live[rid]
+            if cached:
+                ids = np.concatenate([prompt, 7 + np.arange(done + 1)])
+                for p in (lazy, eager):
+                    p.finish(rid, ids[: len(prompt) + done])
+                del live[rid]
+        eager.tier_state()  # a host read after every call: every store made at once
+    for p in (lazy, eager):
+        p.check_invariants()
+    order = [p.host.pool.block_hash[p.host.pool.cached_free_blocks()].tolist()
+             for p in (lazy, eager)]
+    assert order[0] == order[1] and len(order[0]) > 0
+    a, b = lazy.tier_state(), eager.tier_state()
+    # the batch skips writing what a later store of the same batch would evict again
+    assert a._replace(pages_d2h=0) == b._replace(pages_d2h=0) and a.pages_d2h <= b.pages_d2h
