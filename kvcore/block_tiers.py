@@ -123,7 +123,7 @@ class BlockTier:
         pool = self.pool
         heads = np.zeros(n, dtype=np.int64) if known is None else known.copy()
         ask = np.flatnonzero(heads == 0) if known is not None else np.arange(n)
-        if len(ask) and pool.index.num_keys:
+        if len(ask) and pool.index.num_live:
             got = pool.index.heads(hashes[ask])
             hit = got > 0
             if hit.any():  # a hash held with other content (a collision) is not written
