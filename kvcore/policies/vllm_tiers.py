@@ -217,7 +217,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         new = self.pool.get_new_blocks(room)  # lazily evicts device cache (write_back: stored)
         parent = int(req.chain[d - 1]) if d else NONE_HASH
         self.pool.cache_full_blocks(new, req.chain[d : d + room], parent,
-                                    req.ids[d * ps : (d + room) * ps].reshape(room, ps))
+                                    req.ids[d * ps : (d + room) * ps].reshape(room, ps), d)
         req.add_blocks(new)
         start = req.written
         req.nhashed = d + room
