@@ -1,9 +1,10 @@
 """What a host KV tier costs in simulation time: the bundled Azure conversation trace with
-`--policy paged`, without a tier and with one (`--hicache-ratio`, write_through), run in
-alternation (A B A B ...) in this process so that both see the same machine load; the ratio
-of medians of `simulate` wall time. The target (issue 18) is at most 1.3x.
+`--policy paged` (or `vllm`), without a tier and with one (`--hicache-ratio`, write_through),
+run in alternation (A B A B ...) in this process so that both see the same machine load; the
+ratio of medians of `simulate` wall time. The target (issue 18) is at most 1.3x.
 
     python benchmarks/bench_tiers.py [--repeats 3] [--num-requests N] [--ratio R]
+    python benchmarks/bench_tiers.py --policy vllm --page-size 16
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=None)
     ap.add_argument("--ratio", type=float, default=4.0)
     ap.add_argument("--write-policy", default="write_through")
+    ap.add_argument("--policy", default="paged", choices=("paged", "vllm"))
+    ap.add_argument("--page-size", type=int, default=None)
     args = ap.parse_args()
-    base = {"workload": "azure-conv"}
+    base: dict = {"workload": "azure-conv", "policy": args.policy}
+    if args.page_size is not None:
+        base["page_size"] = args.page_size
     if args.num_requests is not None:
         base["num_requests"] = args.num_requests
     variants = {

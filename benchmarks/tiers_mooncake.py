@@ -3,6 +3,7 @@
 
     python benchmarks/tiers_mooncake.py 16 0,1,4,400     # page size, host tiers (x the pool)
     python benchmarks/tiers_mooncake.py 512 400
+    python benchmarks/tiers_mooncake.py 16 0,1,4,400 vllm  # the vllm policy's block tier
 
 A ratio of 400 holds every token the trace writes: the unbounded tier, whose total hit rate
 must equal the trace's ideal reuse (printed first).
@@ -25,13 +26,15 @@ from workloads.reuse import ideal_reuse
 def main() -> None:
     ps = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     ratios = [float(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "0,1,4,400").split(",")]
+    policy = sys.argv[3] if len(sys.argv) > 3 else "paged"
     base = {"workload": "mooncake-conv", "model": "llama-3.1-8b", "gpu": "h100",
-            "page_size": ps}
+            "page_size": ps, "policy": policy}
     opts = RunOptions.from_mapping(base)
     w = build_workload(opts.workload_spec())
     total = sum(r.prompt_len + r.output_len for r in w.requests)
-    print(f"ps={ps} requests={w.num_requests} kv_tokens={opts.resolved_kv_tokens()} "
-          f"tokens={total} ideal={ideal_reuse(w, ps):.4f}", flush=True)
+    print(f"policy={policy} ps={ps} requests={w.num_requests} "
+          f"kv_tokens={opts.resolved_kv_tokens()} tokens={total} "
+          f"ideal={ideal_reuse(w, ps):.4f}", flush=True)
     for r in ratios:
         cell = RunOptions.from_mapping({**base, "hicache_ratio": r} if r else base)
         t = time.time()

@@ -34,7 +34,7 @@ Invariants (`check_invariants`), with queued(b) = b is in the free queue:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -155,6 +155,9 @@ class BlockPool:
         self.free_block_queue = FreeKVCacheBlockQueue(nb)
         self.num_cached_free = 0  # hashed blocks in the free queue: evictable cache
         self.evicted_blocks = 0
+        #: called with the blocks a pop evicts (pop order), before their hashes are dropped:
+        #: a lower tier backs them up there (kvcore/policies/vllm_tiers.py, write_back)
+        self.on_evict: Callable[[np.ndarray], None] | None = None
 
     # -- sizes -----------------------------------------------------------------------------
     def get_num_free_blocks(self) -> int:
@@ -170,6 +173,8 @@ class BlockPool:
             return blocks
         ev = blocks[self.is_hashed[blocks]]
         if len(ev):
+            if self.on_evict is not None:
+                self.on_evict(ev)
             self.num_cached_free -= len(ev)
             self.evicted_blocks += len(ev)
             self.index.remove(ev)

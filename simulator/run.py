@@ -26,6 +26,8 @@ from workloads.request import Workload
 # torch's intra-op threads cost more than they give on the tiny tensors of one engine step
 # (a 50k-element clone: 20 us at 1 thread, ms at 2 on a busy 2-core machine).
 TORCH_THREADS = 1
+#: policies with a host (and storage) KV tier (kvcore/policies/paged_tiers.py, vllm_tiers.py)
+TIERED_POLICIES = ("paged", "vllm")
 
 
 @dataclass
@@ -57,9 +59,10 @@ def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
             raise ValueError(f"{name}: a tier of {slots} slots is smaller than one page of "
                              f"{cfg.policy.page_size} tokens")
     if host:
-        if cfg.policy.policy != "paged":
+        if cfg.policy.policy not in TIERED_POLICIES:
             raise ValueError(f"--hicache-size / --hicache-ratio: the host tier is built for "
-                             f"--policy paged, not {cfg.policy.policy!r}")
+                             f"--policy {' or '.join(TIERED_POLICIES)}, not "
+                             f"{cfg.policy.policy!r}")
         derived.update(host_tokens=host, storage_tokens=storage)
     return make_policy(cfg.policy.policy, PolicyConfig(**{**shared, **derived}))
 

@@ -1,6 +1,12 @@
 """KV allocation policies behind one interface, registered by name."""
 
-from kvcore.policies import contiguous, paged, paged_tiers, vllm_block  # noqa: F401  (registration)
+from kvcore.policies import (  # noqa: F401  (registration)
+    contiguous,
+    paged,
+    paged_tiers,
+    vllm_block,
+    vllm_tiers,
+)
 from kvcore.policies.base import (
     AdmitResult,
     KVPolicy,

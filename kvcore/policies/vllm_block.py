@@ -45,7 +45,6 @@ from kvcore.policies.base import (
     KVPolicy,
     PolicyConfig,
     PrefixPeek,
-    register_policy,
 )
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
@@ -505,11 +504,3 @@ class VLLMBlockPolicy(KVPolicy):
 
     def _chain(self, parent: int, ids: np.ndarray) -> np.ndarray:
         return self.hasher.chain(parent, ids)
-
-
-@register_policy(
-    "vllm",
-    when="compare with vLLM v1: paged blocks, prefix caching of full blocks via chained hashes",
-)
-def _make_vllm(config: PolicyConfig) -> KVPolicy:
-    return VLLMBlockPolicy(config)

@@ -25,6 +25,21 @@ def test_sweep_over_host_tier_sizes_draws_hit_rate_and_ttft(invoke, tmp_path):
     assert_png_not_blank(out / "figures" / "hit_rate_ttft_vs_host_tier.png")
 
 
+def test_run_vllm_with_a_host_tier(invoke, tmp_path):
+    """`kvsim run --policy vllm --hicache-ratio 2`: the hash-keyed host tier serves hits the
+    device forgot; a policy without a tier is exit code 2 naming the option."""
+    run = ["run", *CHAT[:4], "--kv-tokens", "2048", "--max-context-len", "2048",
+           "--page-size", "16", "--latency", "constant", "--no-progress"]
+    r = invoke(*run, "--policy", "vllm", "--hicache-ratio", "2", "--out", tmp_path / "v")
+    assert r.exit_code == 0, r.output
+    row = pd.read_csv(tmp_path / "v" / "summary.csv").iloc[0]
+    assert row.policy == "vllm" and row.hicache_ratio == 2.0
+    assert row.host_capacity_slots == 2 * 2048 and row.host_hit_rate > 0
+    assert row.prefix_hit_rate > row.device_hit_rate
+    r = invoke(*run, "--policy", "contiguous-max", "--hicache-ratio", "2")
+    assert r.exit_code == 2 and "--hicache-ratio" in r.stderr and "vllm" in r.stderr
+
+
 def test_tier_option_errors_exit_2(invoke, tmp_path):
     r = invoke("run", "--hicache-size", "1", "--hicache-ratio", "2")
     assert r.exit_code == 2 and "--hicache-ratio" in r.stderr

@@ -121,17 +121,66 @@ def test_tier_option_errors() -> None:
         TierSpec(storage_size=1.0)
     with pytest.raises(ValueError, match="never"):
         TierSpec(hicache_write_policy="never")
-    with pytest.raises(ValueError, match="--policy paged"):
+    with pytest.raises(ValueError, match="--policy paged or vllm, not 'contiguous-max'"):
         simulate(kshot(n=3), config(policy="contiguous-max", hicache_ratio=1.0))
+    with pytest.raises(ValueError, match="--policy paged or vllm, not 'paged-nocache'"):
+        simulate(kshot(n=3), config(policy="paged-nocache", hicache_ratio=1.0))
 
 
+# -- the vllm policy's host tier (kvcore/policies/vllm_tiers.py) --------------------------------
+
+
+def test_vllm_host_tier_serves_what_the_device_forgot() -> None:
+    plain = simulate(WORK, config(policy="vllm", kv_tokens=1024, max_context_len=1024,
+                                  page_size=16))
+    r = _tiered(policy="vllm")
+    s = r.summary
+    assert s["prefix_hit_rate"] > plain.summary["prefix_hit_rate"]
+    assert s["host_hit_rate"] > 0 and s["storage_hit_rate"] == 0
+    assert s["prefix_hit_rate"] == pytest.approx(s["device_hit_rate"] + s["host_hit_rate"])
+    assert s["device_hit_rate"] == pytest.approx(plain.summary["prefix_hit_rate"], abs=0.05)
+    assert s["host_to_device_bytes"] > 0 and s["device_to_host_bytes"] > 0
+    assert s["load_stall_s"] > 0 and 0 < s["host_cached_pct"] <= 100
+    assert s["host_free_pct"] == pytest.approx(100 - s["host_cached_pct"]
+                                               - s["host_token_states_pct"])
+    q = r.requests
+    assert (q.host_hit_tokens > 0).any()
+    assert (q.load_stall_s[q.host_hit_tokens == 0] == 0).all()  # only loaders stall
+    assert (r.timeline.host_used > 0).any()
+
+
+def test_vllm_write_policies() -> None:
+    """Every write policy keeps what the device forgets on this reuse-heavy workload;
+    selective writes least (only blocks already reused on the device)."""
+    runs = {w: _tiered(policy="vllm", hicache_write_policy=w).summary
+            for w in ("write_through", "write_through_selective", "write_back")}
+    for s in runs.values():
+        assert s["requests_completed"] == WORK.num_requests
+        assert s["host_hit_rate"] > 0
+    assert runs["write_through_selective"]["device_to_host_bytes"] \
+        < runs["write_through"]["device_to_host_bytes"]
+    assert runs["write_back"]["device_to_host_bytes"] \
+        <= runs["write_through"]["device_to_host_bytes"]
+
+
+def test_vllm_storage_tier() -> None:
+    """Host 1x the pool, storage behind it: host evictions spill to storage and waiting for
+    the prefetch brings them back."""
+    s = _tiered(policy="vllm", hicache_ratio=1.0, storage_size=0.01,
+                hicache_prefetch_policy="wait_complete").summary
+    assert s["storage_hit_rate"] > 0 and s["host_to_storage_bytes"] > 0
+    assert s["storage_to_host_bytes"] > 0
+
+
+@pytest.mark.parametrize("policy", ["paged", "vllm"])
 @pytest.mark.parametrize("page_size", [16, 512])
-def test_unbounded_host_reaches_the_ideal_reuse(page_size: int) -> None:
+def test_unbounded_host_reaches_the_ideal_reuse(page_size: int, policy: str) -> None:
     """The bundled Mooncake trace (a slice): with a host tier that never evicts, the total hit
-    rate is the trace's ideal reuse (page-aligned, the last token computed) within 0.5 points."""
+    rate is the trace's ideal reuse (page-aligned, the last token computed) within 0.5 points,
+    for the radix tree's tiers (paged) and the hash-chain block store's (vllm) alike."""
     opts = RunOptions.from_mapping({"workload": "mooncake-conv", "num_requests": 500,
                                     "page_size": page_size, "kv_tokens": 262144,
-                                    "hicache_ratio": 30.0})
+                                    "hicache_ratio": 30.0, "policy": policy})
     w = build_workload(opts.workload_spec())
     total = sum(r.prompt_len + r.output_len for r in w.requests)
     assert total <= 30 * 262144  # unbounded: the host holds everything written
@@ -142,3 +191,24 @@ def test_unbounded_host_reaches_the_ideal_reuse(page_size: int) -> None:
     assert s["requests_rejected"] == 0  # the ideal counts every prompt
     assert s["host_hit_rate"] > s["device_hit_rate"]
     assert np.isfinite(s["ttft_p50_s"])
+
+
+@pytest.mark.parametrize("page_size,write,admission", [
+    (1, "write_back", "vllm"), (16, "write_through", "sglang"),
+    (4, "write_through_selective", "vllm"), (16, "write_back", "reserve")])
+def test_vllm_tier_under_pressure(page_size: int, write: str, admission: str) -> None:
+    """A crowded pool (preemptions, unadmitted rounds, chunked prefills) with host and storage
+    tiers (six 324-token prefixes, more than host + storage hold): the policy's invariants
+    hold at every iteration (config checks them), every request completes, storage serves
+    hits, and the hit never exceeds the workload's ideal reuse."""
+    w = kshot(n=60, rate=60.0, prefix=300, question=24, num_prefixes=6)
+    r = simulate(w, config(policy="vllm", kv_tokens=1024, max_context_len=1024,
+                           page_size=page_size, hicache_ratio=1.0, storage_size=0.1,
+                           hicache_write_policy=write, admission=admission,
+                           hicache_prefetch_policy="wait_complete"))
+    s = r.summary
+    assert s["requests_completed"] == w.num_requests
+    assert s["prefix_hit_rate"] <= ideal_reuse(w, page_size) + 1e-12
+    assert s["storage_hit_rate"] > 0 and s["host_to_storage_bytes"] > 0
+    assert s["prefix_hit_rate"] == pytest.approx(
+        s["device_hit_rate"] + s["host_hit_rate"] + s["storage_hit_rate"])

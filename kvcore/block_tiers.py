@@ -1,0 +1,304 @@
+"""A lower KV tier of whole blocks keyed by vLLM's block hash chain (vLLM CPU offload / LMCache
+style): the host (or storage) store behind the `vllm` policy's device `BlockPool`.
+
+Why it is built this way:
+* The tier is a pool of its own (`TierPool`): block ids and capacity of its own, ref counts,
+  and vLLM's free queue (`FreeKVCacheBlockQueue`, kvcore/block_pool.py) as the LRU order (head
+  = least recently used); a pop lazily evicts the head. Every block the tier writes is hashed
+  at once, so an idle block is either never used (ahead of everything, taken first) or cached
+  content.
+* A tier holds each hash at most once, so its index is a plain map hash -> block (a dict fed
+  and read through C-level `map`/`zip` over whole batches: no Python step per block). The
+  device pool's index (kvcore/chain_index.py) is built for duplicates and lookups from a
+  chain's root; a tier needs neither, but looks up from the middle of a chain (past the
+  device's hit) and stores blocks of unrelated chains together (write_back, spills).
+* A block is known by (hash, parent hash, token ids), the device pool's own key: a lookup
+  continues the device's hit along the same chain (`lookup(hashes, ids, start)`), checking
+  the parent and the tokens of every candidate, so a hash collision never yields a wrong block.
+* `store` skips (and touches) what the tier has, so writing a request's whole chain costs only
+  its missing blocks. Batches are given in LRU order (first = least recent): callers pass a
+  chain reversed, so a chain's tail goes before its head, as vLLM frees a request's blocks
+  reversed for the same reason.
+* In flight = touched (ref count > 0): a load holds the blocks it reads until the request's
+  prefill lands, and nothing touched is ever popped, so nothing in flight is evicted.
+* Eviction spills to the next tier down (`lower`) through the pool's `on_evict` hook, in
+  eviction order, before the hashes are dropped.
+
+Invariants (`check`): the free queue's own; queued <=> ref count 0; in flight => hashed; the
+map holds exactly the hashed blocks, each under its own hash; every hashed block's hash is
+the chained hash of its parent and tokens; used + free == capacity.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from itertools import repeat
+
+import numpy as np
+
+from kvcore.block_hash import NONE_HASH, block_hashes
+from kvcore.block_pool import FreeKVCacheBlockQueue
+from kvcore.validation import InvariantError
+
+_U64 = np.uint64
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+class TierPool:
+    """A lower tier's blocks 1..num_blocks: ref counts, the LRU free queue, hash -> block."""
+
+    def __init__(self, num_blocks: int, page_size: int) -> None:
+        self.num_blocks = num_blocks
+        self.page_size = page_size
+        nb = num_blocks + 1  # block 0 = null block, never handed out
+        self.ref_cnt = np.zeros(nb, dtype=np.int64)
+        self.is_hashed = np.zeros(nb, dtype=bool)
+        self.block_hash = np.zeros(nb, dtype=_U64)
+        self.parent_hash = np.zeros(nb, dtype=_U64)
+        self.block_tokens = np.zeros((nb, page_size), dtype=np.int64)
+        # per block: which store wrote it (0: none); unchanged = still the same content
+        self.gen = np.zeros(nb, dtype=np.int64)
+        self._last_gen = 0
+        self.free_block_queue = FreeKVCacheBlockQueue(nb)
+        self.num_cached_free = 0  # hashed blocks in the free queue: evictable, LRU
+        self.where: dict[int, int] = {}  # hash -> its block
+        self.on_evict: Callable[[np.ndarray], None] | None = None
+
+    def get_num_free_blocks(self) -> int:
+        return self.free_block_queue.num_free_blocks
+
+    def heads(self, hashes: np.ndarray) -> np.ndarray:
+        """The block of each hash, 0 where the tier does not hold it."""
+        if not self.where or not len(hashes):
+            return np.zeros(len(hashes), dtype=np.int64)
+        return np.fromiter(map(self.where.get, hashes.tolist(), repeat(0)), dtype=np.int64,
+                           count=len(hashes))
+
+    def get_new_blocks(self, m: int) -> np.ndarray:
+        """Pop m blocks off the LRU head (m <= free blocks), ref count 1 each; the hashed
+        ones are evicted (handed to `on_evict` first, in pop order)."""
+        blocks = self.free_block_queue.popleft_n(m)
+        if not m:
+            return blocks
+        ev = blocks[self.is_hashed[blocks]]
+        if len(ev):
+            if self.on_evict is not None:
+                self.on_evict(ev)
+            self.num_cached_free -= len(ev)
+            deque(map(self.where.pop, self.block_hash[ev].tolist()), maxlen=0)
+            self.is_hashed[ev] = False
+            self.gen[ev] = 0
+        self.ref_cnt[blocks] = 1
+        return blocks
+
+    def touch(self, blocks: np.ndarray) -> None:
+        """One more holder each; idle ones leave the LRU."""
+        idle = blocks[self.ref_cnt[blocks] == 0]
+        self.free_block_queue.remove_n(idle)
+        self.num_cached_free -= len(idle)
+        self.ref_cnt[blocks] += 1
+
+    def free_blocks(self, ordered: np.ndarray) -> None:
+        """One holder fewer each (distinct); those left with none join the LRU tail in this
+        order (the last one the most recent)."""
+        ref = self.ref_cnt
+        ref[ordered] -= 1
+        idle = ordered[ref[ordered] == 0]
+        self.free_block_queue.append_n(idle)
+        self.num_cached_free += int(np.count_nonzero(self.is_hashed[idle]))
+
+    def cache(self, blocks: np.ndarray, hashes: np.ndarray, parents: np.ndarray,
+              tokens: np.ndarray) -> None:
+        """Give fresh `blocks` their content: hashes (absent from the tier, distinct), parent
+        hashes and token ids (k, page_size)."""
+        self.is_hashed[blocks] = True
+        self.block_hash[blocks] = hashes
+        self.parent_hash[blocks] = parents
+        self.block_tokens[blocks] = tokens
+        self._last_gen += 1
+        self.gen[blocks] = self._last_gen
+        self.where.update(zip(hashes.tolist(), blocks.tolist(), strict=True))
+
+    def cached_free_blocks(self) -> list[int]:
+        """Idle blocks holding content, LRU head (next evicted) first."""
+        q = self.free_block_queue.peek_n(self.get_num_free_blocks())
+        return q[self.is_hashed[q]].tolist()
+
+    def check_invariants(self) -> None:
+        self.free_block_queue.check_invariants()
+        queued = self.free_block_queue.positions >= 0
+        if ((self.ref_cnt[1:] == 0) != queued[1:]).any() or self.ref_cnt[0] or queued[0]:
+            raise InvariantError("tier: free-queue membership differs from ref counts")
+        if ((self.ref_cnt > 0) & ~self.is_hashed).any() or self.is_hashed[0]:
+            raise InvariantError("tier: a block in flight holds no content")
+        hashed = np.flatnonzero(self.is_hashed)
+        if len(self.where) != len(hashed) or not np.array_equal(
+                self.heads(self.block_hash[hashed]), hashed):
+            raise InvariantError("tier: the hash map differs from the blocks' hashes")
+        if not np.array_equal(np.flatnonzero(self.gen), hashed):
+            raise InvariantError("tier: generations differ from the hashed blocks")
+        if len(hashed) and not np.array_equal(
+                block_hashes(self.parent_hash[hashed], self.block_tokens[hashed]),
+                self.block_hash[hashed]):
+            raise InvariantError("tier: a block's hash does not match its parent and tokens")
+        if self.num_cached_free != int(np.count_nonzero(self.is_hashed & queued)):
+            raise InvariantError("tier: cached-block counter out of sync")
+
+
+class BlockTier:
+    """A host or storage store of hashed blocks, LRU; evicted blocks spill into `lower`."""
+
+    def __init__(self, name: str, num_tokens: int, page_size: int,
+                 lower: BlockTier | None = None) -> None:
+        blocks = num_tokens // page_size
+        if blocks < 1:
+            raise ValueError(f"the {name} tier of {num_tokens} slots is smaller than one block "
+                             f"of {page_size} tokens")
+        self.name = name
+        self.page_size = page_size
+        self.pool = TierPool(blocks, page_size)
+        self.lower = lower
+        self.blocks_in = 0  # blocks written into this tier (what the link into it carried)
+        if lower is not None:
+            self.pool.on_evict = self._spill
+
+    # -- sizes (slots) -----------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.pool.num_blocks * self.page_size
+
+    @property
+    def locked(self) -> int:
+        """Slots of blocks held by loads in flight (every block out of the queue)."""
+        return (self.pool.num_blocks - self.pool.get_num_free_blocks()) * self.page_size
+
+    @property
+    def cached(self) -> int:
+        """Slots of idle blocks holding content (evictable, LRU)."""
+        return self.pool.num_cached_free * self.page_size
+
+    @property
+    def used(self) -> int:
+        return self.locked + self.cached
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    # -- lookups and holds -------------------------------------------------------------------
+    def lookup(self, hashes: np.ndarray, ids: np.ndarray, start: int) -> np.ndarray:
+        """This tier's blocks for the chain `hashes[start:]` (the full blocks of `ids`), up to
+        the first miss; the first one's parent is `hashes[start - 1]`. A candidate whose
+        parent or tokens differ (a hash collision) is a miss. Touches nothing."""
+        n = len(hashes) - start
+        if n <= 0 or not self.pool.where:
+            return _NONE
+        ps, pool = self.page_size, self.pool
+        parts: list[np.ndarray] = []
+        k, step = start, 64  # most lookups miss early: look in growing chunks
+        while k < len(hashes):
+            heads = pool.heads(hashes[k : k + step])
+            miss = np.flatnonzero(heads == 0)
+            parts.append(heads[: miss[0]] if len(miss) else heads)
+            if len(miss):
+                break
+            k += step
+            step *= 8
+        cand = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        m = len(cand)
+        if not m:
+            return cand
+        parents = np.empty(m, dtype=_U64)
+        parents[0] = hashes[start - 1] if start else NONE_HASH
+        parents[1:] = hashes[start : start + m - 1]
+        tok = ids[start * ps : (start + m) * ps].reshape(m, ps)
+        ok = (pool.block_tokens[cand] == tok).all(axis=1) & (pool.parent_hash[cand] == parents)
+        return cand if ok.all() else cand[: int(np.argmin(ok))]
+
+    def hold(self, blocks: np.ndarray) -> None:
+        """A load reads `blocks`: they leave the LRU until `unhold`."""
+        if len(blocks):
+            self.pool.touch(blocks)
+
+    def unhold(self, chain: np.ndarray) -> None:
+        """A load of `chain` (head first) is done: its blocks become the most recent, the
+        chain's head last (most recent of all), so its tail is evicted first."""
+        if len(chain):
+            self.pool.free_blocks(chain[::-1])
+
+    # -- writing -----------------------------------------------------------------------------
+    def store(self, hashes: np.ndarray, parents: np.ndarray, tokens: np.ndarray) -> int:
+        """Write blocks given in LRU order (first = least recent; (k,) hashes and parents,
+        (k, page_size) token ids): the ones held are touched, the missing ones take new
+        blocks (evicting this tier's LRU blocks, spilled below), as many as fit, the most
+        recent first. Every block ends idle at the queue tail in the given order (a block in
+        flight stays held). Returns the blocks written."""
+        return self.place(hashes, parents, tokens)[1]
+
+    def place(self, hashes: np.ndarray, parents: np.ndarray, tokens: np.ndarray,
+              known: np.ndarray | None = None, distinct: bool = False) -> tuple[np.ndarray, int]:
+        """`store`, returning also where each block now is (0: not stored). `known` (one per
+        block, 0 = unknown) are blocks of an earlier `place` of the same content whose
+        generations the caller checked (`still_held`): no lookup for them. `distinct`: the
+        caller knows no hash repeats (one chain)."""
+        n = len(hashes)
+        if not n:
+            return np.zeros(0, dtype=np.int64), 0
+        hashes = np.ascontiguousarray(hashes, dtype=_U64)
+        if not distinct and len(np.unique(hashes)) != n:  # the same content twice: keep the
+            keep = np.sort(n - 1 - np.unique(hashes[::-1], return_index=True)[1])  # latest
+            where, written = self.place(hashes[keep], parents[keep], tokens[keep],
+                                        None if known is None else known[keep], True)
+            out = np.zeros(n, dtype=np.int64)
+            out[keep] = where
+            return out, written
+        pool = self.pool
+        heads = np.zeros(n, dtype=np.int64) if known is None else known.copy()
+        ask = np.flatnonzero(heads == 0) if known is not None else np.arange(n)
+        if len(ask) and pool.where:
+            got = pool.heads(hashes[ask])
+            hit = got > 0
+            if hit.any():  # a hash held with other content (a collision) is not written
+                g, a = got[hit], ask[hit]
+                same = ((pool.block_tokens[g] == tokens[a]).all(axis=1)
+                        & (pool.parent_hash[g] == parents[a]))
+                heads[a[same]] = g[same]
+                heads[a[~same]] = -1  # neither touched nor written
+        have = heads[heads > 0]
+        if len(have):
+            pool.touch(have)  # kept out of this store's evictions
+        missing = np.flatnonzero(heads == 0)
+        missing = missing[len(missing) - min(len(missing), pool.get_num_free_blocks()):]
+        if len(missing):
+            new = pool.get_new_blocks(len(missing))  # lazy eviction (spills below)
+            pool.cache(new, hashes[missing], np.ascontiguousarray(parents[missing], dtype=_U64),
+                       tokens[missing])
+            heads[missing] = new
+        order = heads[heads > 0]
+        if len(order):
+            pool.free_blocks(order)
+        self.blocks_in += len(missing)
+        return np.maximum(heads, 0), len(missing)
+
+    def still_held(self, blocks: np.ndarray, gens: np.ndarray) -> np.ndarray:
+        """`blocks` of an earlier `place` whose content is unchanged (generation still
+        `gens`: neither evicted nor written again), else 0."""
+        return np.where((blocks > 0) & (self.pool.gen[blocks] == gens), blocks, 0)
+
+    def _spill(self, evicted: np.ndarray) -> None:
+        assert self.lower is not None
+        p = self.pool
+        self.lower.store(p.block_hash[evicted], p.parent_hash[evicted], p.block_tokens[evicted])
+
+    # -- checks ------------------------------------------------------------------------------
+    def check(self) -> None:
+        """The pool's invariants and conservation: used + free == capacity."""
+        self.pool.check_invariants()
+        hashed = int(np.count_nonzero(self.pool.is_hashed))
+        if hashed * self.page_size != self.used or self.used + self.free != self.capacity:
+            raise InvariantError(f"{self.name} tier: {self.used} used + {self.free} free != "
+                                 f"capacity {self.capacity}")
+
+
+__all__ = ["BlockTier", "TierPool"]

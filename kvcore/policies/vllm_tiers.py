@@ -1,0 +1,319 @@
+"""`vllm` with lower KV tiers: a host (and storage) store of blocks keyed by the block hash
+chain behind vLLM v1's block pool (vLLM's CPU offload, LMCache), LRU on the host.
+
+`TieredVLLMPolicy` is `VLLMBlockPolicy` whose admission continues the device hit (whole blocks
+of `prompt[:P-1]`) along the same hash chain into the host tier, then the storage tier
+(kvcore/block_tiers.py), and loads that hit into new device blocks: they are hashed on the
+device under the same hashes, the request holds them and `cached_len` covers them (they are
+not prefilled). The host blocks a load reads stay held until the request's prefill completes
+(`cache_prefix`) or it leaves (`release` / `finish`): the load's time in flight, which the
+engine charges from `AdmitResult.host_hit` / `storage_hit` and `tier_state()`.
+
+Write policies (TierConfig.write_policy):
+* `write_back`: a block the device pool lazily evicts is stored on the host (the pool's
+  `on_evict` hook, before its hash is dropped): the issue's "evicted cached blocks".
+* `write_through`: a request's hashed chain is stored when its prefill completes and when it
+  finishes (the moments `paged` inserts into its tree); blocks already on the host are only
+  touched, so the whole chain becomes recent, head most recent.
+* `write_through_selective`: a device block is stored once its hash was computed and then hit
+  `write_threshold - 1` times (counted per device block since it was hashed), at the admission
+  that reaches the count: with SGLang's threshold 2 the first reuse backs a block up.
+
+Loads take device blocks from the free queue (lazily evicting device cache; the device hit is
+already touched, so safe); if the device cannot give room for the whole hit, what fits is
+loaded, head first, as kvcore/tiers.py's fetch does. The `vllm` factory builds this class only
+when the configuration asks for a host tier, so a run without one is `VLLMBlockPolicy` itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvcore.block_hash import NONE_HASH
+from kvcore.block_tiers import BlockTier
+from kvcore.breakdown import MemoryBreakdown
+from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
+from kvcore.policies.vllm_block import VLLMBlockPolicy, _Req
+from kvcore.tiers import TierConfig, TierState
+from kvcore.validation import InvariantError
+
+_U64 = np.uint64
+
+
+class TieredVLLMPolicy(VLLMBlockPolicy):
+    """vLLM block pool + hash-keyed prefix cache + host tier (+ storage tier)."""
+
+    def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
+        super().__init__(config)
+        if not tiers.enabled:
+            raise ValueError("a tiered vllm policy needs host_tokens > 0")
+        self.tiers = tiers
+        ps = self.page_size
+        self.storage = (BlockTier("storage", tiers.storage_tokens, ps)
+                        if tiers.storage_tokens else None)
+        self.host = BlockTier("host", tiers.host_tokens, ps, self.storage)
+        self.inflight: dict[int, np.ndarray] = {}  # rid -> host blocks its load holds
+        # write_through: rid -> (host block of each chain block at its last store, gens),
+        # and the stores due: (rid, hashes, parents, tokens, known host blocks), chain order
+        self._placed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pages_h2d = 0  # host -> device loads (blocks)
+        self.pages_s2h = 0  # storage -> host copies (blocks)
+        policy = tiers.write_policy
+        self._selective = policy == "write_through_selective"
+        self._through = policy == "write_through" or (self._selective
+                                                      and tiers.write_threshold <= 1)
+        self._back = policy == "write_back"
+        # write_through_selective: hits of each device block since it was hashed
+        self._hits = np.zeros(self.num_pages + 1 if self._selective else 0, dtype=np.int64)
+        if self._back or self._selective:
+            self.pool.on_evict = self._device_evicted
+
+    # -- writing to the host -----------------------------------------------------------------
+    def _device_evicted(self, blocks: np.ndarray) -> None:
+        """The device pool evicts `blocks` (LRU first): write_back stores them; their hit
+        counts end with their content."""
+        if self._selective:
+            self._hits[blocks] = 0
+        if self._back:
+            self._flush()
+            p = self.pool
+            self.host.store(p.block_hash[blocks], p.parent_hash[blocks], p.block_tokens[blocks])
+
+    def _store_device_blocks(self, chain: np.ndarray) -> None:
+        """Store device blocks of one chain (head first) on the host, the head most recent."""
+        p = self.pool
+        rev = chain[::-1]
+        self.host.store(p.block_hash[rev], p.parent_hash[rev], p.block_tokens[rev])
+
+    def _write_through(self, rid: int, req: _Req) -> None:
+        """write_through: the request's hashed chain is due on the host (held blocks only
+        touched). Due stores wait in `_pending` until the host is next read (`_flush`): one
+        store for all of an iteration's requests costs about half of one store each, and a
+        request's later chain (at finish) replaces its earlier one (at cache_prefix), which it
+        extends: the host ends the same. Where its last store put each block is remembered
+        (`_placed`), so the next one looks up only blocks since, or whose host copy changed."""
+        n = req.nhashed
+        if not (self._through and n):
+            return
+        ps = self.page_size
+        hashes = req.chain[:n]
+        parents = np.empty(n, dtype=_U64)
+        parents[0] = NONE_HASH
+        parents[1:] = hashes[:-1]
+        known = np.zeros(n, dtype=np.int64)
+        placed = self._placed.get(rid)
+        if placed is not None:
+            k = min(len(placed[0]), n)
+            known[:k] = self.host.still_held(placed[0][:k], placed[1][:k])
+        if self._pending and any(p[0] == rid for p in self._pending):
+            self._pending = [p for p in self._pending if p[0] != rid]
+        self._pending.append((rid, hashes, parents, req.ids[: n * ps].reshape(n, ps), known))
+
+    def _flush(self) -> None:
+        """Store the due chains, in the order they were due, each reversed (its head most
+        recent); remember where each live request's blocks went."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        host = self.host
+        if len(pending) == 1:
+            rid, hashes, parents, tokens, known = pending[0]
+            wheres = [host.place(hashes[::-1], parents[::-1], tokens[::-1], known[::-1],
+                                 distinct=True)[0][::-1]]
+        else:  # one batch; a block in several chains is placed where it is due last
+            where = host.place(np.concatenate([p[1][::-1] for p in pending]),
+                               np.concatenate([p[2][::-1] for p in pending]),
+                               np.concatenate([p[3][::-1] for p in pending]),
+                               np.concatenate([p[4][::-1] for p in pending]))[0]
+            ends = np.cumsum([len(p[1]) for p in pending])
+            wheres = [w[::-1] for w in np.split(where, ends[:-1])]
+        gen = host.pool.gen
+        for (rid, *_), w in zip(pending, wheres, strict=True):
+            if rid in self._reqs:
+                self._placed[rid] = (w, gen[w])
+
+    # -- admission ---------------------------------------------------------------------------
+    def peek_tiers(self, token_ids: np.ndarray) -> tuple[int, int, int]:
+        """(device, host, storage) hit of a prompt's prefill key in tokens, touching nothing."""
+        self._flush()
+        ids = np.ascontiguousarray(token_ids, dtype=np.int64)
+        ps = self.page_size
+        n = len(ids) // ps
+        d = len(self._match(ids, n))
+        hashes = self.memo.chain(ids, n)[1] if n else np.zeros(0, dtype=_U64)
+        h = len(self.host.lookup(hashes, ids, d))
+        s = len(self.storage.lookup(hashes, ids, d + h)) if self.storage is not None else 0
+        return d * ps, h * ps, s * ps
+
+    def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
+              max_new_tokens: int) -> AdmitResult | None:
+        self._flush()  # the host as the due stores leave it
+        res = super().admit(rid, token_ids, final_len, max_new_tokens)
+        if res is None:
+            return None
+        req = self._reqs[rid]
+        d = req.nblocks
+        if self._selective and d:
+            self._selective_hits(req.blocks)
+        n = (len(req.ids) - 1) // self.page_size  # whole blocks a hit may cover
+        if d >= n:
+            return res
+        held, from_storage = self._find_lower(req, d, n)
+        if not len(held):
+            return res
+        loaded = self._load(rid, req, held)
+        if not loaded:
+            return res
+        ps = self.page_size
+        storage = max(loaded - (len(held) - from_storage), 0)
+        return AdmitResult(res.row, req.written, res.token_hit, (loaded - storage) * ps,
+                           storage * ps)
+
+    def _selective_hits(self, blocks: np.ndarray) -> None:
+        """A device hit on `blocks`: those whose count (hashed once + hits) reaches the
+        threshold are stored on the host (again: that touches them)."""
+        self._hits[blocks] += 1
+        due = blocks[self._hits[blocks] + 1 >= self.tiers.write_threshold]
+        if len(due):
+            self._store_device_blocks(due)
+
+    def _find_lower(self, req: _Req, d: int, n: int) -> tuple[np.ndarray, int]:
+        """Host blocks continuing the device hit of `d` blocks (of `n` possible), held, with
+        what the storage tier adds past them (copied to the host first, at most the prefetch
+        allowance). Returns (the held host chain, how many of its blocks came from storage)."""
+        hashes, ids, host = req.chain[:n], req.ids, self.host
+        held = host.lookup(hashes, ids, d)
+        host.hold(held)
+        st = self.storage
+        allow = self.storage_allowance // self.page_size
+        if st is None or allow <= 0 or d + len(held) >= n:
+            return held, 0
+        base = d + len(held)
+        found = st.lookup(hashes[: min(n, base + allow)], ids, base)
+        if not len(found):
+            return held, 0
+        st.hold(found)  # read while the host makes room
+        sp = st.pool
+        rev = found[::-1]
+        self.pages_s2h += host.store(sp.block_hash[rev], sp.parent_hash[rev],
+                                     sp.block_tokens[rev])
+        st.unhold(found)
+        more = host.lookup(hashes[: base + len(found)], ids, base)
+        host.hold(more)
+        return np.concatenate([held, more]), len(more)
+
+    def _load(self, rid: int, req: _Req, held: np.ndarray) -> int:
+        """Copy the held host chain into new device blocks, as many as the device can give
+        (head first); the rest is released. Returns the blocks loaded."""
+        room = min(len(held), self.pool.get_num_free_blocks())
+        if room < len(held):
+            self.host.unhold(held[room:])
+            held = held[:room]
+        if not room:
+            return 0
+        ps = self.page_size
+        d = req.nblocks
+        new = self.pool.get_new_blocks(room)  # lazily evicts device cache (write_back: stored)
+        parent = int(req.chain[d - 1]) if d else NONE_HASH
+        self.pool.cache_full_blocks(new, req.chain[d : d + room], parent,
+                                    req.ids[d * ps : (d + room) * ps].reshape(room, ps), d)
+        req.add_blocks(new)
+        start = req.written
+        req.nhashed = d + room
+        req.written = (d + room) * ps
+        self._write(req, start, req.written)
+        self.hit_tokens += room * ps
+        self.pages_h2d += room
+        self.inflight[rid] = held
+        return room
+
+    def _loaded_done(self, rid: int) -> None:
+        held = self.inflight.pop(rid, None)
+        if held is not None:
+            self.host.unhold(held)
+
+    # -- ending ------------------------------------------------------------------------------
+    def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
+        super().cache_prefix(rid, token_ids)
+        self._loaded_done(rid)  # prefill done: the load has landed
+        self._write_through(rid, self._req(rid))
+
+    def finish(self, rid: int, token_ids: np.ndarray) -> None:
+        super().cache_prefix(rid, token_ids)  # learn the ids, hash the full blocks
+        self._write_through(rid, self._req(rid))
+        self.release(rid)
+
+    def release(self, rid: int) -> None:
+        self._req(rid)
+        self._loaded_done(rid)
+        self._placed.pop(rid, None)
+        super().release(rid)
+
+    # -- observation -------------------------------------------------------------------------
+    def tier_state(self) -> TierState:
+        self._flush()
+        st, host = self.storage, self.host
+        return TierState(self.pages_h2d, host.blocks_in - self.pages_s2h, self.pages_s2h,
+                         st.blocks_in if st is not None else 0, host.used, host.locked,
+                         host.capacity, st.used if st is not None else 0,
+                         st.capacity if st is not None else 0)
+
+    def host_breakdown(self) -> MemoryBreakdown:
+        """The host pool in the six parts: blocks held by loads in flight are token states,
+        idle hashed blocks cache, never-used blocks free (whole blocks only: no reservation,
+        rounding or external fragmentation)."""
+        self._flush()
+        host = self.host
+        return MemoryBreakdown.for_pages(host.capacity, token_states=host.locked,
+                                         cached=host.cached, reserved=0, rounding=0,
+                                         free=host.free)
+
+    def check_invariants(self) -> None:
+        """The device policy's invariants (loaded blocks carry the chain's hashes), each
+        tier's, and: the host blocks in flight are exactly those the loads hold; nothing in
+        storage is held outside an admission; selective hit counts only on hashed blocks.
+        Due write-through stores are made first (they wait only for the next host read)."""
+        self._flush()
+        super().check_invariants()
+        self.host.check()
+        if self.storage is not None:
+            self.storage.check()
+            if self.storage.locked:
+                raise InvariantError("a storage block is held outside an admission")
+        holders = np.zeros(self.host.pool.num_blocks + 1, dtype=np.int64)
+        for rid, held in self.inflight.items():
+            if rid not in self._reqs:
+                raise InvariantError(f"request {rid} left with a host load in flight")
+            holders[held] += 1
+        if not np.array_equal(holders, self.host.pool.ref_cnt):
+            raise InvariantError("host blocks in flight differ from the loads holding them")
+        for rid, (where, gens) in self._placed.items():
+            if rid not in self._reqs:
+                raise InvariantError(f"request {rid} left with its write-through remembered")
+            live = self.host.still_held(where, gens)
+            ok = live > 0
+            chain = self._reqs[rid].chain[: len(where)]
+            if not np.array_equal(self.host.pool.block_hash[live[ok]], chain[ok]):
+                raise InvariantError(f"request {rid}: a remembered host block changed content")
+        if self._selective and (self._hits[~self.pool.is_hashed] != 0).any():
+            raise InvariantError("a device block without content keeps a hit count")
+        self.host_breakdown().check()
+
+
+def vllm_tier_config(config: PolicyConfig) -> TierConfig:
+    return TierConfig(config.host_tokens, config.storage_tokens, config.hicache_write_policy)
+
+
+@register_policy(
+    "vllm",
+    when="compare with vLLM v1: paged blocks, prefix caching of full blocks via chained hashes",
+)
+def _make_vllm(config: PolicyConfig) -> KVPolicy:
+    tiers = vllm_tier_config(config)
+    if tiers.enabled:
+        return TieredVLLMPolicy(config, tiers)
+    return VLLMBlockPolicy(config)
+
+
+__all__ = ["TieredVLLMPolicy", "vllm_tier_config"]

@@ -1,0 +1,421 @@
+"""The `vllm` policy's host (and storage) tier (kvcore/block_tiers.py,
+kvcore/policies/vllm_tiers.py): worked examples, every write policy, a stateful test checking
+the invariants after every operation, and the host tier against an independent LRU model over
+page-aligned prefix keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kvcore.block_hash import NONE_HASH, ChainHasher
+from kvcore.block_tiers import BlockTier
+from kvcore.policies import PolicyConfig, make_policy
+from kvcore.policies.vllm_block import VLLMBlockPolicy
+from kvcore.policies.vllm_tiers import TieredVLLMPolicy
+from kvcore.tiers import WRITE_POLICIES, TierConfig
+from tests.kvcore.test_tiers import PageLRU
+
+
+def _policy(ps: int, pages: int, host: int, storage: int = 0, write: str = "write_through",
+            rows: int = 4, ctx: int = 256):
+    return make_policy("vllm", PolicyConfig(
+        kv_tokens=pages * ps, page_size=ps, max_context_len=ctx, max_requests=rows,
+        host_tokens=host, storage_tokens=storage, hicache_write_policy=write))
+
+
+def _serve(p, rid: int, prompt: np.ndarray, out: int = 2):
+    """One request alone: admit, prefill, cache, decode, finish. Returns its AdmitResult."""
+    res = p.admit(rid, prompt, len(prompt) + out - 1, out)
+    assert res is not None
+    assert p.extend([rid], [len(prompt)])
+    p.cache_prefix(rid, prompt)
+    p.check_invariants()
+    ids = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
+    for _ in range(out - 1):
+        assert p.decode([rid])
+    p.finish(rid, ids[: len(prompt) + out - 1])
+    p.check_invariants()
+    return res
+
+
+def _fill(p, rid0: int, n: int, ps: int, blocks: int = 3) -> None:
+    """Unrelated requests that push everything else out of the device pool."""
+    for i in range(n):
+        _serve(p, rid0 + i, 5_000 + 100 * (rid0 + i) + np.arange(blocks * ps + 1))
+
+
+def test_no_tier_is_the_plain_policy() -> None:
+    p = _policy(4, 16, host=0)
+    assert type(p) is VLLMBlockPolicy and p.tier_state() is None
+    assert p.pool.on_evict is None
+
+
+def test_bad_tier_config() -> None:
+    with pytest.raises(ValueError, match="smaller than one block"):
+        BlockTier("host", 3, 4)
+    with pytest.raises(ValueError, match="needs a host tier"):
+        _policy(4, 16, host=0, storage=64)
+    with pytest.raises(ValueError, match="write policy"):
+        _policy(4, 16, host=64, write="sometimes")
+    with pytest.raises(ValueError, match="host_tokens > 0"):
+        TieredVLLMPolicy(PolicyConfig(kv_tokens=64, page_size=4), TierConfig())
+
+
+def test_host_hit_is_loaded_not_prefilled() -> None:
+    """A prompt the device forgot comes back from the host: cached_len covers it, the new
+    device blocks carry the prompt's hashes, and the host blocks stay held until the prefill
+    lands."""
+    ps = 4
+    p = _policy(ps, pages=8, host=64 * ps)
+    assert isinstance(p, TieredVLLMPolicy)
+    prompt = np.arange(100, 100 + 5 * ps + 2)
+    _serve(p, 0, prompt)
+    _fill(p, 1, 3, ps, blocks=6)  # 8 device blocks: the prompt is gone from the device
+    assert p.peek_prefix(prompt[:-1]) == 0
+    d, h, s = p.peek_tiers(prompt[:-1])
+    assert (d, h, s) == (0, 5 * ps, 0)
+    res = p.admit(99, prompt, len(prompt) + 1, 2)
+    assert res is not None and res.cached_len == 5 * ps and res.host_hit == 5 * ps
+    assert res.storage_hit == 0
+    req = p._reqs[99]
+    want = p.hasher.chain(NONE_HASH, prompt[: 5 * ps])
+    assert np.array_equal(p.pool.block_hash[req.blocks], want)
+    assert (p.pool.block_tokens[req.blocks] == prompt[: 5 * ps].reshape(5, ps)).all()
+    assert p.tier_state().host_locked == 5 * ps and len(p.inflight[99]) == 5
+    p.check_invariants()
+    assert p.extend([99], [len(prompt)])  # only the rest is prefilled
+    p.cache_prefix(99, prompt)
+    assert p.tier_state().host_locked == 0 and 99 not in p.inflight
+    p.check_invariants()
+    assert p.tier_state().pages_h2d == 5
+
+
+def test_load_takes_what_the_device_can_give() -> None:
+    """A host hit larger than the device's free blocks loads its head only."""
+    ps = 4
+    p = _policy(ps, pages=8, host=64 * ps, rows=4)
+    prompt = np.arange(100, 100 + 7 * ps + 1)
+    _serve(p, 0, prompt)
+    _fill(p, 1, 2, ps, blocks=7)
+    hog = 900 + np.arange(5 * ps)  # holds 5 of the 8 device blocks
+    assert p.admit(50, hog, len(hog) + 1, 2) is not None and p.extend([50], [len(hog)])
+    res = p.admit(51, prompt, len(prompt) + 1, 2)
+    assert res is not None and res.host_hit == 3 * ps and res.cached_len == 3 * ps
+    assert len(p.inflight[51]) == 3
+    p.check_invariants()
+    p.release(51)
+    p.release(50)
+    assert p.tier_state().host_locked == 0
+    p.check_invariants()
+
+
+def test_write_back_only_on_device_eviction() -> None:
+    ps = 4
+    p = _policy(ps, pages=8, host=64 * ps, write="write_back")
+    prompt = np.arange(100, 100 + 5 * ps + 2)
+    _serve(p, 0, prompt)
+    assert p.tier_state().host_used == 0 and p.tier_state().pages_d2h == 0
+    _fill(p, 1, 3, ps, blocks=6)
+    assert p.tier_state().pages_d2h > 0
+    res = _serve(p, 99, prompt)
+    assert res.host_hit == 5 * ps
+
+
+def test_selective_backs_up_after_threshold_hits() -> None:
+    """write_through_selective: a block is backed up at its first reuse on the device (hashed
+    once + hit once = SGLang's threshold 2), not before."""
+    ps = 4
+    p = _policy(ps, pages=16, host=64 * ps, write="write_through_selective")
+    prompt = np.arange(100, 100 + 5 * ps + 2)
+    _serve(p, 0, prompt)
+    assert p.tier_state().host_used == 0
+    _serve(p, 1, prompt)  # the first reuse hits 5 device blocks: backed up
+    assert p.tier_state().host_used == 5 * ps
+    _fill(p, 2, 4, ps, blocks=6)
+    assert p.peek_prefix(prompt[:-1]) == 0
+    assert _serve(p, 99, prompt).host_hit == 5 * ps
+
+
+def test_storage_tier_catches_host_evictions() -> None:
+    ps = 4
+    p = _policy(ps, pages=8, host=6 * ps, storage=64 * ps)
+    prompt = np.arange(100, 100 + 5 * ps + 2)
+    _serve(p, 0, prompt)
+    _fill(p, 1, 3, ps, blocks=6)  # the host (6 blocks) forgets the prompt too: storage has it
+    assert p.peek_tiers(prompt[:-1]) == (0, 0, 5 * ps)
+    assert p.tier_state().pages_h2s > 0
+    p.storage_allowance = 0  # the prefetch gave nothing yet: no storage hit
+    res = p.admit(98, prompt, len(prompt) + 1, 2)
+    assert res is not None and res.storage_hit == 0 and res.cached_len == 0
+    p.release(98)
+    p.storage_allowance = 2 * ps  # two blocks arrived
+    res = p.admit(99, prompt, len(prompt) + 1, 2)
+    assert res is not None and res.storage_hit == 2 * ps and res.cached_len == 2 * ps
+    assert p.tier_state().pages_s2h == 2
+    p.check_invariants()
+    p.release(99)
+    p.storage_allowance = 10**6
+    res = p.admit(100, prompt, len(prompt) + 1, 2)
+    assert res is not None and res.cached_len == 5 * ps  # 2 blocks the last load left on
+    assert res.host_hit == 0 and res.storage_hit == 3 * ps  # the device, 3 from storage
+    p.check_invariants()
+
+
+def test_block_tier_lru_keeps_the_chain_head() -> None:
+    """A full tier evicts its least recently used blocks, and a chain stored or loaded
+    together loses its tail first."""
+    ps = 2
+    t = BlockTier("host", 4 * ps, ps)
+    toks = np.arange(8 * ps).reshape(8, ps)
+    hs = ChainHasher(ps, 64).chain(NONE_HASH, toks.reshape(-1))
+    pa = np.zeros(8, dtype=np.uint64)
+    pa[1:] = hs[:-1]
+    assert t.store(hs[:4][::-1], pa[:4][::-1], toks[:4][::-1]) == 4  # chain 0..3, head last
+    assert t.store(hs[4:5], pa[4:5], toks[4:5]) == 1  # evicts the chain's tail (block 3)
+    held = {int(h) for h in t.pool.block_hash[t.pool.is_hashed]}
+    assert held == {int(h) for h in hs[[0, 1, 2, 4]]}
+    assert t.store(hs[0:1], pa[0:1], toks[0:1]) == 0  # held: only touched
+    assert t.store(hs[5:7], pa[5:7], toks[5:7]) == 2  # evicts 2, then 1 (0 was touched)
+    held = {int(h) for h in t.pool.block_hash[t.pool.is_hashed]}
+    assert held == {int(h) for h in hs[[0, 4, 5, 6]]}
+    t.check()
+
+
+# -- the stateful test -------------------------------------------------------------------------
+
+
+class VLLMTierMachine(RuleBasedStateMachine):
+    PS = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p: TieredVLLMPolicy | None = None
+        self.reqs: dict[int, dict] = {}
+        rng = np.random.default_rng(0)
+        self.bases = [rng.integers(0, 3, size=32) for _ in range(3)]
+        self.next_id = 0
+
+    @precondition(lambda self: self.p is None)
+    @rule(write=st.sampled_from(WRITE_POLICIES), host=st.integers(1, 12),
+          storage=st.integers(0, 16), ps=st.sampled_from([1, 4]))
+    def build(self, write: str, host: int, storage: int, ps: int) -> None:
+        """Sizes in tokens do not depend on the page size: 56 device slots, host and storage
+        in units of 4 slots; page size 1 makes every token a block."""
+        self.PS = ps
+        p = _policy(ps, pages=56 // ps, host=host * 4, storage=storage * 4, write=write,
+                    ctx=64)
+        assert isinstance(p, TieredVLLMPolicy)
+        self.p = p
+
+    @precondition(lambda self: self.p is not None and len(self.reqs) < 4)
+    @rule(base=st.integers(0, 2), share=st.integers(0, 32), tail=st.integers(1, 9),
+          out=st.integers(1, 6), allowance=st.integers(0, 40))
+    def admit(self, base: int, share: int, tail: int, out: int, allowance: int) -> None:
+        assert self.p is not None
+        ps = self.PS
+        rid = self.next_id
+        self.next_id += 1
+        prompt = np.concatenate([self.bases[base][:share], 50 + rid * 16 + np.arange(tail)])
+        self.p.storage_allowance = allowance
+        res = self.p.admit(rid, prompt, len(prompt) + out - 1, out)
+        if res is None:
+            return
+        assert res.cached_len % ps == 0 and res.cached_len < len(prompt)
+        assert res.host_hit + res.storage_hit <= res.cached_len
+        req = self.p._reqs[rid]
+        n = res.cached_len // ps  # device hit + loaded blocks carry the prompt's hashes
+        want = self.p.hasher.chain(NONE_HASH, prompt[: n * ps])
+        assert np.array_equal(self.p.pool.block_hash[req.blocks[:n]], want)
+        self.reqs[rid] = {"prompt": prompt, "out": out, "w": res.cached_len, "done": 0,
+                          "cached": False}
+
+    def _live(self, data, running: bool) -> int | None:
+        rids = [r for r, q in self.reqs.items() if q["cached"] == running]
+        return data.draw(st.sampled_from(rids)) if rids else None
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data(), chunk=st.integers(1, 12))
+    def extend(self, data, chunk: int) -> None:
+        """A prefill chunk; the last one completes the prefill (cache_prefix)."""
+        assert self.p is not None
+        rid = self._live(data, running=False)
+        if rid is None:
+            return
+        q = self.reqs[rid]
+        target = min(q["w"] + chunk, len(q["prompt"]))
+        if not self.p.extend([rid], [target]):
+            self.p.release(rid)
+            del self.reqs[rid]
+            return
+        q["w"] = target
+        if target == len(q["prompt"]):
+            self.p.cache_prefix(rid, q["prompt"])
+            q["cached"] = True
+            assert rid not in self.p.inflight
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data())
+    def decode(self, data) -> None:
+        assert self.p is not None
+        rid = self._live(data, running=True)
+        if rid is None:
+            return
+        q = self.reqs[rid]
+        ids = np.concatenate([q["prompt"], 7 + np.arange(q["out"])])
+        if q["done"] + 1 >= q["out"]:
+            self.p.finish(rid, ids[: q["w"]])
+            del self.reqs[rid]
+        elif self.p.decode([rid]):
+            q["w"] += 1
+            q["done"] += 1
+        else:
+            self.p.release(rid)
+            del self.reqs[rid]
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data())
+    def release(self, data) -> None:
+        assert self.p is not None
+        rid = data.draw(st.sampled_from(sorted(self.reqs)))
+        self.p.release(rid)
+        del self.reqs[rid]
+
+    @invariant()
+    def consistent(self) -> None:
+        if self.p is None:
+            return
+        p = self.p
+        p.check_invariants()  # device pool and requests, host and storage pools, loads
+        state = p.tier_state()
+        host = p.host.pool
+        free = (host.get_num_free_blocks() - host.num_cached_free) * self.PS
+        assert state.host_used + free == state.host_capacity
+        assert set(p.inflight) <= set(self.reqs)  # loads only for live requests
+        assert state.host_locked == sum(len(b) for b in p.inflight.values()) * self.PS
+        if p.storage is not None:
+            assert p.storage.locked == 0
+
+
+TestVLLMTierMachine = VLLMTierMachine.TestCase
+TestVLLMTierMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
+                                        suppress_health_check=[HealthCheck.too_slow,
+                                                               HealthCheck.filter_too_much])
+
+
+# -- the host tier against an independent LRU model ------------------------------------------
+
+
+@pytest.mark.parametrize("ps,host_pages", [(1, 600), (4, 150), (16, 30)])
+def test_host_tier_equals_an_lru_model(ps: int, host_pages: int) -> None:
+    """Requests one at a time, write_through: the host holds exactly what an LRU over
+    page-aligned prefixes with its capacity holds (PageLRU, tests/kvcore/test_tiers.py), so
+    its hit past the device's is the model's, request by request."""
+    rng = np.random.default_rng(ps)
+    bases = [rng.integers(0, 50, size=300) for _ in range(12)]
+    p = _policy(ps, pages=max(300 // ps, 4), host=host_pages * ps, rows=2, ctx=1024)
+    assert isinstance(p, TieredVLLMPolicy)
+    model = PageLRU(host_pages, ps)
+    total = host = 0
+    for rid in range(120):
+        b = bases[int(rng.zipf(1.5)) % len(bases)]
+        share = int(rng.integers(0, 200))
+        prompt = np.concatenate([b[:share], 100 + rng.integers(0, 1000, size=int(
+            rng.integers(1, 60)))])
+        key = prompt[:-1]
+        want = model.hit(key)
+        out = int(rng.integers(1, 5))
+        n = len(key) // ps
+        chain = p.hasher.chain(NONE_HASH, key[: n * ps])
+        assert len(p.host.lookup(chain, key, 0)) * ps == want  # the host holds the model's
+        device = p.peek_prefix(key)
+        res = _serve(p, rid, prompt, out=out)
+        assert res.host_hit == max(want - device, 0), f"request {rid}"
+        assert res.cached_len == max(want, device)
+        model.access(key, add=False)  # admission's match
+        model.access(prompt, add=True)  # cache_prefix's write_through
+        written = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
+        model.access(written[: len(prompt) + out - 1], add=True)  # finish's
+        total += res.cached_len
+        host += res.host_hit
+    assert host > 0 and total > host  # both tiers served something
+
+
+@pytest.mark.parametrize("write", WRITE_POLICIES)
+def test_every_write_policy_serves_reuse(write: str) -> None:
+    """A reuse-heavy stream (four prefixes, each reused after the device forgot it): every
+    write policy gives host hits, and what it wrote is what the host holds or evicted."""
+    ps = 4
+    p = _policy(ps, pages=12, host=200 * ps, write=write)
+    rng = np.random.default_rng(1)
+    bases = [rng.integers(0, 40, size=8 * ps) for _ in range(4)]
+    host = 0
+    for rid in range(40):
+        prompt = np.concatenate([bases[(rid // 2) % 4], 600 + rid * 50 + np.arange(3)])
+        host += _serve(p, rid, prompt).host_hit
+    s = p.tier_state()
+    assert host > 0 and s.pages_h2d * ps == host
+    assert s.host_used == s.pages_d2h * ps  # nothing evicted from this large host
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_write_through_equals_eager(seed: int) -> None:
+    """write_through stores wait for the next host read and go as one batch: with several
+    requests interleaved, the host ends with the same blocks in the same LRU order as a twin
+    policy that reads the host (and so stores) after every call, every admission is the
+    same, and it writes no more."""
+    ps = 4
+    rng = np.random.default_rng(seed)
+    bases = [rng.integers(0, 30, size=24 * ps) for _ in range(5)]
+    lazy, eager = (_policy(ps, pages=40, host=48 * ps, rows=6, ctx=512) for _ in range(2))
+    live: dict[int, list] = {}
+    for step in range(300):
+        op = int(rng.integers(0, 4))
+        if op == 0 and len(live) < 4:
+            rid = step
+            b = bases[int(rng.integers(0, 5))]
+            prompt = np.concatenate([b[: int(rng.integers(0, len(b)))],
+                                     900 + rng.integers(0, 50, size=int(rng.integers(1, 20)))])
+            out = int(rng.integers(1, 6))
+            res = [p.admit(rid, prompt, len(prompt) + out - 1, out) for p in (lazy, eager)]
+            assert (res[0] is None) == (res[1] is None)
+            if res[0] is not None:
+                assert res[0] == res[1]
+                live[rid] = [prompt, out, False, 0]
+        elif op == 1 and live:
+            rid = int(rng.choice(sorted(live)))
+            prompt, out, cached, done = live[rid]
+            ok = [p.extend([rid], [len(prompt)]) if not cached else p.decode([rid])
+                  for p in (lazy, eager)]
+            assert ok[0] == ok[1]
+            if not ok[0]:
+                for p in (lazy, eager):
+                    p.release(rid)
+                del live[rid]
+                continue
+            if not cached:
+                for p in (lazy, eager):
+                    p.cache_prefix(rid, prompt)
+                live[rid][2] = True
+            else:
+                live[rid][3] += 1
+        elif op == 2 and live:
+            rid = int(rng.choice(sorted(live)))
+            prompt, out, cached, done = live[rid]
+            if cached:
+                ids = np.concatenate([prompt, 7 + np.arange(done + 1)])
+                for p in (lazy, eager):
+                    p.finish(rid, ids[: len(prompt) + done])
+                del live[rid]
+        eager.tier_state()  # a host read after every call: every store made at once
+    for p in (lazy, eager):
+        p.check_invariants()
+    order = [p.host.pool.block_hash[p.host.pool.cached_free_blocks()].tolist()
+             for p in (lazy, eager)]
+    assert order[0] == order[1] and len(order[0]) > 0
+    a, b = lazy.tier_state(), eager.tier_state()
+    # the batch skips writing what a later store of the same batch would evict again
+    assert a._replace(pages_d2h=0) == b._replace(pages_d2h=0) and a.pages_d2h <= b.pages_d2h
