@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import precondition, rule
 
 from kvcore.allocator import PagedAllocator
 from kvcore.policies import PolicyConfig, make_policy
@@ -18,6 +18,7 @@ from kvcore.policies.paged import PagedPolicy
 from kvcore.policies.paged_tiers import TieredPagedPolicy
 from kvcore.radix_cache import RadixCache
 from kvcore.tiers import WRITE_POLICIES, HierarchicalCache, TierConfig, TierTree
+from tests.kvcore.tier_machine import TieredPolicyMachine
 
 
 def _policy(ps: int, pages: int, host: int, storage: int = 0, write: str = "write_through",
@@ -134,18 +135,8 @@ def test_host_page_granular_lru_eviction() -> None:
 # -- stateful: every tier, invariants after every operation ---------------------------------------
 
 
-class TierMachine(RuleBasedStateMachine):
-    PS = 4
-
-    def __init__(self) -> None:
-        super().__init__()
-        ps = self.PS
-        self.write = WRITE_POLICIES[0]
-        self.p: TieredPagedPolicy | None = None
-        self.reqs: dict[int, dict] = {}
-        rng = np.random.default_rng(0)
-        self.bases = [rng.integers(0, 3, size=8 * ps) for _ in range(3)]
-        self.next_id = 0
+class TierMachine(TieredPolicyMachine):
+    """`paged` with HiCache's tiers (tests/kvcore/tier_machine.py has the rules)."""
 
     @precondition(lambda self: self.p is None)
     @rule(write=st.sampled_from(WRITE_POLICIES), host=st.integers(2, 12),
@@ -156,80 +147,11 @@ class TierMachine(RuleBasedStateMachine):
         assert isinstance(p, TieredPagedPolicy)
         self.p = p
 
-    @precondition(lambda self: self.p is not None and len(self.reqs) < 4)
-    @rule(base=st.integers(0, 2), share=st.integers(0, 32), tail=st.integers(1, 9),
-          out=st.integers(1, 6), allowance=st.integers(0, 40))
-    def admit(self, base: int, share: int, tail: int, out: int, allowance: int) -> None:
-        assert self.p is not None
-        rid = self.next_id
-        self.next_id += 1
-        prompt = np.concatenate([self.bases[base][:share], 50 + rid * 16 + np.arange(tail)])
-        self.p.storage_allowance = allowance
-        res = self.p.admit(rid, prompt, len(prompt) + out - 1, out)
-        if res is not None:
-            assert res.cached_len % self.PS == 0 and res.cached_len < len(prompt)
-            assert res.host_hit + res.storage_hit <= res.cached_len
-            self.reqs[rid] = {"prompt": prompt, "out": out, "w": res.cached_len,
-                              "done": 0, "cached": False}
-
-    def _live(self, data, running: bool) -> int | None:
-        rids = [r for r, q in self.reqs.items() if q["cached"] == running]
-        return data.draw(st.sampled_from(rids)) if rids else None
-
-    @precondition(lambda self: self.reqs)
-    @rule(data=st.data())
-    def prefill(self, data) -> None:
-        assert self.p is not None
-        rid = self._live(data, running=False)
-        if rid is None:
-            return
-        q = self.reqs[rid]
-        if not self.p.extend([rid], [len(q["prompt"])]):
-            self.p.release(rid)
-            del self.reqs[rid]
-            return
-        q["w"] = len(q["prompt"])
-        self.p.cache_prefix(rid, q["prompt"])
-        q["cached"] = True
-
-    @precondition(lambda self: self.reqs)
-    @rule(data=st.data())
-    def step(self, data) -> None:
-        assert self.p is not None
-        rid = self._live(data, running=True)
-        if rid is None:
-            return
-        q = self.reqs[rid]
-        ids = np.concatenate([q["prompt"], 7 + np.arange(q["out"])])
-        if q["done"] + 1 >= q["out"]:
-            self.p.finish(rid, ids[: q["w"]])
-            del self.reqs[rid]
-        elif self.p.decode([rid]):
-            q["w"] += 1
-            q["done"] += 1
-        else:
-            self.p.release(rid)
-            del self.reqs[rid]
-
-    @precondition(lambda self: self.reqs)
-    @rule(data=st.data())
-    def release(self, data) -> None:
-        assert self.p is not None
-        rid = data.draw(st.sampled_from(sorted(self.reqs)))
-        self.p.release(rid)
-        del self.reqs[rid]
-
-    @invariant()
-    def consistent(self) -> None:
-        if self.p is None:
-            return
-        p = self.p
-        p.check_invariants()  # device, host, storage trees and pools; loads in flight
-        state = p.tier_state()
-        assert state is not None
+    def check_tiers(self) -> None:
+        p, state = self.p, self.p.tier_state()
         host = p.tiers.host
         assert state.host_used + host.pool.available_size() == state.host_capacity
-        # in flight: exactly the admitted requests that loaded and have not finished prefill
+        # in flight: at most the admitted requests that loaded and have not finished prefill
         assert len(p.tiers.inflight) <= len(self.reqs)
         if p.tiers.storage is not None:
             assert p.tiers.storage.protected_size() == 0

@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import precondition, rule
 
 from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_tiers import BlockTier
 from kvcore.policies import PolicyConfig, make_policy
+from kvcore.policies.base import AdmitResult
 from kvcore.policies.vllm_block import VLLMBlockPolicy
 from kvcore.policies.vllm_tiers import TieredVLLMPolicy
 from kvcore.tiers import WRITE_POLICIES, TierConfig
 from tests.kvcore.test_tiers import PageLRU
+from tests.kvcore.tier_machine import TieredPolicyMachine
 
 
 def _policy(ps: int, pages: int, host: int, storage: int = 0, write: str = "write_through",
@@ -188,16 +190,9 @@ def test_block_tier_lru_keeps_the_chain_head() -> None:
 # -- the stateful test -------------------------------------------------------------------------
 
 
-class VLLMTierMachine(RuleBasedStateMachine):
-    PS = 4
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.p: TieredVLLMPolicy | None = None
-        self.reqs: dict[int, dict] = {}
-        rng = np.random.default_rng(0)
-        self.bases = [rng.integers(0, 3, size=32) for _ in range(3)]
-        self.next_id = 0
+class VLLMTierMachine(TieredPolicyMachine):
+    """`vllm` with its block tiers, at page sizes 1 and 4 (tests/kvcore/tier_machine.py has
+    the rules)."""
 
     @precondition(lambda self: self.p is None)
     @rule(write=st.sampled_from(WRITE_POLICIES), host=st.integers(1, 12),
@@ -211,94 +206,24 @@ class VLLMTierMachine(RuleBasedStateMachine):
         assert isinstance(p, TieredVLLMPolicy)
         self.p = p
 
-    @precondition(lambda self: self.p is not None and len(self.reqs) < 4)
-    @rule(base=st.integers(0, 2), share=st.integers(0, 32), tail=st.integers(1, 9),
-          out=st.integers(1, 6), allowance=st.integers(0, 40))
-    def admit(self, base: int, share: int, tail: int, out: int, allowance: int) -> None:
-        assert self.p is not None
+    def check_admitted(self, rid: int, prompt: np.ndarray, res: AdmitResult) -> None:
         ps = self.PS
-        rid = self.next_id
-        self.next_id += 1
-        prompt = np.concatenate([self.bases[base][:share], 50 + rid * 16 + np.arange(tail)])
-        self.p.storage_allowance = allowance
-        res = self.p.admit(rid, prompt, len(prompt) + out - 1, out)
-        if res is None:
-            return
-        assert res.cached_len % ps == 0 and res.cached_len < len(prompt)
-        assert res.host_hit + res.storage_hit <= res.cached_len
         req = self.p._reqs[rid]
         n = res.cached_len // ps  # device hit + loaded blocks carry the prompt's hashes
         want = self.p.hasher.chain(NONE_HASH, prompt[: n * ps])
         assert np.array_equal(self.p.pool.block_hash[req.blocks[:n]], want)
-        self.reqs[rid] = {"prompt": prompt, "out": out, "w": res.cached_len, "done": 0,
-                          "cached": False}
 
-    def _live(self, data, running: bool) -> int | None:
-        rids = [r for r, q in self.reqs.items() if q["cached"] == running]
-        return data.draw(st.sampled_from(rids)) if rids else None
-
-    @precondition(lambda self: self.reqs)
-    @rule(data=st.data(), chunk=st.integers(1, 12))
-    def extend(self, data, chunk: int) -> None:
-        """A prefill chunk; the last one completes the prefill (cache_prefix)."""
-        assert self.p is not None
-        rid = self._live(data, running=False)
-        if rid is None:
-            return
-        q = self.reqs[rid]
-        target = min(q["w"] + chunk, len(q["prompt"]))
-        if not self.p.extend([rid], [target]):
-            self.p.release(rid)
-            del self.reqs[rid]
-            return
-        q["w"] = target
-        if target == len(q["prompt"]):
-            self.p.cache_prefix(rid, q["prompt"])
-            q["cached"] = True
-            assert rid not in self.p.inflight
-
-    @precondition(lambda self: self.reqs)
-    @rule(data=st.data())
-    def decode(self, data) -> None:
-        assert self.p is not None
-        rid = self._live(data, running=True)
-        if rid is None:
-            return
-        q = self.reqs[rid]
-        ids = np.concatenate([q["prompt"], 7 + np.arange(q["out"])])
-        if q["done"] + 1 >= q["out"]:
-            self.p.finish(rid, ids[: q["w"]])
-            del self.reqs[rid]
-        elif self.p.decode([rid]):
-            q["w"] += 1
-            q["done"] += 1
-        else:
-            self.p.release(rid)
-            del self.reqs[rid]
-
-    @precondition(lambda self: self.reqs)
-    @rule(data=st.data())
-    def release(self, data) -> None:
-        assert self.p is not None
-        rid = data.draw(st.sampled_from(sorted(self.reqs)))
-        self.p.release(rid)
-        del self.reqs[rid]
-
-    @invariant()
-    def consistent(self) -> None:
-        if self.p is None:
-            return
-        p = self.p
-        p.check_invariants()  # device pool and requests, host and storage pools, loads
-        state = p.tier_state()
+    def check_tiers(self) -> None:
+        p, state = self.p, self.p.tier_state()
         host = p.host.pool
         free = (host.get_num_free_blocks() - host.num_cached_free) * self.PS
         assert state.host_used + free == state.host_capacity
         assert set(p.inflight) <= set(self.reqs)  # loads only for live requests
+        # a load lands when its request's prefill completes
+        assert not any(q["cached"] for r, q in self.reqs.items() if r in p.inflight)
         assert state.host_locked == sum(len(b) for b in p.inflight.values()) * self.PS
         if p.storage is not None:
             assert p.storage.locked == 0
-
 
 TestVLLMTierMachine = VLLMTierMachine.TestCase
 TestVLLMTierMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,

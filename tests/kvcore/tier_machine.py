@@ -1,0 +1,108 @@
+"""The stateful test shared by both policies with lower KV tiers (`paged` with HiCache's tiers,
+`vllm` with its block tiers): random requests over three shared prompt bases are admitted
+(with a random storage allowance), prefilled in chunks, decoded, finished or released, and
+every invariant is checked after every step. A subclass builds its policy (`build` rule) and
+adds what its own structures promise (`check_admitted`, `check_tiers`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kvcore.policies.base import AdmitResult
+
+
+class TieredPolicyMachine(RuleBasedStateMachine):
+    PS = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p: Any = None
+        self.reqs: dict[int, dict] = {}
+        rng = np.random.default_rng(0)
+        self.bases = [rng.integers(0, 3, size=32) for _ in range(3)]
+        self.next_id = 0
+
+    # -- what a subclass adds ------------------------------------------------------------------
+    def check_admitted(self, rid: int, prompt: np.ndarray, res: AdmitResult) -> None:
+        """Checks on an admission's result beyond the common ones."""
+
+    def check_tiers(self) -> None:
+        """Checks on the tiers after every step, beyond the policy's own invariants."""
+
+    # -- rules ---------------------------------------------------------------------------------
+    @precondition(lambda self: self.p is not None and len(self.reqs) < 4)
+    @rule(base=st.integers(0, 2), share=st.integers(0, 32), tail=st.integers(1, 9),
+          out=st.integers(1, 6), allowance=st.integers(0, 40))
+    def admit(self, base: int, share: int, tail: int, out: int, allowance: int) -> None:
+        rid = self.next_id
+        self.next_id += 1
+        prompt = np.concatenate([self.bases[base][:share], 50 + rid * 16 + np.arange(tail)])
+        self.p.storage_allowance = allowance
+        res = self.p.admit(rid, prompt, len(prompt) + out - 1, out)
+        if res is None:
+            return
+        assert res.cached_len % self.PS == 0 and res.cached_len < len(prompt)
+        assert res.host_hit + res.storage_hit <= res.cached_len
+        self.check_admitted(rid, prompt, res)
+        self.reqs[rid] = {"prompt": prompt, "out": out, "w": res.cached_len, "done": 0,
+                          "cached": False}
+
+    def _live(self, data, running: bool) -> int | None:
+        rids = [r for r, q in self.reqs.items() if q["cached"] == running]
+        return data.draw(st.sampled_from(rids)) if rids else None
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data(), chunk=st.integers(1, 12))
+    def extend(self, data, chunk: int) -> None:
+        """A prefill chunk; the last one completes the prefill (cache_prefix)."""
+        rid = self._live(data, running=False)
+        if rid is None:
+            return
+        q = self.reqs[rid]
+        target = min(q["w"] + chunk, len(q["prompt"]))
+        if not self.p.extend([rid], [target]):
+            self.p.release(rid)
+            del self.reqs[rid]
+            return
+        q["w"] = target
+        if target == len(q["prompt"]):
+            self.p.cache_prefix(rid, q["prompt"])
+            q["cached"] = True
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data())
+    def decode(self, data) -> None:
+        rid = self._live(data, running=True)
+        if rid is None:
+            return
+        q = self.reqs[rid]
+        ids = np.concatenate([q["prompt"], 7 + np.arange(q["out"])])
+        if q["done"] + 1 >= q["out"]:
+            self.p.finish(rid, ids[: q["w"]])
+            del self.reqs[rid]
+        elif self.p.decode([rid]):
+            q["w"] += 1
+            q["done"] += 1
+        else:
+            self.p.release(rid)
+            del self.reqs[rid]
+
+    @precondition(lambda self: self.reqs)
+    @rule(data=st.data())
+    def release(self, data) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.reqs)))
+        self.p.release(rid)
+        del self.reqs[rid]
+
+    @invariant()
+    def consistent(self) -> None:
+        if self.p is None:
+            return
+        self.p.check_invariants()  # device, host and storage structures; loads in flight
+        state = self.p.tier_state()
+        assert state is not None
+        self.check_tiers()
