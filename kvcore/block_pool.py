@@ -22,6 +22,10 @@ re-implementation under the same names, not a copy). Why it looks as it does:
   block's content is known by (hash, parent hash, token ids) is kept per block id, so a
   lower tier can be keyed by the same hash chain.
 
+`HashedBlocks` holds what the device pool shares with a lower tier's pool
+(kvcore/block_tiers.py): ref counts, the blocks' keys, the free queue as LRU with lazy
+eviction; `BlockPool` adds the prefix index and the lookup.
+
 Invariants (`check_invariants`), with queued(b) = b is in the free queue:
 
     queued(b)  <=>  ref_cnt[b] == 0                   for every block b >= 1
@@ -133,8 +137,12 @@ class FreeKVCacheBlockQueue:
             raise InvariantError("vllm: free queue positions out of sync")
 
 
-class BlockPool:
-    """`num_blocks` blocks of `page_size` slots: ref counts, the free queue, the prefix index."""
+class HashedBlocks:
+    """What a pool of hashed blocks shares, device or lower tier: `num_blocks` blocks of
+    `page_size` slots (ids 1..num_blocks; 0 is the null block), ref counts, each block's key
+    (hash, parent hash, token ids) and the free queue, whose hashed blocks are the cache in
+    LRU order (head = next evicted). A pop evicts lazily; a subclass drops the evicted blocks
+    from its index (`_unindex`)."""
 
     def __init__(self, num_blocks: int, page_size: int) -> None:
         self.num_blocks = num_blocks
@@ -146,18 +154,16 @@ class BlockPool:
         self.block_hash = np.zeros(nb, dtype=_U64)
         self.parent_hash = np.zeros(nb, dtype=_U64)
         self.block_tokens = np.zeros((nb, page_size), dtype=np.int64)
-        # prefix index: the oldest live holder of each position of a hash chain
-        self.index = ChainIndex(num_blocks)
-        # per block: which caching put it in the index (0 = not indexed); an unchanged
-        # generation means the block stayed indexed in between (kvcore/chain_memo.py)
-        self.gen = self.index.gen
-        self.cached_block_hash_to_block = HeadView(self)
         self.free_block_queue = FreeKVCacheBlockQueue(nb)
         self.num_cached_free = 0  # hashed blocks in the free queue: evictable cache
         self.evicted_blocks = 0
         #: called with the blocks a pop evicts (pop order), before their hashes are dropped:
         #: a lower tier backs them up there (kvcore/policies/vllm_tiers.py, write_back)
         self.on_evict: Callable[[np.ndarray], None] | None = None
+
+    def _unindex(self, evicted: np.ndarray) -> None:
+        """Drop lazily evicted blocks (still carrying their keys) from the index."""
+        raise NotImplementedError
 
     # -- sizes -----------------------------------------------------------------------------
     def get_num_free_blocks(self) -> int:
@@ -177,7 +183,7 @@ class BlockPool:
                 self.on_evict(ev)
             self.num_cached_free -= len(ev)
             self.evicted_blocks += len(ev)
-            self.index.remove(ev)
+            self._unindex(ev)
             self.is_hashed[ev] = False
         self.ref_cnt[blocks] = 1
         return blocks
@@ -197,6 +203,51 @@ class BlockPool:
         idle = ordered[ref[ordered] == 0]
         self.free_block_queue.append_n(idle)
         self.num_cached_free += int(np.count_nonzero(self.is_hashed[idle]))
+
+    # -- observation -----------------------------------------------------------------------
+    def peek_free(self, m: int) -> np.ndarray:
+        """The next m blocks an allocation would take, head first."""
+        return self.free_block_queue.peek_n(m)
+
+    def cached_free_blocks(self) -> list[int]:
+        """Free-queue blocks that still carry a hash, head (next evicted) first."""
+        q = self.peek_free(self.get_num_free_blocks())
+        return q[self.is_hashed[q]].tolist()
+
+    # -- checks ----------------------------------------------------------------------------
+    def check_blocks(self, who: str) -> np.ndarray:
+        """The shared equations (see BlockPool's module header); returns the hashed blocks."""
+        self.free_block_queue.check_invariants()
+        queued = self.free_block_queue.positions >= 0
+        for b in np.flatnonzero((self.ref_cnt[1:] == 0) != queued[1:]).tolist():
+            raise InvariantError(f"{who}: block {b + 1} free-queue membership wrong")
+        if self.ref_cnt[0] != 0 or queued[0] or self.is_hashed[0]:
+            raise InvariantError(f"{who}: the null block was handed out")
+        hashed = np.flatnonzero(self.is_hashed)
+        if len(hashed) and not np.array_equal(
+            block_hashes(self.parent_hash[hashed], self.block_tokens[hashed]),
+            self.block_hash[hashed],
+        ):
+            raise InvariantError(f"{who}: a block's hash does not match its parent and tokens")
+        if self.num_cached_free != int(np.count_nonzero(self.is_hashed & queued)):
+            raise InvariantError(f"{who}: cached-block counter out of sync")
+        return hashed
+
+
+class BlockPool(HashedBlocks):
+    """`num_blocks` blocks of `page_size` slots: ref counts, the free queue, the prefix index."""
+
+    def __init__(self, num_blocks: int, page_size: int) -> None:
+        super().__init__(num_blocks, page_size)
+        # prefix index: the oldest live holder of each position of a hash chain
+        self.index = ChainIndex(num_blocks)
+        # per block: which caching put it in the index (0 = not indexed); an unchanged
+        # generation means the block stayed indexed in between (kvcore/chain_memo.py)
+        self.gen = self.index.gen
+        self.cached_block_hash_to_block = HeadView(self)
+
+    def _unindex(self, evicted: np.ndarray) -> None:
+        self.index.remove(evicted)
 
     # -- the prefix index ------------------------------------------------------------------
     def cache_full_blocks(self, blocks: np.ndarray, hashes: np.ndarray, parent: int,
@@ -280,15 +331,6 @@ class BlockPool:
         return blocks.tolist(), hashes[: len(blocks)].tolist()
 
     # -- observation -----------------------------------------------------------------------
-    def peek_free(self, m: int) -> np.ndarray:
-        """The next m blocks an allocation would take, head first."""
-        return self.free_block_queue.peek_n(m)
-
-    def cached_free_blocks(self) -> list[int]:
-        """Free-queue blocks that still carry a hash, head (next evicted) first."""
-        q = self.peek_free(self.get_num_free_blocks())
-        return q[self.is_hashed[q]].tolist()
-
     def fresh_blocks(self) -> int:
         """Blocks the next allocations take before the first one evicts cached content: the
         plain free blocks ahead of the first cached one in the queue."""
@@ -306,25 +348,12 @@ class BlockPool:
     # -- checks ----------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """The equations of the module header."""
-        self.free_block_queue.check_invariants()
-        queued = self.free_block_queue.positions >= 0
-        for b in np.flatnonzero((self.ref_cnt[1:] == 0) != queued[1:]).tolist():
-            raise InvariantError(f"vllm: block {b + 1} free-queue membership wrong")
+        hashed = self.check_blocks("vllm")
         for b in np.flatnonzero((self.ref_cnt > 1) & ~self.is_hashed).tolist():
             raise InvariantError(f"vllm: unhashed block {b} is shared")
-        if self.ref_cnt[0] != 0 or queued[0] or self.is_hashed[0]:
-            raise InvariantError("vllm: the null block was handed out")
         self.index.check_invariants(self.block_hash, self.parent_hash)
-        hashed = np.flatnonzero(self.is_hashed)
         if not np.array_equal(np.flatnonzero(self.gen), hashed):
             raise InvariantError("vllm: chain index out of sync with block hashes")
-        if len(hashed) and not np.array_equal(
-            block_hashes(self.parent_hash[hashed], self.block_tokens[hashed]),
-            self.block_hash[hashed],
-        ):
-            raise InvariantError("vllm: a block's hash does not match its parent and tokens")
-        if self.num_cached_free != int(np.count_nonzero(self.is_hashed & queued)):
-            raise InvariantError("vllm: cached-block counter out of sync")
 
 
 class HeadView(Mapping[int, int]):

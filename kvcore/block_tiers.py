@@ -32,41 +32,28 @@ the chained hash of its parent and tokens; used + free == capacity.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from itertools import repeat
 
 import numpy as np
 
-from kvcore.block_hash import NONE_HASH, block_hashes
-from kvcore.block_pool import FreeKVCacheBlockQueue
+from kvcore.block_hash import NONE_HASH
+from kvcore.block_pool import HashedBlocks
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-class TierPool:
-    """A lower tier's blocks 1..num_blocks: ref counts, the LRU free queue, hash -> block."""
+class TierPool(HashedBlocks):
+    """A lower tier's blocks 1..num_blocks: the shared pool (ref counts, the LRU free queue,
+    each block's key; kvcore/block_pool.py) with a plain hash -> block map as its index."""
 
     def __init__(self, num_blocks: int, page_size: int) -> None:
-        self.num_blocks = num_blocks
-        self.page_size = page_size
-        nb = num_blocks + 1  # block 0 = null block, never handed out
-        self.ref_cnt = np.zeros(nb, dtype=np.int64)
-        self.is_hashed = np.zeros(nb, dtype=bool)
-        self.block_hash = np.zeros(nb, dtype=_U64)
-        self.parent_hash = np.zeros(nb, dtype=_U64)
-        self.block_tokens = np.zeros((nb, page_size), dtype=np.int64)
+        super().__init__(num_blocks, page_size)
         # per block: which store wrote it (0: none); unchanged = still the same content
-        self.gen = np.zeros(nb, dtype=np.int64)
+        self.gen = np.zeros(num_blocks + 1, dtype=np.int64)
         self._last_gen = 0
-        self.free_block_queue = FreeKVCacheBlockQueue(nb)
-        self.num_cached_free = 0  # hashed blocks in the free queue: evictable, LRU
         self.where: dict[int, int] = {}  # hash -> its block
-        self.on_evict: Callable[[np.ndarray], None] | None = None
-
-    def get_num_free_blocks(self) -> int:
-        return self.free_block_queue.num_free_blocks
 
     def heads(self, hashes: np.ndarray) -> np.ndarray:
         """The block of each hash, 0 where the tier does not hold it."""
@@ -75,38 +62,9 @@ class TierPool:
         return np.fromiter(map(self.where.get, hashes.tolist(), repeat(0)), dtype=np.int64,
                            count=len(hashes))
 
-    def get_new_blocks(self, m: int) -> np.ndarray:
-        """Pop m blocks off the LRU head (m <= free blocks), ref count 1 each; the hashed
-        ones are evicted (handed to `on_evict` first, in pop order)."""
-        blocks = self.free_block_queue.popleft_n(m)
-        if not m:
-            return blocks
-        ev = blocks[self.is_hashed[blocks]]
-        if len(ev):
-            if self.on_evict is not None:
-                self.on_evict(ev)
-            self.num_cached_free -= len(ev)
-            deque(map(self.where.pop, self.block_hash[ev].tolist()), maxlen=0)
-            self.is_hashed[ev] = False
-            self.gen[ev] = 0
-        self.ref_cnt[blocks] = 1
-        return blocks
-
-    def touch(self, blocks: np.ndarray) -> None:
-        """One more holder each; idle ones leave the LRU."""
-        idle = blocks[self.ref_cnt[blocks] == 0]
-        self.free_block_queue.remove_n(idle)
-        self.num_cached_free -= len(idle)
-        self.ref_cnt[blocks] += 1
-
-    def free_blocks(self, ordered: np.ndarray) -> None:
-        """One holder fewer each (distinct); those left with none join the LRU tail in this
-        order (the last one the most recent)."""
-        ref = self.ref_cnt
-        ref[ordered] -= 1
-        idle = ordered[ref[ordered] == 0]
-        self.free_block_queue.append_n(idle)
-        self.num_cached_free += int(np.count_nonzero(self.is_hashed[idle]))
+    def _unindex(self, evicted: np.ndarray) -> None:
+        deque(map(self.where.pop, self.block_hash[evicted].tolist()), maxlen=0)
+        self.gen[evicted] = 0
 
     def cache(self, blocks: np.ndarray, hashes: np.ndarray, parents: np.ndarray,
               tokens: np.ndarray) -> None:
@@ -120,30 +78,15 @@ class TierPool:
         self.gen[blocks] = self._last_gen
         self.where.update(zip(hashes.tolist(), blocks.tolist(), strict=True))
 
-    def cached_free_blocks(self) -> list[int]:
-        """Idle blocks holding content, LRU head (next evicted) first."""
-        q = self.free_block_queue.peek_n(self.get_num_free_blocks())
-        return q[self.is_hashed[q]].tolist()
-
     def check_invariants(self) -> None:
-        self.free_block_queue.check_invariants()
-        queued = self.free_block_queue.positions >= 0
-        if ((self.ref_cnt[1:] == 0) != queued[1:]).any() or self.ref_cnt[0] or queued[0]:
-            raise InvariantError("tier: free-queue membership differs from ref counts")
-        if ((self.ref_cnt > 0) & ~self.is_hashed).any() or self.is_hashed[0]:
+        hashed = self.check_blocks("tier")
+        if ((self.ref_cnt > 0) & ~self.is_hashed).any():
             raise InvariantError("tier: a block in flight holds no content")
-        hashed = np.flatnonzero(self.is_hashed)
         if len(self.where) != len(hashed) or not np.array_equal(
                 self.heads(self.block_hash[hashed]), hashed):
             raise InvariantError("tier: the hash map differs from the blocks' hashes")
         if not np.array_equal(np.flatnonzero(self.gen), hashed):
             raise InvariantError("tier: generations differ from the hashed blocks")
-        if len(hashed) and not np.array_equal(
-                block_hashes(self.parent_hash[hashed], self.block_tokens[hashed]),
-                self.block_hash[hashed]):
-            raise InvariantError("tier: a block's hash does not match its parent and tokens")
-        if self.num_cached_free != int(np.count_nonzero(self.is_hashed & queued)):
-            raise InvariantError("tier: cached-block counter out of sync")
 
 
 class BlockTier:
