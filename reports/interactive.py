@@ -86,8 +86,8 @@ def page_data(summary: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None = 
             continue  # zero everywhere: no chart (the report says so)
         series = []
         for _key, g in groups:
-            mean = g.assign(_y=pd.to_numeric(g[metric], errors="coerce")).groupby(
-                x, sort=False)["_y"].mean()
+            y = pd.to_numeric(g[metric], errors="coerce")
+            mean = y.groupby(g[x], sort=False).mean()
             points = [[p if isinstance(p, str) else float(p), float(v)]
                       for p, v in mean.items() if np.isfinite(v)]
             row = g.iloc[0]
