@@ -72,8 +72,9 @@ class Recorder:
         """One breakdown row per step (rows of `parts`), step i lasting starts[i]..ends[i].
         Over-reservation does not change during decode steps, so it comes as one number."""
         w = self._clip(starts, ends)
-        if w.any() and self.host[0]:
-            self.host_seconds += np.array(self.host) * float(w.sum())
+        if w.any() and self.host[0]:  # step by step, as stepping adds them
+            self.host_seconds = _accumulate(
+                self.host_seconds, np.array(self.host, dtype=float)[None, :] * w[:, None])
         if w.any():
             # accumulate step by step, in order, so the sums round exactly as stepping's do
             self.part_seconds = _accumulate(self.part_seconds, parts * w[:, None])

@@ -8,6 +8,9 @@ of step k:
 * the memory the k steps take (`policy.decode_cost`, whole pages) is available: no step fails;
 * under LPM with two or more waiting, no step before the k-th evicts cache (an eviction changes
   the prefix hits the queue is sorted by, and stepping sorts again before the next step);
+* with lower KV tiers under write_back, no step evicts (an eviction writes back to the host,
+  which each stepped iteration charges and records); the write-backs not charged yet when
+  the stretch starts lengthen its first step, as they would the first stepped iteration;
 * admission cannot take the queue head before step k (`Admission.horizon`);
 * no arrival or session release falls before the end of step k - 1;
 * at most `max_steps_per_stretch` steps.
@@ -31,6 +34,7 @@ from simulator.admission import Admission
 from simulator.config import SimConfig
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
+from simulator.transfers import TierTraffic
 
 
 class EngineState(Protocol):
@@ -47,6 +51,7 @@ class EngineState(Protocol):
     waiting: list[SimRequest]
     generated_tokens: int
     event_sink: Callable[..., None] | None
+    tier: TierTraffic | None
 
     def head_blocked(self) -> bool: ...
     def next_arrival(self) -> float: ...
@@ -91,6 +96,10 @@ class FastForward:
         k = max(self._steps_within(rids, k, e.policy.available_tokens()), 1)
         if k >= 2 and e.cfg.engine.schedule == "lpm" and len(e.waiting) > 1:
             k = min(k, self._steps_within(rids, k, e.policy.fresh_tokens()) + 1)
+        if k >= 2 and e.tier is not None and e.cfg.tier.hicache_write_policy == "write_back":
+            # an eviction writes back to the host, which an iteration charges and records:
+            # the stretch ends before the first step that would evict
+            k = min(k, self._steps_within(rids, k, e.policy.fresh_tokens()))
         if k >= 2 and e.waiting and not e.admission.reserving \
                 and len(e.running) < e.cfg.engine.max_running_requests:
             head = e.waiting[0]
@@ -122,14 +131,27 @@ class FastForward:
         return lo
 
     def _step_times(self, k: int) -> np.ndarray:
+        """Each step's time. With lower tiers, the first step also carries the write-backs
+        not charged yet, as the first stepped iteration would (stepping charges tier traffic
+        at every iteration; inside a stretch nothing writes back, so later steps add 0)."""
         e = self.e
         contexts = np.fromiter((s.written + 1 for s in e.running), dtype=np.int64,
                                count=len(e.running))
         fn = getattr(e.latency, "decode_step_times", None)
         if fn is not None:
-            return np.asarray(fn(contexts, e.policy.page_size, k), dtype=float)
-        return np.array([e.latency.iteration_time((), contexts + j, e.policy.page_size)
-                         for j in range(k)])
+            times = np.asarray(fn(contexts, e.policy.page_size, k), dtype=float)
+        else:
+            times = np.array([e.latency.iteration_time((), contexts + j, e.policy.page_size)
+                              for j in range(k)])
+        if e.tier is not None and len(times):
+            state = e.policy.tier_state()
+            assert state is not None
+            t0 = float(times[0])
+            stall = e.tier.decode_stall(state, t0, e.policy.page_size)
+            if stall:
+                times = times.copy()
+                times[0] = t0 + stall
+        return times
 
     # -- running ----------------------------------------------------------------------------
     def run(self, k: int) -> Generator[simpy.Event, Any, None]:
@@ -140,6 +162,11 @@ class FastForward:
         rids = [s.rid for s in running]
         planned, self._times = self._times, None
         times = planned[:k] if planned is not None and len(planned) >= k else self._step_times(k)
+        if e.tier is not None:  # charge what the first step carries; record the host now
+            state = e.policy.tier_state()
+            assert state is not None
+            e.tier.written_since(state)
+            e.rec.host = (state.host_used, state.host_locked)
         head = e.head_reservation()
         b0 = e.policy.breakdown(head)
         profile = e.policy.decode_steps(rids, k, head)

@@ -151,17 +151,26 @@ class TierTraffic:
         the requests admitted with a lower-tier hit, their storage waits, and write-backs
         beyond the iteration. Each loading request is charged the stall (its TTFT)."""
         loaders = [s for s in batch if s.load_tokens]
-        pages = sum(-(-s.load_tokens // page_size) for s in loaders)
-        stall = self.model.load_stall(self.model.link_s(pages), compute_s)
-        stall += max((s.storage_wait for s in loaders), default=0.0)
-        d2h, h2s = self.written_since(now)
-        stall += self.model.writeback_stall(d2h, h2s, compute_s + stall)
+        stall = self._stall(loaders, compute_s, *self.written_since(now), page_size)
         for s in loaders:
             s.load_stall_s += stall
             s.load_tokens, s.storage_wait = 0, 0.0
         if loaders:
             self.load_stall_s += stall
         return stall
+
+    def _stall(self, loaders: Sequence[SimRequest], compute_s: float, d2h: int, h2s: int,
+               page_size: int) -> float:
+        pages = sum(-(-s.load_tokens // page_size) for s in loaders)
+        stall = self.model.load_stall(self.model.link_s(pages), compute_s)
+        stall += max((s.storage_wait for s in loaders), default=0.0)
+        return stall + self.model.writeback_stall(d2h, h2s, compute_s + stall)
+
+    def decode_stall(self, now: TierState, compute_s: float, page_size: int) -> float:
+        """What `iteration_stall` would add to a decode-only iteration of `compute_s` now,
+        without charging anything: the write-backs not charged yet that exceed it."""
+        return self._stall((), compute_s, now.pages_d2h - self.last.pages_d2h,
+                           now.pages_h2s - self.last.pages_h2s, page_size)
 
 
 __all__ = ["UNLIMITED", "TierTraffic", "TransferModel", "tier_tokens"]

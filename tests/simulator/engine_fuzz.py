@@ -25,10 +25,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcore.tiers import WRITE_POLICIES
 from simulator.config import SimConfig
 from simulator.guard import LivelockError
 from simulator.run import SimResult, simulate
-from simulator.specs import ADMISSION_MODES, PREEMPT_MODES, SCHEDULES
+from simulator.specs import (
+    ADMISSION_MODES,
+    LOAD_MODES,
+    PREEMPT_MODES,
+    PREFETCH_POLICIES,
+    SCHEDULES,
+)
 from workloads.generators import chat_sessions
 from workloads.lengths import UniformLengths
 from workloads.request import (
@@ -43,6 +50,8 @@ from workloads.request import (
 POLICIES = ("paged", "paged-nocache", "vllm", "contiguous-max", "contiguous-pow2",
             "contiguous-oracle")
 COMBOS = tuple(itertools.product(POLICIES, ADMISSION_MODES, SCHEDULES, PREEMPT_MODES))
+#: policies with lower KV tiers: about a third of their cases get a host (and storage) tier
+TIERED = ("paged", "vllm")
 PAGE_SIZES = (1, 4, 16)
 # preemptions in a row without progress before the engine calls it a livelock (small
 # workloads: a real run needs a handful)
@@ -83,7 +92,8 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 def make_case(seed: int) -> tuple[Workload, SimConfig]:
     """The workload and engine of case `seed`: 2-14 requests (some in closed-loop chat
-    sessions) with shared prefixes, duplicates and bursts; a 300-900 slot pool."""
+    sessions) with shared prefixes, duplicates and bursts; a 300-900 slot pool; for the
+    policies with lower tiers, sometimes a host tier (and storage behind it)."""
     policy, admission, schedule, preempt = COMBOS[seed % len(COMBOS)]
     rng = np.random.default_rng([seed, 0xF022])
     ps = int(rng.choice(PAGE_SIZES))
@@ -131,6 +141,14 @@ def make_case(seed: int) -> tuple[Workload, SimConfig]:
                  for s in chat.sessions]
         w = Workload("fuzz", reqs, sessions=moved, seed=seed)
     chunk = int(rng.choice((0, 8, 32, 256)))
+    tier: dict[str, object] = {}
+    if policy in TIERED and rng.random() < 0.35:  # a host tier, sometimes storage behind it
+        tier = {"hicache_ratio": float(rng.choice((0.5, 1.0, 4.0))),
+                "hicache_write_policy": str(rng.choice(WRITE_POLICIES)),
+                "hicache_load": str(rng.choice(LOAD_MODES))}
+        if rng.random() < 0.4:  # GiB of Llama-3.1-8B's KV: about 40 and 400 slots
+            tier.update(storage_size=float(rng.choice((0.005, 0.05))),
+                        hicache_prefetch_policy=str(rng.choice(PREFETCH_POLICIES)))
     cfg = SimConfig.of(
         policy=policy, admission=admission, schedule=schedule, preempt=preempt,
         page_size=ps, kv_tokens=kv_tokens, max_context_len=max_ctx, latency="constant",
@@ -139,7 +157,7 @@ def make_case(seed: int) -> tuple[Workload, SimConfig]:
         max_running_requests=int(rng.choice((1, 2, 4, 16, 256))),
         max_prefill_tokens=int(rng.choice((16, 64, 512, 4096))),
         chunked_prefill_size=chunk, check_invariants=True, check_every=1,
-        max_stalled_preemptions=STALL_LIMIT,
+        max_stalled_preemptions=STALL_LIMIT, **tier,
     )
     return w, cfg
 
