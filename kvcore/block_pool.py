@@ -38,6 +38,7 @@ Invariants (`check_invariants`), with queued(b) = b is in the free queue:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
@@ -137,7 +138,7 @@ class FreeKVCacheBlockQueue:
             raise InvariantError("vllm: free queue positions out of sync")
 
 
-class HashedBlocks:
+class HashedBlocks(ABC):
     """What a pool of hashed blocks shares, device or lower tier: `num_blocks` blocks of
     `page_size` slots (ids 1..num_blocks; 0 is the null block), ref counts, each block's key
     (hash, parent hash, token ids) and the free queue, whose hashed blocks are the cache in
@@ -161,9 +162,9 @@ class HashedBlocks:
         #: a lower tier backs them up there (kvcore/policies/vllm_tiers.py, write_back)
         self.on_evict: Callable[[np.ndarray], None] | None = None
 
+    @abstractmethod
     def _unindex(self, evicted: np.ndarray) -> None:
         """Drop lazily evicted blocks (still carrying their keys) from the index."""
-        raise NotImplementedError
 
     # -- sizes -----------------------------------------------------------------------------
     def get_num_free_blocks(self) -> int:

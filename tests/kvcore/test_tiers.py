@@ -5,6 +5,7 @@ against an independent LRU model over page-aligned prefix keys."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import partial
 
 import numpy as np
 import pytest
@@ -13,33 +14,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from kvcore.allocator import PagedAllocator
-from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.paged import PagedPolicy
 from kvcore.policies.paged_tiers import TieredPagedPolicy
 from kvcore.radix_cache import RadixCache
 from kvcore.tiers import WRITE_POLICIES, HierarchicalCache, TierConfig, TierTree
-from tests.kvcore.tier_machine import TieredPolicyMachine
+from tests.kvcore.tier_machine import TieredPolicyMachine, serve_alone, tiered_policy
 
-
-def _policy(ps: int, pages: int, host: int, storage: int = 0, write: str = "write_through",
-            rows: int = 4, ctx: int = 256):
-    return make_policy("paged", PolicyConfig(
-        kv_tokens=pages * ps, page_size=ps, max_context_len=ctx, max_requests=rows,
-        host_tokens=host, storage_tokens=storage, hicache_write_policy=write))
-
-
-def _serve(p, rid: int, prompt: np.ndarray, out: int = 2):
-    """One request alone: admit, prefill, cache, decode, finish. Returns its AdmitResult."""
-    res = p.admit(rid, prompt, len(prompt) + out - 1, out)
-    assert res is not None
-    assert p.extend([rid], [len(prompt)])
-    p.cache_prefix(rid, prompt)
-    ids = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
-    for _ in range(out - 1):
-        assert p.decode([rid])
-    p.finish(rid, ids[: len(prompt) + out - 1])
-    p.check_invariants()
-    return res
+_policy = partial(tiered_policy, "paged")
+_serve = serve_alone
 
 
 def test_no_tier_is_the_plain_policy() -> None:

@@ -5,6 +5,8 @@ page-aligned prefix keys."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
@@ -13,35 +15,16 @@ from hypothesis.stateful import precondition, rule
 
 from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_tiers import BlockTier
-from kvcore.policies import PolicyConfig, make_policy
+from kvcore.policies import PolicyConfig
 from kvcore.policies.base import AdmitResult
 from kvcore.policies.vllm_block import VLLMBlockPolicy
 from kvcore.policies.vllm_tiers import TieredVLLMPolicy
 from kvcore.tiers import WRITE_POLICIES, TierConfig
 from tests.kvcore.test_tiers import PageLRU
-from tests.kvcore.tier_machine import TieredPolicyMachine
+from tests.kvcore.tier_machine import TieredPolicyMachine, serve_alone, tiered_policy
 
-
-def _policy(ps: int, pages: int, host: int, storage: int = 0, write: str = "write_through",
-            rows: int = 4, ctx: int = 256):
-    return make_policy("vllm", PolicyConfig(
-        kv_tokens=pages * ps, page_size=ps, max_context_len=ctx, max_requests=rows,
-        host_tokens=host, storage_tokens=storage, hicache_write_policy=write))
-
-
-def _serve(p, rid: int, prompt: np.ndarray, out: int = 2):
-    """One request alone: admit, prefill, cache, decode, finish. Returns its AdmitResult."""
-    res = p.admit(rid, prompt, len(prompt) + out - 1, out)
-    assert res is not None
-    assert p.extend([rid], [len(prompt)])
-    p.cache_prefix(rid, prompt)
-    p.check_invariants()
-    ids = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
-    for _ in range(out - 1):
-        assert p.decode([rid])
-    p.finish(rid, ids[: len(prompt) + out - 1])
-    p.check_invariants()
-    return res
+_policy = partial(tiered_policy, "vllm")
+_serve = serve_alone
 
 
 def _fill(p, rid0: int, n: int, ps: int, blocks: int = 3) -> None:

@@ -1,4 +1,5 @@
-"""The stateful test shared by both policies with lower KV tiers (`paged` with HiCache's tiers,
+"""Test helpers shared by both policies with lower KV tiers: a small tiered policy, one request
+served alone, and the stateful test (`paged` with HiCache's tiers,
 `vllm` with its block tiers): random requests over three shared prompt bases are admitted
 (with a random storage allowance), prefilled in chunks, decoded, finished or released, and
 every invariant is checked after every step. A subclass builds its policy (`build` rule) and
@@ -12,7 +13,32 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvcore.policies.base import AdmitResult
+from kvcore.policies import PolicyConfig, make_policy
+from kvcore.policies.base import AdmitResult, KVPolicy
+
+
+def tiered_policy(name: str, ps: int, pages: int, host: int, storage: int = 0,
+                  write: str = "write_through", rows: int = 4, ctx: int = 256) -> KVPolicy:
+    """Policy `name` with `pages` device pages and host / storage tiers of these slots."""
+    return make_policy(name, PolicyConfig(
+        kv_tokens=pages * ps, page_size=ps, max_context_len=ctx, max_requests=rows,
+        host_tokens=host, storage_tokens=storage, hicache_write_policy=write))
+
+
+def serve_alone(p: Any, rid: int, prompt: np.ndarray, out: int = 2) -> AdmitResult:
+    """One request alone: admit, prefill, cache, decode, finish (invariants checked after the
+    prefill and at the end). Returns its AdmitResult."""
+    res = p.admit(rid, prompt, len(prompt) + out - 1, out)
+    assert res is not None
+    assert p.extend([rid], [len(prompt)])
+    p.cache_prefix(rid, prompt)
+    p.check_invariants()
+    ids = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
+    for _ in range(out - 1):
+        assert p.decode([rid])
+    p.finish(rid, ids[: len(prompt) + out - 1])
+    p.check_invariants()
+    return res
 
 
 class TieredPolicyMachine(RuleBasedStateMachine):

@@ -53,13 +53,16 @@ def _tiered(**kw):
     return simulate(WORK, config(**base))
 
 
-def test_host_tier_serves_what_the_device_forgot() -> None:
-    plain = simulate(WORK, config(kv_tokens=1024, max_context_len=1024))
-    r = _tiered()
+@pytest.mark.parametrize("policy", ["paged", "vllm"])
+def test_host_tier_serves_what_the_device_forgot(policy: str) -> None:
+    plain = simulate(WORK, config(policy=policy, kv_tokens=1024, max_context_len=1024,
+                                  page_size=16))
+    r = _tiered(policy=policy)
     s = r.summary
     assert s["prefix_hit_rate"] > plain.summary["prefix_hit_rate"]
     assert s["host_hit_rate"] > 0 and s["storage_hit_rate"] == 0
     assert s["prefix_hit_rate"] == pytest.approx(s["device_hit_rate"] + s["host_hit_rate"])
+    assert s["device_hit_rate"] == pytest.approx(plain.summary["prefix_hit_rate"], abs=0.05)
     assert s["host_to_device_bytes"] > 0 and s["device_to_host_bytes"] > 0
     assert s["load_stall_s"] > 0 and 0 < s["host_cached_pct"] <= 100
     assert s["host_free_pct"] == pytest.approx(100 - s["host_cached_pct"]
@@ -128,25 +131,6 @@ def test_tier_option_errors() -> None:
 
 
 # -- the vllm policy's host tier (kvcore/policies/vllm_tiers.py) --------------------------------
-
-
-def test_vllm_host_tier_serves_what_the_device_forgot() -> None:
-    plain = simulate(WORK, config(policy="vllm", kv_tokens=1024, max_context_len=1024,
-                                  page_size=16))
-    r = _tiered(policy="vllm")
-    s = r.summary
-    assert s["prefix_hit_rate"] > plain.summary["prefix_hit_rate"]
-    assert s["host_hit_rate"] > 0 and s["storage_hit_rate"] == 0
-    assert s["prefix_hit_rate"] == pytest.approx(s["device_hit_rate"] + s["host_hit_rate"])
-    assert s["device_hit_rate"] == pytest.approx(plain.summary["prefix_hit_rate"], abs=0.05)
-    assert s["host_to_device_bytes"] > 0 and s["device_to_host_bytes"] > 0
-    assert s["load_stall_s"] > 0 and 0 < s["host_cached_pct"] <= 100
-    assert s["host_free_pct"] == pytest.approx(100 - s["host_cached_pct"]
-                                               - s["host_token_states_pct"])
-    q = r.requests
-    assert (q.host_hit_tokens > 0).any()
-    assert (q.load_stall_s[q.host_hit_tokens == 0] == 0).all()  # only loaders stall
-    assert (r.timeline.host_used > 0).any()
 
 
 def test_vllm_write_policies() -> None:
