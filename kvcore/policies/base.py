@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
-from kvcore.tiers import TierState
+from kvcore.tiers import TierConfig, TierState
 
 __all__ = [
     "AdmitResult",
@@ -330,6 +330,11 @@ class PolicyConfig:
     @property
     def capacity(self) -> int:
         return self.num_pages * self.page_size
+
+    @property
+    def tiers(self) -> TierConfig:
+        """The lower tiers asked for (`enabled` when there is a host tier)."""
+        return TierConfig(self.host_tokens, self.storage_tokens, self.hicache_write_policy)
 
 
 # -- registry --------------------------------------------------------------------------------

@@ -94,14 +94,10 @@ class TieredPagedPolicy(PagedPolicy):
         self.host_breakdown().check()
 
 
-def tier_config(config: PolicyConfig) -> TierConfig:
-    return TierConfig(config.host_tokens, config.storage_tokens, config.hicache_write_policy)
-
-
 @register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
                  "real traffic, any page size; reuses shared prefixes")
 def _make_paged(config: PolicyConfig) -> KVPolicy:
-    tiers = tier_config(config)
+    tiers = config.tiers
     if tiers.enabled:
         return TieredPagedPolicy(config, tiers)
     return PagedPolicy(config, cache_enabled=True)
@@ -115,4 +111,4 @@ def _make_paged_nocache(config: PolicyConfig) -> KVPolicy:
     return policy
 
 
-__all__ = ["TieredPagedPolicy", "tier_config"]
+__all__ = ["TieredPagedPolicy"]

@@ -301,19 +301,15 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         self.host_breakdown().check()
 
 
-def vllm_tier_config(config: PolicyConfig) -> TierConfig:
-    return TierConfig(config.host_tokens, config.storage_tokens, config.hicache_write_policy)
-
-
 @register_policy(
     "vllm",
     when="compare with vLLM v1: paged blocks, prefix caching of full blocks via chained hashes",
 )
 def _make_vllm(config: PolicyConfig) -> KVPolicy:
-    tiers = vllm_tier_config(config)
+    tiers = config.tiers
     if tiers.enabled:
         return TieredVLLMPolicy(config, tiers)
     return VLLMBlockPolicy(config)
 
 
-__all__ = ["TieredVLLMPolicy", "vllm_tier_config"]
+__all__ = ["TieredVLLMPolicy"]
