@@ -264,7 +264,7 @@ class BlockPool(HashedBlocks):
         self.parent_hash[blocks[0]] = parent
         self.parent_hash[blocks[1:]] = hashes[:-1]
         self.block_tokens[blocks] = tokens
-        self.index.insert(blocks, hashes, start)
+        self.index.insert(blocks, hashes, start, parent)
         return hashes
 
     def get_cached_blocks(self, h: int) -> list[int]:

@@ -5,9 +5,8 @@ vLLM indexes every full block by its hash (a dict of hash -> blocks). At page si
 token is a block, so a per-block index pays one random access into a table far larger than
 the caches for every prompt token cached and every one evicted: most of the `vllm` policy's
 time at page 1, where `paged`'s radix tree stores a prompt as one array. This index keeps
-what a caching call hands over as it is, a *segment*: a run of blocks whose hashes form a
-chain (each block's parent is the one before it), and does per-block work only in small
-per-block arrays.
+runs of blocks whole, as *segments*: a run whose hashes form a chain (each block's parent is
+the one before it), and does per-block work only in small per-block arrays.
 
 Why a segment index gives exactly the per-block answer. The holder of chain position i is
 the oldest live block whose hash is chain[i]. A block at offset o of a segment has the hash
@@ -15,14 +14,20 @@ of the entry before it as its parent, so if its hash (with its parent and tokens
 checks the key) matches chain[i], the segment's entry o-1 matches chain[i-1], and so on down
 to its first entry, which matches chain[i-o]: every holder of a chain position lies in a
 segment that *starts* on the chain. A lookup therefore tests only the segments' first hashes,
-and for each segment found compares its hash array with the chain's
-(one vectorised comparison, as the radix tree compares token arrays) to see how far it
-covers it. Among the live entries covering a position, the oldest segment's wins: vLLM's
-oldest-holder rule, with blocks of later cachings (duplicates) behind it. A segment records
-the chain position of its first block, so finding the segments that start on a chain is one
-vectorised test of every live segment's first hash against the chain at that position.
+and for each segment found compares its hash array with the chain's (one vectorised
+comparison, as the radix tree compares token arrays) to see how far it covers it. Among the
+live entries covering a position, the oldest segment's wins: vLLM's oldest-holder rule, with
+blocks of later cachings (duplicates) behind it. A segment records the chain position of its
+first block, so finding the segments that start on a chain is one vectorised test of every
+live segment's first hash against the chain at that position.
 
-* Removal is lazy: a block is live while its generation (`gen`, its segment's id) is set; an
+* A caching call that continues the newest segment's chain (a request's next prefill chunk)
+  extends it rather than starting one: no block is between the two in age, so the segment's
+  age is right for all of them, and a prompt cached in 64-token chunks is one segment to a
+  lookup, not one per chunk.
+* Each block keeps the generation of the caching that indexed it (`gen`, never reused): the
+  policy's prompt memo reads it to know a block stayed indexed.
+* Removal is lazy: a block is live while its generation equals its segment entry's; an
   eviction writes 0 there and counts the segment down. A segment with no live block leaves
   the index; segments whose dead tail grows are trimmed when the arrays held pass a bound.
 * Holders of one hash, for tests and debugging, come from the pool's per-block arrays.
@@ -43,27 +48,68 @@ _NO_BLOCKS = np.zeros(0, dtype=np.int64)
 
 
 class Segment:
-    """One caching call's blocks (a hash chain), its id (`gen`) and how many still live."""
+    """A run of cached blocks whose hashes form a chain: its blocks, their hashes and the
+    generation each was cached under (arrays grown by doubling, the first `n` entries used),
+    the chain position of its first block, its id (`sid`: its age among segments) and how
+    many of its blocks still live."""
 
-    __slots__ = ("blocks", "gen", "hashes", "live", "slot", "start")
+    __slots__ = ("_blocks", "_gens", "_hashes", "live", "n", "sid", "slot", "start")
 
-    def __init__(self, blocks: np.ndarray, hashes: np.ndarray, gen: int, start: int) -> None:
-        self.blocks = blocks
-        self.hashes = hashes
-        self.gen = gen
+    def __init__(self, sid: int, start: int) -> None:
+        self.sid = sid
         self.start = start  # chain position of its first block
-        self.live = len(blocks)
+        self._blocks = _NO_BLOCKS
+        self._hashes = np.zeros(0, dtype=_U64)
+        self._gens = _NO_BLOCKS
+        self.n = 0
+        self.live = 0
         self.slot = -1  # its row in the index's per-segment arrays
 
-    def cover(self, chain: np.ndarray, start: int, gen: np.ndarray) -> tuple[int, np.ndarray]:
-        """How far this segment, starting at chain position `start`, follows `chain` (m
-        entries), and the mask of its live entries among those m."""
-        k = min(len(self.hashes), len(chain) - start)
+    @property
+    def blocks(self) -> np.ndarray:
+        return self._blocks[: self.n]
+
+    @property
+    def hashes(self) -> np.ndarray:
+        return self._hashes[: self.n]
+
+    @property
+    def gens(self) -> np.ndarray:
+        return self._gens[: self.n]
+
+    @property
+    def end(self) -> int:
+        """The chain position after its last block."""
+        return self.start + self.n
+
+    def append(self, blocks: np.ndarray, hashes: np.ndarray, gen: int) -> None:
+        n, k = self.n, len(blocks)
+        if n + k > len(self._blocks):
+            size = max(2 * len(self._blocks), n + k)
+            self._blocks, self._hashes, self._gens = (
+                np.concatenate([a[:n], np.zeros(size - n, dtype=a.dtype)])
+                for a in (self._blocks, self._hashes, self._gens))
+        self._blocks[n : n + k] = blocks
+        self._hashes[n : n + k] = hashes
+        self._gens[n : n + k] = gen
+        self.n = n + k
+        self.live += k
+
+    def cut(self, end: int) -> None:
+        """Keep the first `end` entries only (the rest are dead), in arrays of their own."""
+        self._blocks, self._hashes, self._gens = (
+            a[:end].copy() for a in (self._blocks, self._hashes, self._gens))
+        self.n = end
+
+    def cover(self, chain: np.ndarray, gen: np.ndarray) -> tuple[int, np.ndarray]:
+        """How far this segment follows `chain` from its start (m entries), and the mask of
+        its live entries among those m (`gen`: the blocks' current generations)."""
+        k = min(self.n, len(chain) - self.start)
         if k <= 0:
             return 0, np.zeros(0, dtype=bool)
-        eq = self.hashes[:k] == chain[start : start + k]
+        eq = self._hashes[:k] == chain[self.start : self.start + k]
         m = k if eq.all() else int(eq.argmin())
-        return m, gen[self.blocks[:m]] == self.gen
+        return m, gen[self._blocks[:m]] == self._gens[:m]
 
 
 class ChainIndex:
@@ -71,10 +117,15 @@ class ChainIndex:
 
     def __init__(self, num_blocks: int) -> None:
         nb = num_blocks + 1  # block 0 (the null block) is never indexed
-        self.gen = np.zeros(nb, dtype=np.int64)  # per block: its segment's id, 0 = none
+        # per block: the caching it came from (0 = not indexed; never reused, so an unchanged
+        # generation means the block stayed indexed in between) and its segment
+        self.gen = np.zeros(nb, dtype=np.int64)
+        self.seg_of = np.zeros(nb, dtype=np.int64)
         self.num_live = 0  # indexed blocks
         self.segments: dict[int, Segment] = {}  # live segments by id
         self._last_gen = 0
+        self._newest: Segment | None = None  # the segment made or extended last, if live
+        self._last_sid = 0
         self._held = 0  # entries the live segments' arrays hold, live or dead
         self._trim_at = 4 * nb + 1024
         # one row per live segment (rows 0..len(segments)-1): its first block's chain
@@ -82,25 +133,37 @@ class ChainIndex:
         self._pos = np.zeros(64, dtype=np.int64)
         self._first = np.zeros(64, dtype=_U64)
         self._ids = np.zeros(64, dtype=np.int64)
+        self._latest = np.zeros(64, dtype=np.int64)  # the last generation it took blocks in
 
     # -- changes ---------------------------------------------------------------------------
-    def insert(self, blocks: np.ndarray, hashes: np.ndarray, start: int) -> None:
+    def insert(self, blocks: np.ndarray, hashes: np.ndarray, start: int, parent: int) -> None:
         """Index `blocks` (distinct, unindexed) under `hashes` (uint64), a chain whose first
-        block is at chain position `start` (block i's parent is block i-1). They form one
-        segment, younger than every segment before."""
+        block is at chain position `start` with parent hash `parent` (block i's parent is
+        block i-1). They are younger than every block indexed before. A run that continues
+        the newest segment (a request's next prefill chunk) extends it: nothing is between
+        them in age, so the segment's age stays right for every block in it, and a lookup
+        meets one segment where it would have met one per chunk."""
         if not len(blocks):
             return
         self._last_gen += 1
         g = self._last_gen
+        seg = self._newest
+        if seg is None or seg.end != start or int(seg.hashes[-1]) != parent:
+            self._last_sid += 1
+            seg = Segment(self._last_sid, start)
+            self.segments[seg.sid] = seg
+            row = len(self.segments) - 1
+            if row == len(self._ids):
+                self._pos, self._first, self._ids, self._latest = (
+                    np.concatenate([a, np.zeros_like(a)])
+                    for a in (self._pos, self._first, self._ids, self._latest))
+            self._pos[row], self._first[row], self._ids[row] = start, hashes[0], seg.sid
+            seg.slot = row
+            self._newest = seg
+        seg.append(blocks, hashes, g)
+        self._latest[seg.slot] = g
         self.gen[blocks] = g
-        seg = Segment(np.array(blocks, dtype=np.int64), np.array(hashes, dtype=_U64), g, start)
-        self.segments[g] = seg
-        row = len(self.segments) - 1
-        if row == len(self._ids):
-            self._pos, self._first, self._ids = (np.concatenate([a, np.zeros_like(a)]) for a in
-                                                 (self._pos, self._first, self._ids))
-        self._pos[row], self._first[row], self._ids[row] = start, seg.hashes[0], g
-        seg.slot = row
+        self.seg_of[blocks] = seg.sid
         self.num_live += len(blocks)
         self._held += len(blocks)
         if self._held > self._trim_at:
@@ -110,25 +173,28 @@ class ChainIndex:
         """Unindex `blocks` (distinct, indexed); a segment left with no live block goes."""
         if not len(blocks):
             return
-        gens = self.gen[blocks]
+        sids = self.seg_of[blocks]
         self.gen[blocks] = 0
+        self.seg_of[blocks] = 0
         self.num_live -= len(blocks)
-        ids, counts = np.unique(gens, return_counts=True)
-        for g, c in zip(ids.tolist(), counts.tolist(), strict=True):
-            seg = self.segments[g]
+        ids, counts = np.unique(sids, return_counts=True)
+        for sid, c in zip(ids.tolist(), counts.tolist(), strict=True):
+            seg = self.segments[sid]
             seg.live -= c
             if not seg.live:
                 self._drop(seg)
 
     def _drop(self, seg: Segment) -> None:
         """A segment leaves: the last row moves into its row."""
-        del self.segments[seg.gen]
-        self._held -= len(seg.blocks)
+        del self.segments[seg.sid]
+        if seg is self._newest:
+            self._newest = None
+        self._held -= seg.n
         last, row = len(self.segments), seg.slot
         if row != last:
             moved = self.segments[int(self._ids[last])]
-            self._pos[row], self._first[row], self._ids[row] = (
-                self._pos[last], self._first[last], self._ids[last])
+            for a in (self._pos, self._first, self._ids, self._latest):
+                a[row] = a[last]
             moved.slot = row
 
     def _trim(self) -> None:
@@ -136,10 +202,12 @@ class ChainIndex:
         first, so this returns most of what dead entries hold)."""
         held = 0
         for seg in self.segments.values():
-            live = np.flatnonzero(self.gen[seg.blocks] == seg.gen)
+            live = np.flatnonzero(self.gen[seg.blocks] == seg.gens)
             end = int(live[-1]) + 1
-            if end < len(seg.blocks):
-                seg.blocks, seg.hashes = seg.blocks[:end].copy(), seg.hashes[:end].copy()
+            if end < seg.n:
+                seg.cut(end)
+                if seg is self._newest:  # its chain no longer ends where a next run starts
+                    self._newest = None
             held += end
         self._held = held
         self._trim_at = max(self._trim_at, 2 * held)
@@ -147,24 +215,25 @@ class ChainIndex:
     # -- lookups ---------------------------------------------------------------------------
     @property
     def newest(self) -> int:
-        """Id of the latest segment so far (0: none yet): segments after it are newer."""
+        """Generation of the latest caching so far (0: none yet)."""
         return self._last_gen
 
     def _on(self, chain: np.ndarray) -> np.ndarray:
-        """Ids of the live segments that start on `chain` (their first hash is the chain's at
-        their first block's position)."""
+        """Mask over the rows: the live segments that start on `chain` (their first hash is
+        the chain's at their first block's position)."""
         n, rows = len(chain), len(self.segments)
         pos = self._pos[:rows]
-        on = (pos < n) & (chain[np.minimum(pos, n - 1)] == self._first[:rows])
-        return self._ids[:rows][on]
+        return (pos < n) & (chain[np.minimum(pos, n - 1)] == self._first[:rows])
 
     def segments_on(self, chain: np.ndarray) -> list[Segment]:
         """The live segments that start on `chain`, youngest first."""
-        return [self.segments[g] for g in np.sort(self._on(chain))[::-1].tolist()]
+        ids = self._ids[: len(self.segments)][self._on(chain)]
+        return [self.segments[g] for g in np.sort(ids)[::-1].tolist()]
 
     def any_on_since(self, chain: np.ndarray, newest: int) -> bool:
-        """Whether a segment newer than `newest` starts on `chain`."""
-        return bool((self._on(chain) > newest).any())
+        """Whether a segment that starts on `chain` got blocks cached after generation
+        `newest` (a new segment, or an old one extended)."""
+        return bool((self._latest[: len(self.segments)][self._on(chain)] > newest).any())
 
     def walk(self, chain: np.ndarray) -> tuple[np.ndarray, list[Segment]]:
         """The oldest live holder of each position of `chain` (uint64 hashes from the first
@@ -176,7 +245,7 @@ class ChainIndex:
         found = self.segments_on(chain)
         best = np.zeros(n, dtype=np.int64)
         for seg in found:  # youngest first: the oldest writes last
-            m, live = seg.cover(chain, seg.start, self.gen)
+            m, live = seg.cover(chain, self.gen)
             if m:
                 view = best[seg.start : seg.start + m]
                 view[live] = seg.blocks[:m][live]
@@ -186,30 +255,33 @@ class ChainIndex:
     # -- checks ----------------------------------------------------------------------------
     def check_invariants(self, block_hash: np.ndarray, parent_hash: np.ndarray) -> None:
         """Each live segment is a chain of the hashes its blocks carry (`block_hash`,
-        `parent_hash`: the pool's per-block arrays), its live count is right, every indexed
-        block is a live entry of its segment, and the start index lists the live segments."""
+        `parent_hash`: the pool's per-block arrays) cached in order (generations never
+        decrease along it), its live count is right, every indexed block is a live entry of
+        its segment, and the per-segment rows list the live segments."""
         live_total = 0
-        for g, seg in self.segments.items():
-            b, h = seg.blocks, seg.hashes
-            if seg.gen != g or len(b) != len(h) or not len(b):
-                raise InvariantError(f"vllm: chain index segment {g} is malformed")
+        for sid, seg in self.segments.items():
+            b, h, g = seg.blocks, seg.hashes, seg.gens
+            if seg.sid != sid or not seg.n or (np.diff(g) < 0).any():
+                raise InvariantError(f"vllm: chain index segment {sid} is malformed")
             live = self.gen[b] == g
             if int(np.count_nonzero(live)) != seg.live or not seg.live:
-                raise InvariantError(f"vllm: chain index segment {g} live count is wrong")
+                raise InvariantError(f"vllm: chain index segment {sid} live count is wrong")
+            if not (self.seg_of[b[live]] == sid).all():
+                raise InvariantError(f"vllm: a block of segment {sid} points elsewhere")
             if not np.array_equal(block_hash[b[live]], h[live]):
-                raise InvariantError(f"vllm: a block of segment {g} carries another hash")
+                raise InvariantError(f"vllm: a block of segment {sid} carries another hash")
             inner = live[1:]
             if not np.array_equal(parent_hash[b[1:][inner]], h[:-1][inner]):
-                raise InvariantError(f"vllm: segment {g} is not a hash chain")
+                raise InvariantError(f"vllm: segment {sid} is not a hash chain")
             live_total += seg.live
-        if live_total != self.num_live or int(np.count_nonzero(self.gen)) != self.num_live:
+        indexed = self.gen > 0
+        if live_total != self.num_live or int(np.count_nonzero(indexed)) != self.num_live:
             raise InvariantError("vllm: chain index live count out of sync")
-        if self.gen[0] or not set(np.unique(self.gen[self.gen > 0]).tolist()) <= set(
-                self.segments):
-            raise InvariantError("vllm: a block belongs to no live segment")
+        if self.gen[0] or ((self.seg_of > 0) != indexed).any():
+            raise InvariantError("vllm: a block's segment and generation disagree")
         rows = len(self.segments)
         for row in range(rows):
             at = self.segments.get(int(self._ids[row]))
             if at is None or at.slot != row or self._pos[row] != at.start or \
-                    self._first[row] != at.hashes[0]:
+                    self._first[row] != at.hashes[0] or self._latest[row] != at.gens[-1]:
                 raise InvariantError(f"vllm: chain index row {row} out of sync")
