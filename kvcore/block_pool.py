@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from kvcore.block_hash import block_hashes
+from kvcore.block_hash import NONE_HASH, block_hashes
 from kvcore.chain_index import ChainIndex
 from kvcore.validation import InvariantError
 
@@ -302,7 +302,7 @@ class BlockPool(HashedBlocks):
         # the still-valid known prefix was checked when it was found
         j = j if j <= k and np.array_equal(cand[:j], known[:j]) else 0
         parents = np.empty(k, dtype=_U64)
-        parents[0] = 0
+        parents[0] = NONE_HASH
         parents[1:] = hashes[: k - 1]
         tok = ids[: k * ps].reshape(k, ps)
         new = cand[j:]

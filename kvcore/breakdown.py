@@ -121,6 +121,21 @@ def tail_split(end: np.ndarray, final: np.ndarray,
     return reserved, rounding
 
 
+def pages_at_steps(pos: np.ndarray, new_pages: np.ndarray, last_page: np.ndarray,
+                   page_size: int) -> np.ndarray:
+    """The page of every (step, request) position of a decode stretch: a new page starts at
+    every position that is a multiple of the page size, taking `new_pages` in row-major
+    order (step-major, then batch order: the order stepping pops them); before its first new
+    page a request writes into its current `last_page`."""
+    starts = pos % page_size == 0
+    page_at = np.zeros(pos.shape, dtype=np.int64)
+    page_at[starts] = new_pages
+    step_idx = np.where(starts, np.arange(len(pos))[:, None], -1)
+    ffill = np.maximum.accumulate(step_idx, axis=0)
+    cols = np.arange(pos.shape[1])[None, :]
+    return np.where(ffill >= 0, page_at[np.maximum(ffill, 0), cols], last_page)
+
+
 def page_growth_profile(
     base: MemoryBreakdown, written: np.ndarray, final: np.ndarray, alloc_end: np.ndarray,
     page_size: int, n: int,

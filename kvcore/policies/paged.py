@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
-from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile
+from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_at_steps
 from kvcore.kv_pool import MHATokenToKVPool
 from kvcore.policies.base import (
     AdmitResult,
@@ -275,13 +275,7 @@ class PagedPolicy(KVPolicy):
             new_page = np.empty(len(rows), dtype=np.int64)
             new_page[np.argsort(have - w, kind="stable")[: len(pages)]] = pages
             return np.where(pos < have, last_page, new_page)
-        starts = pos % ps == 0
-        page_at = np.zeros(pos.shape, dtype=np.int64)
-        page_at[starts] = pages  # row-major = step-major: stepping's pop order
-        step_idx = np.where(starts, np.arange(len(pos))[:, None], -1)
-        ffill = np.maximum.accumulate(step_idx, axis=0)
-        cols = np.arange(len(rows))[None, :]
-        return np.where(ffill >= 0, page_at[np.maximum(ffill, 0), cols], last_page)
+        return pages_at_steps(pos, pages, last_page, ps)
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         rows = self._rows(rids, "decode")

@@ -38,7 +38,7 @@ import torch
 
 from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_pool import BlockPool
-from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile
+from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_at_steps
 from kvcore.chain_memo import ChainMemo
 from kvcore.policies.base import (
     AdmitResult,
@@ -322,15 +322,8 @@ class VLLMBlockPolicy(KVPolicy):
         profile = self.decode_profile(rids, n, head_reservation)
         new = self.pool.get_new_blocks(need)
         last = np.array([r.last for r in reqs], dtype=np.int64)
-        if ps == 1:  # a new block every step
-            block_at = new.reshape(n, len(reqs))
-        else:
-            block_at = np.zeros(pos.shape, dtype=np.int64)
-            block_at[starts] = new
-            step_idx = np.where(starts, np.arange(n)[:, None], -1)
-            ffill = np.maximum.accumulate(step_idx, axis=0)
-            cols = np.arange(len(reqs))[None, :]
-            block_at = np.where(ffill >= 0, block_at[np.maximum(ffill, 0), cols], last)
+        # at page size 1 a new block every step: the pop order is the (step, request) grid
+        block_at = new.reshape(n, len(reqs)) if ps == 1 else pages_at_steps(pos, new, last, ps)
         rows = np.array([r.row for r in reqs], dtype=np.int64)
         self.req_to_token_pool.write_at(rows[None, :], pos, block_at * ps + pos % ps)
         for i, req in enumerate(reqs):

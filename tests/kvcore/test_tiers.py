@@ -4,7 +4,6 @@ against an independent LRU model over page-aligned prefix keys."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from functools import partial
 
 import numpy as np
@@ -18,7 +17,12 @@ from kvcore.policies.paged import PagedPolicy
 from kvcore.policies.paged_tiers import TieredPagedPolicy
 from kvcore.radix_cache import RadixCache
 from kvcore.tiers import WRITE_POLICIES, HierarchicalCache, TierConfig, TierTree
-from tests.kvcore.tier_machine import TieredPolicyMachine, serve_alone, tiered_policy
+from tests.kvcore.tier_machine import (
+    TieredPolicyMachine,
+    serve_against_lru,
+    serve_alone,
+    tiered_policy,
+)
 
 _policy = partial(tiered_policy, "paged")
 _serve = serve_alone
@@ -148,66 +152,11 @@ TestTierMachine.settings = settings(max_examples=40, stateful_step_count=40, dea
 # -- the host tier against an independent LRU model ------------------------------------------------
 
 
-class PageLRU:
-    """An LRU over page-aligned prefix keys (key i = the first (i+1) pages), `capacity` pages.
-    Touching a path makes its shallowest page the most recent, so that among pages touched
-    together the deepest goes first (a prefix never outlives its extension's parent)."""
-
-    def __init__(self, capacity: int, ps: int) -> None:
-        self.capacity, self.ps = capacity, ps
-        self.lru: OrderedDict[bytes, None] = OrderedDict()
-
-    def keys(self, ids: np.ndarray) -> list[bytes]:
-        n = len(ids) // self.ps
-        return [ids[: (i + 1) * self.ps].tobytes() for i in range(n)]
-
-    def hit(self, ids: np.ndarray) -> int:
-        k = 0
-        for key in self.keys(ids):
-            if key not in self.lru:
-                break
-            k += 1
-        return k * self.ps
-
-    def access(self, ids: np.ndarray, add: bool) -> None:
-        keys = self.keys(ids)
-        if not add:
-            keys = keys[: self.hit(ids) // self.ps]
-        for key in reversed(keys):
-            self.lru[key] = None
-            self.lru.move_to_end(key)
-        while len(self.lru) > self.capacity:
-            self.lru.popitem(last=False)
-
-
 @pytest.mark.parametrize("ps,host_pages", [(1, 300), (4, 60), (16, 12)])
 def test_host_tier_equals_an_lru_model(ps: int, host_pages: int) -> None:
     """Requests one at a time, write_through: the host tier holds exactly what an LRU over
     page-aligned prefixes with its capacity holds, so its hit past the device's is the
     model's hit past the device's, request by request."""
-    rng = np.random.default_rng(ps)
-    bases = [rng.integers(0, 50, size=300) for _ in range(12)]
     p = _policy(ps, pages=max(300 // ps, 4), host=host_pages * ps, rows=2, ctx=1024)
-    model = PageLRU(host_pages, ps)
-    total = host = prompt_tokens = 0
-    for rid in range(120):
-        b = bases[int(rng.zipf(1.5)) % len(bases)]
-        share = int(rng.integers(0, 200))
-        prompt = np.concatenate([b[:share], 100 + rng.integers(0, 1000, size=int(
-            rng.integers(1, 60)))])
-        key = prompt[:-1]
-        want = model.hit(key)
-        out = int(rng.integers(1, 5))
-        assert p.tiers.host.peek(key)[0] == want  # before: the host holds what the model does
-        device = p.tree.peek(key)[0]
-        res = _serve(p, rid, prompt, out=out)
-        assert res.host_hit == max(want - device, 0), f"request {rid}"
-        assert res.cached_len == max(want, device)
-        model.access(key, add=False)  # admission's match
-        model.access(prompt, add=True)  # cache_prefix's write_through
-        written = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
-        model.access(written[: len(prompt) + out - 1], add=True)  # finish's
-        total += res.cached_len
-        host += res.host_hit
-        prompt_tokens += len(prompt)
-    assert host > 0 and total > host  # both tiers served something
+    serve_against_lru(p, ps, host_pages, host_hit=lambda key: p.tiers.host.peek(key)[0],
+                      device_hit=lambda key: p.tree.peek(key)[0])

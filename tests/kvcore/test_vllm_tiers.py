@@ -20,8 +20,12 @@ from kvcore.policies.base import AdmitResult
 from kvcore.policies.vllm_block import VLLMBlockPolicy
 from kvcore.policies.vllm_tiers import TieredVLLMPolicy
 from kvcore.tiers import WRITE_POLICIES, TierConfig
-from tests.kvcore.test_tiers import PageLRU
-from tests.kvcore.tier_machine import TieredPolicyMachine, serve_alone, tiered_policy
+from tests.kvcore.tier_machine import (
+    TieredPolicyMachine,
+    serve_against_lru,
+    serve_alone,
+    tiered_policy,
+)
 
 _policy = partial(tiered_policy, "vllm")
 _serve = serve_alone
@@ -220,36 +224,16 @@ TestVLLMTierMachine.settings = settings(max_examples=40, stateful_step_count=40,
 @pytest.mark.parametrize("ps,host_pages", [(1, 600), (4, 150), (16, 30)])
 def test_host_tier_equals_an_lru_model(ps: int, host_pages: int) -> None:
     """Requests one at a time, write_through: the host holds exactly what an LRU over
-    page-aligned prefixes with its capacity holds (PageLRU, tests/kvcore/test_tiers.py), so
-    its hit past the device's is the model's, request by request."""
-    rng = np.random.default_rng(ps)
-    bases = [rng.integers(0, 50, size=300) for _ in range(12)]
+    page-aligned prefixes with its capacity holds (PageLRU), so its hit past the device's is
+    the model's, request by request."""
     p = _policy(ps, pages=max(300 // ps, 4), host=host_pages * ps, rows=2, ctx=1024)
     assert isinstance(p, TieredVLLMPolicy)
-    model = PageLRU(host_pages, ps)
-    total = host = 0
-    for rid in range(120):
-        b = bases[int(rng.zipf(1.5)) % len(bases)]
-        share = int(rng.integers(0, 200))
-        prompt = np.concatenate([b[:share], 100 + rng.integers(0, 1000, size=int(
-            rng.integers(1, 60)))])
-        key = prompt[:-1]
-        want = model.hit(key)
-        out = int(rng.integers(1, 5))
+
+    def host_hit(key: np.ndarray) -> int:
         n = len(key) // ps
-        chain = p.hasher.chain(NONE_HASH, key[: n * ps])
-        assert len(p.host.lookup(chain, key, 0)) * ps == want  # the host holds the model's
-        device = p.peek_prefix(key)
-        res = _serve(p, rid, prompt, out=out)
-        assert res.host_hit == max(want - device, 0), f"request {rid}"
-        assert res.cached_len == max(want, device)
-        model.access(key, add=False)  # admission's match
-        model.access(prompt, add=True)  # cache_prefix's write_through
-        written = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
-        model.access(written[: len(prompt) + out - 1], add=True)  # finish's
-        total += res.cached_len
-        host += res.host_hit
-    assert host > 0 and total > host  # both tiers served something
+        return len(p.host.lookup(p.hasher.chain(NONE_HASH, key[: n * ps]), key, 0)) * ps
+
+    serve_against_lru(p, ps, host_pages, host_hit=host_hit, device_hit=p.peek_prefix)
 
 
 @pytest.mark.parametrize("write", WRITE_POLICIES)

@@ -1,5 +1,6 @@
 """Test helpers shared by both policies with lower KV tiers: a small tiered policy, one request
-served alone, and the stateful test (`paged` with HiCache's tiers,
+served alone, an independent LRU model of the host tier and a run against it, and the
+stateful test (`paged` with HiCache's tiers,
 `vllm` with its block tiers): random requests over three shared prompt bases are admitted
 (with a random storage allowance), prefilled in chunks, decoded, finished or released, and
 every invariant is checked after every step. A subclass builds its policy (`build` rule) and
@@ -7,6 +8,8 @@ adds what its own structures promise (`check_admitted`, `check_tiers`)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,6 +42,69 @@ def serve_alone(p: Any, rid: int, prompt: np.ndarray, out: int = 2) -> AdmitResu
     p.finish(rid, ids[: len(prompt) + out - 1])
     p.check_invariants()
     return res
+
+
+class PageLRU:
+    """An LRU over page-aligned prefix keys (key i = the first (i+1) pages), `capacity` pages.
+    Touching a path makes its shallowest page the most recent, so that among pages touched
+    together the deepest goes first (a prefix never outlives its extension's parent)."""
+
+    def __init__(self, capacity: int, ps: int) -> None:
+        self.capacity, self.ps = capacity, ps
+        self.lru: OrderedDict[bytes, None] = OrderedDict()
+
+    def keys(self, ids: np.ndarray) -> list[bytes]:
+        n = len(ids) // self.ps
+        return [ids[: (i + 1) * self.ps].tobytes() for i in range(n)]
+
+    def hit(self, ids: np.ndarray) -> int:
+        k = 0
+        for key in self.keys(ids):
+            if key not in self.lru:
+                break
+            k += 1
+        return k * self.ps
+
+    def access(self, ids: np.ndarray, add: bool) -> None:
+        keys = self.keys(ids)
+        if not add:
+            keys = keys[: self.hit(ids) // self.ps]
+        for key in reversed(keys):
+            self.lru[key] = None
+            self.lru.move_to_end(key)
+        while len(self.lru) > self.capacity:
+            self.lru.popitem(last=False)
+
+
+def serve_against_lru(p: Any, ps: int, host_pages: int, host_hit: Callable[[np.ndarray], int],
+                      device_hit: Callable[[np.ndarray], int]) -> None:
+    """120 requests over 12 shared bases (zipf), one at a time with write_through: before
+    each, the host holds what the model holds (`host_hit` of the prefill key); the request's
+    host hit is the model's hit past the device's (`device_hit`)."""
+    rng = np.random.default_rng(ps)
+    bases = [rng.integers(0, 50, size=300) for _ in range(12)]
+    model = PageLRU(host_pages, ps)
+    total = host = 0
+    for rid in range(120):
+        b = bases[int(rng.zipf(1.5)) % len(bases)]
+        share = int(rng.integers(0, 200))
+        prompt = np.concatenate([b[:share], 100 + rng.integers(0, 1000, size=int(
+            rng.integers(1, 60)))])
+        key = prompt[:-1]
+        want = model.hit(key)
+        out = int(rng.integers(1, 5))
+        assert host_hit(key) == want  # before: the host holds what the model does
+        device = device_hit(key)
+        res = serve_alone(p, rid, prompt, out=out)
+        assert res.host_hit == max(want - device, 0), f"request {rid}"
+        assert res.cached_len == max(want, device)
+        model.access(key, add=False)  # admission's match
+        model.access(prompt, add=True)  # cache_prefix's write_through
+        written = np.concatenate([prompt, 10_000 + rid * 10 + np.arange(out)])
+        model.access(written[: len(prompt) + out - 1], add=True)  # finish's
+        total += res.cached_len
+        host += res.host_hit
+    assert host > 0 and total > host  # both tiers served something
 
 
 class TieredPolicyMachine(RuleBasedStateMachine):
