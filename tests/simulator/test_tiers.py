@@ -77,8 +77,11 @@ def test_host_tier_serves_what_the_device_forgot(policy: str) -> None:
     assert s["device_hit_rate"] == pytest.approx(device.sum() / prompt, abs=1e-12)
     assert s["host_to_device_bytes"] > 0 and s["device_to_host_bytes"] > 0
     assert s["load_stall_s"] > 0 and 0 < s["host_cached_pct"] <= 100
-    assert s["host_free_pct"] == pytest.approx(100 - s["host_cached_pct"]
-                                               - s["host_token_states_pct"])
+    # the host's time-averaged use (free = 100 - used holds by definition in simulator/run.py)
+    # lies within what the timeline sampled of it, counted apart from the summary's integral
+    used = 100 - s["host_free_pct"]
+    sampled = r.timeline.host_used / s["host_capacity_slots"] * 100
+    assert sampled.min() <= used <= sampled.max() and 0 < s["host_free_pct"] < 100
     q = r.requests
     assert (q.host_hit_tokens > 0).any()
     assert (q.load_stall_s[q.host_hit_tokens == 0] == 0).all()  # only loaders stall
