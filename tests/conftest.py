@@ -18,6 +18,8 @@ torch.set_num_threads(1)
 # a failure prints the `@reproduce_failure` blob that replays it. Elsewhere: random examples
 # (more of the input space over many runs), one seed per session, printed in the header and
 # beside every failing test, so a failure seen once can be rerun with `--hypothesis-seed=N`.
+# (With a forced seed Hypothesis replays no failures saved in .hypothesis/: the printed seed
+# and the `@reproduce_failure` blob are the record.)
 # Loaded here, at import, before any test module builds its own `settings(...)`: those inherit
 # the unset fields (derandomize, print_blob) from the profile loaded at their creation.
 settings.register_profile("ci", derandomize=True, print_blob=True, database=None)
