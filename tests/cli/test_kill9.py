@@ -35,9 +35,25 @@ NOT_COMPARED = ("sim_wall_s", "out")
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 
 
-def start(args: list[str], out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cli", *args, "--out", str(out)], cwd=REPO,
+# `python -m cli ARGS`, after the child touches its readiness file (argv[1]): the test kills
+# only a child known to be running, never after a guessed sleep
+READY_THEN_CLI = ("import pathlib, runpy, sys; pathlib.Path(sys.argv.pop(1)).touch(); "
+                  "runpy.run_module('cli', run_name='__main__', alter_sys=True)")
+
+
+def start(args: list[str], out: Path, ready: Path | None = None) -> subprocess.Popen:
+    head = ["-m", "cli"] if ready is None else ["-c", READY_THEN_CLI, str(ready)]
+    return subprocess.Popen([sys.executable, *head, *args, "--out", str(out)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_file(p: subprocess.Popen, path: Path, timeout: float = 90) -> None:
+    """Block until the child has written `path` (it is running, past that point)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert p.poll() is None, f"the child exited ({p.returncode}) before writing {path}"
+        assert time.monotonic() < deadline, f"no {path} within {timeout} s"
+        time.sleep(0.01)
 
 
 def finish(p: subprocess.Popen, timeout: float = 120) -> str:
@@ -151,9 +167,10 @@ def test_kill9_during_run_then_rerun(tmp_path, when):
     same results as an uninterrupted run, even over a dead writer's temporaries."""
     ref_dir, out = tmp_path / "ref", tmp_path / "killed"
     ref = start(RUN, ref_dir)
-    victim = start([*RUN, "--progress"], out)
-    if when == "starting":
-        time.sleep(0.5)
+    ready = tmp_path / "child-started"
+    victim = start([*RUN, "--progress"], out, ready)
+    if when == "starting":  # the interpreter is up and is importing the CLI / building the run
+        wait_for_file(victim, ready)
     else:
         wait_for_progress(victim)
     assert victim.poll() is None, "the run finished before it could be killed"

@@ -181,3 +181,19 @@ def test_committed_report_is_consistent() -> None:
             f"value); closed-form cross-checks: {sum(r['pass'] == 'yes' for r in cross)} of "
             f"{len(cross)} pass.")
     assert line in text
+
+
+def test_table1_verdicts_need_no_simulation() -> None:
+    """Table 1's rows are one division each (no simulation, milliseconds): their verdicts are
+    pinned here, so a loosened comparison shows at once. 3 significant digits is the paper's
+    own precision; the OPT-66B row is a known miss (the paper's 21 GB of KV would need 21.3
+    GiB for its 9.7K slots) and must stay one."""
+    from experiments.validation.vllm_paper import table1_rows
+
+    rows = {r["name"]: r for r in table1_rows()}
+    assert {n: r["pass"] for n, r in rows.items()} == {
+        "opt-13b x1 a100-40gb KV slots (K)": True,
+        "opt-66b x4 a100-40gb KV slots (K)": False,
+        "opt-175b x8 a100-80gb KV slots (K)": True,
+    }
+    assert rows["opt-66b x4 a100-40gb KV slots (K)"]["kvsim"] == 9.56

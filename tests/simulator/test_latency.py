@@ -66,6 +66,21 @@ def test_smaller_pages_never_faster(model):
     assert swaps[0] > 2 * swaps[4]
 
 
+def test_page_term_counts_every_page_attended(opt13b):
+    """The per-page cost (a page-table walk per KV head and layer) covers every page a request
+    attends: for a prefill, the new tokens and the cached prefix before them. Counted apart
+    from the model: between page sizes 1 and 16 only the page count changes (4,112 slots:
+    4,112 pages vs 257), so the time differs by exactly that many page costs. 1 ms."""
+    m = opt13b.model
+    per_page = opt13b.page_head_overhead_s * m.kv_heads_per_rank(1) * m.num_layers
+    assert per_page > 0
+    for prefill, decode in (([(16, 4096)], []), ([], [4112]), ([(16, 4096)], [4112])):
+        t1 = opt13b.iteration_time(prefill, decode, page_size=1)
+        t16 = opt13b.iteration_time(prefill, decode, page_size=16)
+        pages = (len(prefill) + len(decode)) * (4112 - 257)
+        assert t1 - t16 == pytest.approx(pages * per_page, rel=1e-9)
+
+
 def test_decode_run_equals_stepping(opt13b):
     ctx = sharegpt_like(37, seed=2)
     for ps in (1, 7, 16):

@@ -22,8 +22,14 @@ PCT_KEYS = ("token_states_pct", "cached_pct", "reserved_pct", "internal_frag_pct
 def test_breakdown_sums_to_100(kw):
     s = run(mixed(), kv_tokens=1024, **kw).summary
     assert sum(s[k] for k in PCT_KEYS) == pytest.approx(100.0, abs=1e-6)
-    assert s["internal_frag_pct"] == pytest.approx(
-        s["internal_overreserve_pct"] + s["internal_rounding_pct"], abs=1e-9)
+    # internal = over-reservation + rounding holds by definition (simulator/run.py derives
+    # rounding as the difference); what can fail is where it comes from: paged policies take
+    # pages as tokens are written, so nothing is held past a final length but the last
+    # page's rounding, while a contiguous reservation is sized before the output is known
+    if kw["policy"] in ("paged", "vllm"):
+        assert s["internal_overreserve_pct"] == 0 and s["internal_rounding_pct"] > 0
+    else:
+        assert s["internal_overreserve_pct"] > 0
     for k in PCT_KEYS:
         assert s[k] >= -1e-9
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -26,10 +24,10 @@ def test_list_is_one_line_each():
     assert DEFAULT_WORKLOAD == "sharegpt"
 
 
-def test_default_is_small_and_quick():
-    t = time.perf_counter()
+def test_default_is_small():
+    """Small enough to run in seconds: asserted by its size, never by a wall clock (a timing
+    under load is a flaky test; benchmarks/ measures speed)."""
     w = build_workload()
-    assert time.perf_counter() - t < 1.0
     assert 100 <= w.num_requests <= 200
     df = w.to_frame()
     assert list(df.columns) == ["request_id", "arrival_s", "prompt_len", "output_len",

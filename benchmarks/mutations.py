@@ -1,0 +1,329 @@
+"""Mutation testing as a habit: named mutations of our own code, each run against the few tests
+chosen to notice it; every mutation must be killed (a test fails).
+
+A test suite is only as strong as the changes it would notice. Each entry of MUTATIONS names
+one plausible bug (a flipped comparison, an off-by-one page rounding, a victim rule reversed):
+the file, its exact original text, the replacement, and the tests to run. The script copies
+the tree (the files git tracks or would track) to a temporary directory, applies one mutation
+at a time there (the original must be found exactly once, so a list that drifted from the
+code fails loudly instead of mutating the wrong place), runs the selected tests in the copy
+(PYTHONPATH = the copy, CI=true so Hypothesis is derandomized and a rerun gives the same
+answer) and reports killed / survived and the first test that failed.
+
+    python benchmarks/mutations.py                      # all, table on stdout
+    python benchmarks/mutations.py --list               # names, files, tests
+    python benchmarks/mutations.py --only lru-becomes-mru,buddy-keeps-high-half
+    python benchmarks/mutations.py --markdown out/mutations.md --csv out/mutations.csv
+
+Exit status: 0 when every mutation was killed, 1 when one survived, 2 when the list does not
+match the code (an original text missing or ambiguous) or the unmutated tests fail.
+
+Editing the list: keep `original` short but unique in its file (a line or two); keep `tests`
+to the few test ids that should notice (the whole run takes minutes, not the suite's ten); a
+mutation that survives gets a real test of the behaviour it breaks, never one written against
+the mutated text. docs/reliability.md keeps the table of the last full run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One named bug: `original` (exactly once in `file`) becomes `replacement`; `tests` are
+    pytest node ids (or files) run against it."""
+
+    name: str
+    file: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]
+
+
+# fmt: off
+MUTATIONS: tuple[Mutation, ...] = (
+    # -- kvcore ------------------------------------------------------------------------------
+    Mutation(
+        "page-rounding-overshoots", "kvcore/policies/paged.py",
+        "return (x + (ps - 1)) // ps * ps",
+        "return (x + ps) // ps * ps",  # a length on a page boundary rounds up a whole page
+        ("tests/kvcore/test_paged_policy.py::test_worked_example_rounding",)),
+    Mutation(
+        "lru-becomes-mru", "kvcore/radix_node.py",
+        '"lru": lambda n: (n.last_access << 40) | n.id,',
+        '"lru": lambda n: ((-n.last_access) << 40) | n.id,',  # evicts the newest first
+        ("tests/kvcore/test_radix_cache.py::test_evict_lru_order_and_overshoot",)),
+    Mutation(
+        "write-through-writes-nothing", "kvcore/tiers.py",
+        'if self.config.write_policy == "write_through":\n            self.host.store(key)',
+        'if self.config.write_policy == "write_through":\n            pass',
+        ("tests/kvcore/test_tiers.py::test_host_hit_is_loaded_not_prefilled",)),
+    Mutation(
+        "host-evicts-whole-leaf", "kvcore/tiers.py",
+        "            keep = len(leaf) - want\n",
+        "            keep = 0\n",  # not page-granular: the whole leaf goes
+        ("tests/kvcore/test_tiers.py::test_host_page_granular_lru_eviction",
+         "tests/kvcore/test_tiers.py::test_host_tier_equals_an_lru_model")),
+    Mutation(
+        "hash-ignores-parent", "kvcore/block_hash.py",
+        "raw = _unmix(np.asarray(parents, dtype=_U64)) * _U64(pow(_BASE, ps, 1 << 64))",
+        "raw = np.zeros(len(parents), dtype=_U64)",  # blocks hashed alone: no chaining
+        ("tests/kvcore/test_vllm_block.py::test_block_hash_is_deterministic_and_chained",)),
+    Mutation(
+        "vllm-hit-not-capped", "kvcore/policies/vllm_block.py",
+        "blocks = self._match(ids, (len(ids) - 1) // ps)",
+        "blocks = self._match(ids, len(ids) // ps)",  # a full-prompt hit leaves nothing to run
+        ("tests/kvcore/test_vllm_block.py::test_hit_capped_at_prompt_minus_one",)),
+    Mutation(
+        "decode-rounding-counted-as-reserved", "kvcore/breakdown.py",
+        "    out[:, 2] += new_slots - token_growth - rounding\n    out[:, 3] += rounding\n",
+        "    out[:, 2] += new_slots - token_growth\n",  # the parts still sum to the capacity
+        ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",)),
+    Mutation(
+        "best-fit-takes-largest-hole", "kvcore/policies/placement.py",
+        "        return self._by_size[i][1] if i < len(self._by_size) else None",
+        "        return self._by_size[-1][1] if i < len(self._by_size) else None",  # worst fit
+        ("tests/kvcore/test_placement.py::test_first_fit_and_best_fit_choose_differently",)),
+    Mutation(
+        "buddy-keeps-high-half", "kvcore/policies/placement.py",
+        "            insort(free[j], start + (1 << j))",
+        "            insort(free[j], start)\n            start += 1 << j",
+        ("tests/kvcore/test_placement.py::test_buddy_split_and_coalesce",)),
+    Mutation(
+        "chain-index-youngest-holder", "kvcore/chain_index.py",
+        "        for seg in found:  # youngest first: the oldest writes last",
+        "        for seg in reversed(found):",
+        ("tests/kvcore/test_chain_index.py::TestPool",)),
+    # -- simulator ---------------------------------------------------------------------------
+    Mutation(
+        "admission-budget-forgets-round", "simulator/admission.py",
+        "budget = available - rem * self.ratio - charged",
+        "budget = available - rem * self.ratio",  # each admission sees the whole budget
+        ("tests/simulator/test_edge_cases.py::"
+         "test_one_admission_round_charges_every_request_it_takes",)),
+    Mutation(
+        "preempt-oldest-not-newest", "simulator/scheduler.py",
+        "return max(running, key=lambda r: (r.req.arrival_s, r.req.request_id))",
+        "return min(running, key=lambda r: (r.req.arrival_s, r.req.request_id))",
+        ("tests/simulator/test_edge_cases.py::"
+         "test_decode_out_of_memory_preempts_by_the_engines_rule",)),
+    Mutation(
+        "retract-most-decoded", "simulator/scheduler.py",
+        "return min(running, key=lambda r: (r.decoded, -r.prompt_len, -r.req.request_id))",
+        "return max(running, key=lambda r: (r.decoded, -r.prompt_len, -r.req.request_id))",
+        ("tests/simulator/test_edge_cases.py::"
+         "test_decode_out_of_memory_preempts_by_the_engines_rule",)),
+    Mutation(
+        "overload-backlog-inverted", "simulator/overload.py",
+        "if backlog > max(th.backlog_min, th.backlog_share * total):",
+        "if backlog < max(th.backlog_min, th.backlog_share * total):",
+        ("tests/simulator/test_overload.py::test_a_light_run_is_not_overloaded",)),
+    Mutation(
+        "stretch-runs-past-arrival", "simulator/stretch.py",
+        "k = min(k, int(hit[0]) + 1)",
+        "k = min(k, int(hit[0]) + 2)",  # the step after an arrival is taken blind
+        ("tests/simulator/test_multistep.py::test_stretches_equal_stepping",)),
+    Mutation(
+        "latency-drops-context-pages", "simulator/latency.py",
+        "pages = _cdiv_sum(new + before, page_size) + _cdiv_sum(decode, page_size)",
+        "pages = _cdiv_sum(new, page_size) + _cdiv_sum(decode, page_size)",
+        ("tests/simulator/test_latency.py::test_page_term_counts_every_page_attended",)),
+    Mutation(
+        "reuse-gap-ignores-pages", "simulator/reuse_gap.py",
+        "ideal_ps = float((hits1 - hits1 % page_size).sum())",
+        "ideal_ps = float(hits1.sum())",  # alignment always 0; not-arrived absorbs it
+        ("tests/simulator/test_overload.py::test_reuse_gap_matches_a_brute_force_count",)),
+    # -- experiments -------------------------------------------------------------------------
+    Mutation(
+        "table1-tolerance-5pct", "experiments/validation/vllm_paper.py",
+        "        ok = ours == pub_k\n",
+        "        ok = abs(ours - pub_k) <= 0.05 * pub_k\n",  # a known miss would pass
+        ("tests/experiments/test_validation.py::test_table1_verdicts_need_no_simulation",)),
+    Mutation(
+        "capacity-bisection-inverted", "experiments/capacity.py",
+        "            m = math.sqrt(lo * hi)\n            if probe(m):\n                hi = m",
+        "            m = math.sqrt(lo * hi)\n            if not probe(m):\n                hi = m",
+        ("tests/experiments/test_capacity.py::"
+         "test_the_answer_is_servable_and_within_the_bracket_precision",)),
+)
+# fmt: on
+
+
+@dataclass
+class Outcome:
+    name: str
+    file: str
+    status: str  # killed / survived / timeout
+    killed_by: str
+    seconds: float
+
+
+class ListDrift(RuntimeError):
+    """The list no longer matches the code: an original text missing or found twice."""
+
+
+def copy_tree(dst: Path) -> None:
+    """The files git tracks, plus untracked ones it does not ignore (work in progress)."""
+    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "-co", "--exclude-standard"],
+                         check=True, capture_output=True).stdout
+    for rel in filter(None, out.decode().split("\0")):
+        src = REPO / rel
+        if src.is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / rel)
+
+
+def check_list(root: Path, mutations: tuple[Mutation, ...]) -> None:
+    """Every original text exactly once in its file; every named test file present."""
+    problems = []
+    for m in mutations:
+        path = root / m.file
+        n = path.read_text().count(m.original) if path.is_file() else -1
+        if n != 1:
+            where = "file missing" if n < 0 else f"original text found {n} times"
+            problems.append(f"{m.name}: {m.file}: {where} (expected exactly once)")
+        for t in m.tests:
+            if not (root / t.split("::")[0]).is_file():
+                problems.append(f"{m.name}: test file {t.split('::')[0]} missing")
+    if problems:
+        raise ListDrift("\n".join(problems))
+
+
+def run_pytest(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, str]:
+    """('passed' | 'failed' | 'timeout', the first failing test id or the output's tail)."""
+    env = {**os.environ, "PYTHONPATH": str(root), "CI": "true", "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rfE",
+           "--no-header", *tests]
+    try:
+        p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", f"no result within {timeout:.0f} s"
+    if p.returncode == 0:
+        return "passed", ""
+    m = re.search(r"^(?:FAILED|ERROR) (\S+)", p.stdout, re.MULTILINE)
+    if m:
+        return "failed", m.group(1)
+    tail = (p.stdout.strip() or p.stderr.strip()).splitlines()
+    return "failed", tail[-1] if tail else f"pytest exit status {p.returncode}"
+
+
+def run_one(root: Path, m: Mutation, timeout: float) -> Outcome:
+    path = root / m.file
+    text = path.read_text()
+    t0 = time.perf_counter()
+    path.write_text(text.replace(m.original, m.replacement, 1))
+    try:
+        result, detail = run_pytest(root, m.tests, timeout)
+    finally:
+        path.write_text(text)
+    status = {"passed": "survived", "failed": "killed", "timeout": "timeout"}[result]
+    return Outcome(m.name, m.file, status, detail, time.perf_counter() - t0)
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """The Markdown table docs/reliability.md keeps."""
+    lines = ["| mutation | file | result | killed by | s |", "| --- | --- | --- | --- | ---: |"]
+    lines += [f"| `{o.name}` | `{o.file}` | {o.status} | `{o.killed_by or '-'}` | "
+              f"{o.seconds:.0f} |" for o in outcomes]
+    return "\n".join(lines) + "\n"
+
+
+def as_csv(outcomes: list[Outcome]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["mutation", "file", "result", "killed_by", "seconds"])
+    for o in outcomes:
+        w.writerow([o.name, o.file, o.status, o.killed_by, f"{o.seconds:.1f}"])
+    return buf.getvalue()
+
+
+def select(names: str | None) -> tuple[Mutation, ...]:
+    if not names:
+        return MUTATIONS
+    known = {m.name: m for m in MUTATIONS}
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise SystemExit(f"--only: unknown mutation(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(known)}")
+    return tuple(known[n] for n in wanted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="comma-separated mutation names (default: all)")
+    ap.add_argument("--list", action="store_true", help="print the mutations and exit")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds per mutation's test run (a hang counts as killed: timeout)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip running the selected tests on the unmutated copy first")
+    ap.add_argument("--markdown", type=Path, help="also write the table to this Markdown file")
+    ap.add_argument("--csv", type=Path, help="also write the results to this CSV file")
+    args = ap.parse_args(argv)
+    mutations = select(args.only)
+    if args.list:
+        for m in mutations:
+            print(f"{m.name:34} {m.file:40} {' '.join(m.tests)}")
+        return 0
+    sys.path.insert(0, str(REPO))
+    from reports.io import atomic_write_text, check_writable
+
+    for flag, path in (("--markdown", args.markdown), ("--csv", args.csv)):
+        if path is not None:
+            try:
+                check_writable(path.parent, flag)
+            except ValueError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+    with tempfile.TemporaryDirectory(prefix="kvsim-mutations-") as tmp:
+        root = Path(tmp)
+        copy_tree(root)
+        try:
+            check_list(root, mutations)
+        except ListDrift as e:
+            print(f"the mutation list does not match the code:\n{e}", file=sys.stderr)
+            return 2
+        if not args.no_baseline:
+            tests = tuple(dict.fromkeys(t for m in mutations for t in m.tests))
+            t0 = time.perf_counter()
+            result, detail = run_pytest(root, tests, args.timeout * len(mutations))
+            if result != "passed":
+                print(f"the unmutated tests do not pass ({result}: {detail})", file=sys.stderr)
+                return 2
+            print(f"baseline: {len(tests)} test selections pass unmutated "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        outcomes = []
+        for m in mutations:
+            o = run_one(root, m, args.timeout)
+            print(f"{o.status:8} {o.name:34} {o.killed_by} ({o.seconds:.0f} s)", flush=True)
+            outcomes.append(o)
+    text = table(outcomes)
+    print()
+    print(text, end="")
+    killed = sum(o.status != "survived" for o in outcomes)
+    print(f"\n{killed} of {len(outcomes)} killed; "
+          f"{sum(o.seconds for o in outcomes):.0f} s of test runs")
+    if args.markdown is not None:
+        atomic_write_text(args.markdown, text)
+    if args.csv is not None:
+        atomic_write_text(args.csv, as_csv(outcomes))
+    return 0 if killed == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
