@@ -1,0 +1,481 @@
+"""A plain reference engine, written from the documented rules (docs/engine.md, docs/kvcore.md,
+docs/policies.md, docs/latency.md), to compare the real engine with request by request.
+
+Why it exists: the engine's differential fuzz (engine_fuzz.py) compares the engine with
+itself (stepped vs fast-forwarded), so a rule both modes break the same way passes. This
+module shares no code with simulator/ or kvcore/: one iteration at a time, no fast-forward,
+no batched arrays, pages and blocks as Python lists, the prefix caches as dicts keyed by token
+prefixes. Slow (quadratic in places) and only for small workloads.
+
+The subset it covers (anything else is a `ValueError`):
+
+* policies `paged` (radix prefix cache, LRU), `paged-nocache`, `vllm` (hash-chained full
+  blocks, the free queue as the LRU), no KV tier;
+* the `vllm` admission rule (pages needed now against free + evictable pages, a 1 % watermark
+  of whole pages), `fcfs`, `recompute` preemption of the most recent arrival;
+* no chunked prefill (`chunked_prefill_size=0`) and a prefill budget that never binds;
+* the `constant` latency model: 1e-4 s per prefill token, 0.02 s per iteration that decodes;
+* open-loop requests only (no sessions), a max context length no request reaches.
+
+Rules the engine documents and this file follows, by docs section:
+
+* Request lifecycle / Admission: the cached prefix is matched on the prompt less its last
+  token, page-aligned, counted at the first admission only; rejection at arrival when the
+  final length or ceil((prompt + 1) / page) pages exceed the pool.
+* The engine loop: admissions from the queue head, one batched prefill (all-or-nothing; on
+  failure undo the round's admissions latest first, retrying after each), then one batched
+  decode of the running requests (out of memory: preempt the latest arrival, retry), then the
+  clock moves, then first tokens / decoded tokens / finishes.
+* Preemption: the victim goes to the queue front and later prefills prompt + the tokens it
+  had generated but the last; only its first prefill offers its KV to the cache.
+* The radix cache (docs/kvcore.md): LRU over whole nodes by a clock that ticks once per
+  match, insert and touch; a match or insert ending inside a node splits it.
+* vllm (docs/policies.md): blocks 1..N in one free queue, popped at the head (a hashed block
+  popped loses its hash), freed tail-first to the tail; full blocks hashed when their ids are
+  known; the lookup takes the oldest live holder of each block of prompt[:P - 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workloads.request import Workload
+
+PREFILL_TOKEN_S = 1e-4  # docs/latency.md, `constant`
+DECODE_STEP_S = 0.02
+VLLM_WATERMARK = 0.01  # docs/engine.md, `vllm` admission
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# -- memory: paged (radix) -------------------------------------------------------------------
+@dataclass
+class _Page:
+    """One cached page of the radix cache: the page id, the LRU clock of its node, its node."""
+
+    page: int
+    tick: int
+    node: int
+
+
+class RadixPages:
+    """`paged` / `paged-nocache`: a free list of page ids, per-request private page lists, and
+    the prefix cache as {token prefix ending on a page boundary: _Page}. A node of the radix
+    tree is the set of pages sharing a node label; locks are the running requests' locked
+    prefixes."""
+
+    def __init__(self, num_pages: int, ps: int, cache: bool) -> None:
+        self.ps, self.cache_on = ps, cache
+        self.free = list(range(num_pages, 0, -1))
+        self.cache: dict[tuple, _Page] = {}
+        self.clock = 0
+        self.next_node = 0
+        self.private: dict[int, list[int]] = {}  # rid -> pages of [locked, written)
+        self.locked: dict[int, tuple] = {}  # rid -> its locked prefix (whole cached pages)
+
+    # the cache as a dict
+    def _hit(self, key: tuple) -> int:
+        n = 0
+        while n + self.ps <= len(key) and key[: n + self.ps] in self.cache:
+            n += self.ps
+        return n
+
+    def _is_locked(self, k: tuple) -> bool:
+        return any(len(lk) >= len(k) and lk[: len(k)] == k for lk in self.locked.values())
+
+    def _is_leaf(self, k: tuple) -> bool:
+        return not any(len(c) == len(k) + self.ps and c[: len(k)] == k for c in self.cache)
+
+    def _walk(self, key: tuple, n: int) -> None:
+        """What a match or insert does to the cached part [0, n) of `key`: every node it
+        enters gets the clock (all of the node), and a node it leaves in the middle splits."""
+        nodes = {self.cache[key[:j]].node for j in range(self.ps, n + 1, self.ps)}
+        for e in self.cache.values():
+            if e.node in nodes:
+                e.tick = self.clock
+        if n:
+            last = self.cache[key[:n]].node
+            deeper = [k for k, e in self.cache.items() if e.node == last and len(k) > n]
+            if deeper:  # split: the part up to n becomes a node of its own
+                self.next_node += 1
+                for j in range(self.ps, n + 1, self.ps):
+                    if self.cache[key[:j]].node == last:
+                        self.cache[key[:j]].node = self.next_node
+
+    def peek(self, key: tuple) -> tuple[int, int]:
+        hit = self._hit(key) if self.cache_on else 0
+        evictable = sum(self.ps for j in range(self.ps, hit + 1, self.ps)
+                        if not self._is_locked(key[:j]))
+        return hit, evictable
+
+    def available(self) -> int:
+        cached = sum(self.ps for k in self.cache if not self._is_locked(k))
+        return len(self.free) * self.ps + cached
+
+    def evict(self, tokens: int) -> None:
+        """Whole unlocked leaf nodes, least recently used first, until `tokens` are freed."""
+        freed = 0
+        while freed < tokens:
+            leaves = [(e.tick, k) for k, e in self.cache.items()
+                      if self._is_leaf(k) and not self._is_locked(k)]
+            if not leaves:
+                return
+            node = self.cache[min(leaves)[1]].node
+            for k in [k for k, e in self.cache.items() if e.node == node]:
+                self.free.append(self.cache.pop(k).page)
+                freed += self.ps
+
+    def _take(self, n: int) -> list[int] | None:
+        if n > len(self.free):
+            return None
+        return [self.free.pop() for _ in range(n)]
+
+    def admit(self, rid: int, ids: tuple) -> int:
+        key = ids[: len(ids) - 1]
+        hit = self._hit(key) if self.cache_on else 0
+        if self.cache_on:
+            self.clock += 1
+            self._walk(key, hit)
+        self.locked[rid] = key[:hit]
+        self.private[rid] = []
+        return hit
+
+    def extend(self, items: list[tuple[int, int, int]]) -> bool:
+        """items: (rid, written, target); all or nothing."""
+        need = sum(_cdiv(t, self.ps) - _cdiv(w, self.ps) for _, w, t in items)
+        self.evict((need - len(self.free)) * self.ps)  # short of pages: evict first
+        pages = self._take(need)
+        if pages is None:
+            return False
+        for rid, w, t in items:
+            k = _cdiv(t, self.ps) - _cdiv(w, self.ps)
+            self.private[rid] += pages[:k]
+            pages = pages[k:]
+        return True
+
+    def decode(self, items: list[tuple[int, int]]) -> bool:
+        """items: (rid, written): one token each; a request at a page boundary needs a page."""
+        need = sum(1 for _, w in items if w % self.ps == 0)
+        self.evict((need - len(self.free)) * self.ps)
+        pages = self._take(need)
+        if pages is None:
+            return False
+        for rid, w in items:
+            if w % self.ps == 0:
+                self.private[rid].append(pages.pop(0))
+        return True
+
+    def _insert(self, rid: int, ids: tuple, written: int) -> int:
+        """Insert the whole written pages; the request's copies of pages already cached are
+        freed, the rest move to the cache. Returns the inserted length."""
+        n = written - written % self.ps
+        lk = len(self.locked[rid])
+        if not self.cache_on or n <= lk:
+            return lk
+        key = ids[:n]
+        self.clock += 1
+        already = self._hit(key)
+        self._walk(key, already)
+        own = self.private[rid]
+        mine = own[: (n - lk) // self.ps]
+        self.private[rid] = own[(n - lk) // self.ps:]
+        self.free += mine[: (already - lk) // self.ps]  # duplicates
+        self.next_node += 1
+        for j, page in zip(range(already + self.ps, n + 1, self.ps),
+                           mine[(already - lk) // self.ps:], strict=True):
+            self.cache[key[:j]] = _Page(page, self.clock, self.next_node)
+        self._all_ours = already == lk
+        return n
+
+    def cache_prefix(self, rid: int, ids: tuple, written: int) -> None:
+        lk = len(self.locked[rid])
+        n = self._insert(rid, ids, written)
+        if n <= lk:
+            return
+        self.clock += 1  # the request locks what it inserted: the path is touched again
+        if self._all_ours:
+            for j in range(self.ps, n + 1, self.ps):
+                self.cache[ids[:j]].tick = self.clock
+        else:
+            self._walk(ids[:n], n)
+        self.locked[rid] = ids[:n]
+
+    def finish(self, rid: int, ids: tuple, written: int) -> None:
+        self._insert(rid, ids, written)
+        self.release(rid)
+
+    def release(self, rid: int) -> None:
+        self.free += self.private.pop(rid)
+        del self.locked[rid]
+
+
+# -- memory: vllm blocks ----------------------------------------------------------------------
+@dataclass
+class _VReq:
+    ids: tuple  # the token ids known so far
+    blocks: list[int] = field(default_factory=list)
+    hashed: int = 0
+    written: int = 0
+
+
+class VLLMBlocks:
+    """`vllm`: blocks 1..N, ref counts, the free queue as a list (head = LRU end), the prefix
+    index as {token prefix ending on a block boundary: [blocks holding it, oldest first]}."""
+
+    def __init__(self, num_pages: int, ps: int) -> None:
+        self.ps = ps
+        self.queue = list(range(1, num_pages + 1))
+        self.ref = [0] * (num_pages + 1)
+        self.key: dict[int, tuple] = {}
+        self.index: dict[tuple, list[int]] = {}
+        self.reqs: dict[int, _VReq] = {}
+
+    def _lookup(self, ids: tuple, nblocks: int) -> list[int]:
+        out = []
+        for i in range(nblocks):
+            holders = self.index.get(ids[: (i + 1) * self.ps])
+            if not holders:
+                break
+            out.append(holders[0])
+        return out
+
+    def peek(self, key: tuple) -> tuple[int, int]:
+        hit = self._lookup(key, len(key) // self.ps)
+        return len(hit) * self.ps, sum(self.ps for b in hit if self.ref[b] == 0)
+
+    def available(self) -> int:
+        return len(self.queue) * self.ps
+
+    def admit(self, rid: int, ids: tuple) -> int:
+        hit = self._lookup(ids, (len(ids) - 1) // self.ps)
+        for b in hit:
+            if self.ref[b] == 0:
+                self.queue.remove(b)
+            self.ref[b] += 1
+        self.reqs[rid] = _VReq(ids, list(hit), len(hit), len(hit) * self.ps)
+        return len(hit) * self.ps
+
+    def _pop(self, n: int) -> list[int]:
+        out, self.queue = self.queue[:n], self.queue[n:]
+        for b in out:
+            k = self.key.pop(b, None)
+            if k is not None:  # lazy eviction
+                self.index[k].remove(b)
+                if not self.index[k]:
+                    del self.index[k]
+            self.ref[b] = 1
+        return out
+
+    def _hash_full(self, r: _VReq) -> None:
+        full = min(r.written, len(r.ids)) // self.ps
+        for i in range(r.hashed, full):
+            k = r.ids[: (i + 1) * self.ps]
+            self.key[r.blocks[i]] = k
+            self.index.setdefault(k, []).append(r.blocks[i])
+        r.hashed = max(r.hashed, full)
+
+    def extend(self, items: list[tuple[int, int, int]]) -> bool:
+        need = sum(_cdiv(t, self.ps) - len(self.reqs[rid].blocks) for rid, _, t in items)
+        if need > len(self.queue):
+            return False
+        new = self._pop(need)
+        for rid, _, t in items:
+            r = self.reqs[rid]
+            k = _cdiv(t, self.ps) - len(r.blocks)
+            r.blocks += new[:k]
+            new = new[k:]
+            r.written = t
+            self._hash_full(r)
+        return True
+
+    def decode(self, items: list[tuple[int, int]]) -> bool:
+        need = sum(1 for rid, _ in items if self.reqs[rid].written == len(self.reqs[rid].blocks)
+                   * self.ps)
+        if need > len(self.queue):
+            return False
+        new = self._pop(need)
+        for rid, _ in items:
+            r = self.reqs[rid]
+            if r.written == len(r.blocks) * self.ps:
+                r.blocks.append(new.pop(0))
+            r.written += 1
+            if r.written % self.ps == 0:
+                self._hash_full(r)
+        return True
+
+    def cache_prefix(self, rid: int, ids: tuple, written: int) -> None:
+        r = self.reqs[rid]
+        if len(ids) > len(r.ids):
+            r.ids = ids
+        self._hash_full(r)
+
+    def finish(self, rid: int, ids: tuple, written: int) -> None:
+        self.cache_prefix(rid, ids, written)
+        self.release(rid)
+
+    def release(self, rid: int) -> None:
+        r = self.reqs.pop(rid)
+        for b in reversed(r.blocks):  # chain tail first
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.queue.append(b)
+
+
+# -- the engine -------------------------------------------------------------------------------
+@dataclass
+class RefRequest:
+    """One request's state and, at the end, its results (the columns compared)."""
+
+    rid: int
+    arrival_s: float
+    ids: tuple  # prompt + output ids
+    prompt_len: int
+    output_len: int
+    status: str = "waiting"
+    written: int = 0
+    decoded: int = 0
+    computed: int = 0
+    target: int = 0
+    admit_s: float = float("nan")
+    first_token_s: float = float("nan")
+    finish_s: float = float("nan")
+    cached_tokens: int = -1
+    preemptions: int = 0
+    recomputed_tokens: int = 0
+
+    @property
+    def final_len(self) -> int:
+        return self.prompt_len + self.output_len - 1
+
+
+@dataclass(frozen=True)
+class RefConfig:
+    """The subset of the engine's options the reference understands."""
+
+    policy: str  # paged, paged-nocache, vllm
+    page_size: int
+    kv_tokens: int
+    max_running_requests: int
+
+
+def preempt_victim(decoding: list[RefRequest]) -> RefRequest:
+    """vLLM's rule (docs/engine.md, `vllm` admission): the most recent arrival."""
+    return max(decoding, key=lambda r: (r.arrival_s, r.rid))
+
+
+def simulate_reference(workload: Workload, cfg: RefConfig) -> dict[int, RefRequest]:
+    """Run `workload` one iteration at a time; the requests by id, completed or rejected."""
+    if cfg.policy not in ("paged", "paged-nocache", "vllm"):
+        raise ValueError(f"reference engine: policy {cfg.policy!r} is not covered")
+    if workload.sessions:
+        raise ValueError("reference engine: sessions are not covered")
+    ps = cfg.page_size
+    pages = cfg.kv_tokens // ps
+    mem: RadixPages | VLLMBlocks = (VLLMBlocks(pages, ps) if cfg.policy == "vllm"
+                                    else RadixPages(pages, ps, cfg.policy == "paged"))
+    watermark = int(VLLM_WATERMARK * pages)
+    reqs = {r.request_id: RefRequest(r.request_id, r.arrival_s,
+                                     tuple(int(x) for x in r.sequence_ids(r.prompt_len
+                                                                          + r.output_len)),
+                                     r.prompt_len, r.output_len)
+            for r in workload.requests}
+    pending = sorted(reqs.values(), key=lambda r: (r.arrival_s, r.rid))
+    waiting: list[RefRequest] = []
+    running: list[RefRequest] = []
+    now = 0.0
+
+    def done(r: RefRequest) -> None:
+        mem.finish(r.rid, r.ids, r.written)
+        r.status, r.finish_s = "completed", now
+
+    def preempt(r: RefRequest) -> None:
+        mem.release(r.rid)
+        r.preemptions += 1
+        r.computed = max(r.computed, r.written)
+        r.written = 0
+        r.target = r.prompt_len + r.decoded - 1 if r.decoded else r.prompt_len
+        r.status = "waiting"
+        waiting.insert(0, r)
+
+    while True:
+        while pending and pending[0].arrival_s <= now:
+            r = pending.pop(0)
+            if max(r.final_len, _cdiv(r.prompt_len + 1, ps) * ps) > pages * ps:
+                r.status = "rejected"
+                continue
+            r.target = r.prompt_len
+            waiting.append(r)
+        if not waiting and not running:
+            if not pending:
+                break
+            now = max(now, pending[0].arrival_s)
+            continue
+        # 1. admissions (fcfs, vllm's page rule)
+        admitted: list[RefRequest] = []
+        first_time: set[int] = set()
+        charged = 0
+        while waiting and len(running) + len(admitted) < cfg.max_running_requests:
+            r = waiting[0]
+            key = r.ids[: r.target - 1]
+            hit, evictable = mem.peek(key)
+            need = _cdiv(r.target + 1, ps) - hit // ps
+            if (mem.available() - evictable) // ps - charged // ps - need < watermark:
+                break
+            cached = mem.admit(r.rid, r.ids[: r.target])
+            waiting.pop(0)
+            charged += _cdiv(r.target + 1, ps) * ps - cached
+            if r.cached_tokens < 0:
+                r.cached_tokens, r.admit_s = cached, now
+                first_time.add(r.rid)
+            r.written = cached
+            admitted.append(r)
+        # 2. one batched prefill; undo admissions latest first until it fits
+        while admitted and not mem.extend([(r.rid, r.written, r.target) for r in admitted]):
+            r = admitted.pop()
+            mem.release(r.rid)
+            r.written = 0
+            waiting.insert(0, r)
+            if r.rid in first_time:
+                r.cached_tokens, r.admit_s = -1, float("nan")
+        new_tokens = 0
+        for r in admitted:
+            new_tokens += r.target - r.written
+            if r.computed > r.written:
+                r.recomputed_tokens += min(r.target, r.computed) - r.written
+            r.written = r.target
+        # 3. one batched decode; out of memory: preempt the latest arrival, retry
+        decoding = list(running)
+        while decoding and not mem.decode([(r.rid, r.written) for r in decoding]):
+            victim = preempt_victim(decoding)
+            decoding.remove(victim)
+            running.remove(victim)
+            preempt(victim)
+        for r in decoding:
+            r.written += 1
+        if not admitted and not decoding:
+            if waiting and not running:
+                waiting.pop(0).status = "rejected"
+            continue
+        # 4. the clock
+        dt = 0.0 + PREFILL_TOKEN_S * new_tokens
+        if decoding:
+            dt += DECODE_STEP_S
+        now += dt
+        # 5. first tokens, decoded tokens, finishes
+        for r in admitted:
+            if r.decoded == 0:
+                r.decoded, r.first_token_s = 1, now
+                mem.cache_prefix(r.rid, r.ids[: r.written], r.written)
+            if r.decoded >= r.output_len:
+                done(r)
+            else:
+                r.status = "running"
+                running.append(r)
+        for r in decoding:
+            r.decoded += 1
+            if r.decoded >= r.output_len:
+                running.remove(r)
+                done(r)
+    return reqs
