@@ -123,7 +123,9 @@ class RadixPages:
             if not leaves:
                 return
             node = self.cache[min(leaves)[1]].node
-            for k in [k for k, e in self.cache.items() if e.node == node]:
+            keys = [k for k, e in self.cache.items() if e.node == node]
+            assert not any(map(self._is_locked, keys)), "a node is locked in part"
+            for k in keys:
                 self.free.append(self.cache.pop(k).page)
                 freed += self.ps
 
