@@ -6,7 +6,8 @@ A case is drawn from its seed: a policy (paged, paged-nocache, vllm in turn), a 
 prefix cache matters, duplicates included), outputs up to 120 tokens, and a pool of about
 1-3 times the largest request (so admission waits, the cache is evicted and decode steps run
 out of memory and preempt). The engine runs the reference's subset: `vllm` admission, fcfs,
-recompute, the constant latency model, no chunked prefill, LRU eviction, no tier.
+recompute, the constant latency model, LRU eviction, no tier; prefill chunks of 8 or 32
+tokens or none, within budgets of 16, 64 or 2^20 tokens an iteration.
 
 Compared per request: status, admit, first-token and finish times (1e-9 s: both sum the same
 constants, but the engine's fast-forward accumulates a stretch's step ends its own way),
@@ -45,13 +46,15 @@ class RefCase:
             policy=self.ref.policy, admission="vllm", schedule="fcfs", preempt="recompute",
             page_size=self.ref.page_size, kv_tokens=self.ref.kv_tokens, max_context_len=2048,
             latency="constant", max_running_requests=self.ref.max_running_requests,
-            max_prefill_tokens=1 << 20, chunked_prefill_size=0, eviction="lru",
+            max_prefill_tokens=self.ref.max_prefill_tokens,
+            chunked_prefill_size=self.ref.chunked_prefill_size, eviction="lru",
             check_invariants=True, check_every=1, max_stalled_preemptions=500)
 
     def describe(self) -> str:
         r = self.ref
         return (f"reference seed {self.seed}: {r.policy} page={r.page_size} "
                 f"kv_tokens={r.kv_tokens} rows={r.max_running_requests} "
+                f"prefill={r.max_prefill_tokens}/{r.chunked_prefill_size} "
                 f"requests={self.workload.num_requests}")
 
 
@@ -80,8 +83,12 @@ def make_ref_case(seed: int) -> RefCase:
               for r in reqs)
     kv_tokens = int(big * rng.uniform(1.0, 3.0)) + ps
     rows = int(rng.choice((2, 4, 8, 64)))
+    # prefill chunks and budgets from a stream of their own (the draws above stay as they were)
+    pre = np.random.default_rng([seed, 0xC4])
+    chunk = int(pre.choice((0, 0, 8, 32)))
+    budget = int(pre.choice((1 << 20, 64, 16)))
     return RefCase(seed, Workload("reference", reqs, seed=seed),
-                   RefConfig(policy, ps, kv_tokens, rows))
+                   RefConfig(policy, ps, kv_tokens, rows, chunk, budget))
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,18 @@ module shares no code with simulator/ or kvcore/: one iteration at a time, no fa
 no batched arrays, pages and blocks as Python lists, the prefix caches as dicts keyed by token
 prefixes. Slow (quadratic in places) and only for small workloads.
 
+Independence, honestly stated: the rules come from the docs; where the docs were silent or
+loose (the undo order, the re-prefill length, the watermark's comparison, the radix clock)
+the engine's behaviour was read and the rule written into the docs first, so the two
+implementations share those rules as text, not as code.
+
 The subset it covers (anything else is a `ValueError`):
 
 * policies `paged` (radix prefix cache, LRU), `paged-nocache`, `vllm` (hash-chained full
   blocks, the free queue as the LRU), no KV tier;
 * the `vllm` admission rule (pages needed now against free + evictable pages, a 1 % watermark
   of whole pages), `fcfs`, `recompute` preemption of the most recent arrival;
-* no chunked prefill (`chunked_prefill_size=0`) and a prefill budget that never binds;
+* chunked prefill (or none) within the iteration's prefill budget;
 * the `constant` latency model: 1e-4 s per prefill token, 0.02 s per iteration that decodes;
 * open-loop requests only (no sessions), a max context length no request reaches.
 
@@ -22,10 +27,14 @@ Rules the engine documents and this file follows, by docs section:
 * Request lifecycle / Admission: the cached prefix is matched on the prompt less its last
   token, page-aligned, counted at the first admission only; rejection at arrival when the
   final length or ceil((prompt + 1) / page) pages exceed the pool.
+* Request lifecycle / Prefill: the prefill budget goes to continuing chunks first, then to
+  admissions (first chunk min(chunk, what is left)); unchunked, a prefill larger than what is
+  left waits unless it is the iteration's first.
 * The engine loop: admissions from the queue head, one batched prefill (all-or-nothing; on
-  failure undo the round's admissions latest first, retrying after each), then one batched
-  decode of the running requests (out of memory: preempt the latest arrival, retry), then the
-  clock moves, then first tokens / decoded tokens / finishes.
+  failure undo the round's admissions latest first, then preempt continuing chunks latest
+  first, retrying after each), then one batched decode of the requests running when the
+  iteration began (out of memory: preempt the latest arrival, retry), then the clock moves,
+  then first tokens / decoded tokens / finishes.
 * Preemption: the victim goes to the queue front and later prefills prompt + the tokens it
   had generated but the last; only its first prefill offers its KV to the cache.
 * The radix cache (docs/kvcore.md): LRU over whole nodes by a clock that ticks once per
@@ -360,6 +369,8 @@ class RefConfig:
     page_size: int
     kv_tokens: int
     max_running_requests: int
+    chunked_prefill_size: int = 0  # 0: no chunking
+    max_prefill_tokens: int = 1 << 20
 
 
 def preempt_victim(decoding: list[RefRequest]) -> RefRequest:
@@ -385,12 +396,24 @@ def simulate_reference(workload: Workload, cfg: RefConfig) -> dict[int, RefReque
             for r in workload.requests}
     pending = sorted(reqs.values(), key=lambda r: (r.arrival_s, r.rid))
     waiting: list[RefRequest] = []
+    prefilling: list[RefRequest] = []
     running: list[RefRequest] = []
+    chunk = cfg.chunked_prefill_size
     now = 0.0
 
     def done(r: RefRequest) -> None:
         mem.finish(r.rid, r.ids, r.written)
         r.status, r.finish_s = "completed", now
+
+    def unadmit(r: RefRequest, first_time: set[int]) -> None:
+        """Take back an admission of this round: the queue front again, and a first
+        admission's statistics wait for the real one."""
+        prefilling.remove(r)
+        mem.release(r.rid)
+        r.written = 0
+        waiting.insert(0, r)
+        if r.rid in first_time:
+            r.cached_tokens, r.admit_s = -1, float("nan")
 
     def preempt(r: RefRequest) -> None:
         mem.release(r.rid)
@@ -409,16 +432,26 @@ def simulate_reference(workload: Workload, cfg: RefConfig) -> dict[int, RefReque
                 continue
             r.target = r.prompt_len
             waiting.append(r)
-        if not waiting and not running:
+        if not (waiting or prefilling or running):
             if not pending:
                 break
             now = max(now, pending[0].arrival_s)
             continue
-        # 1. admissions (fcfs, vllm's page rule)
-        admitted: list[RefRequest] = []
+        # 1. the prefill plan: continuing chunks first (in admission order), then admissions
+        # (fcfs, vllm's page rule), within the iteration's prefill budget
+        budget = cfg.max_prefill_tokens
+        plan: list[tuple[RefRequest, int]] = []
+        for r in prefilling:
+            if budget <= 0:
+                break
+            end = min(r.target, r.written + min(budget, chunk or budget))
+            plan.append((r, end))
+            budget -= end - r.written
+        fresh: list[RefRequest] = []
         first_time: set[int] = set()
         charged = 0
-        while waiting and len(running) + len(admitted) < cfg.max_running_requests:
+        while waiting and budget > 0 and \
+                len(running) + len(prefilling) < cfg.max_running_requests:
             r = waiting[0]
             key = r.ids[: r.target - 1]
             hit, evictable = mem.peek(key)
@@ -432,21 +465,36 @@ def simulate_reference(workload: Workload, cfg: RefConfig) -> dict[int, RefReque
                 r.cached_tokens, r.admit_s = cached, now
                 first_time.add(r.rid)
             r.written = cached
-            admitted.append(r)
-        # 2. one batched prefill; undo admissions latest first until it fits
-        while admitted and not mem.extend([(r.rid, r.written, r.target) for r in admitted]):
-            r = admitted.pop()
-            mem.release(r.rid)
-            r.written = 0
-            waiting.insert(0, r)
-            if r.rid in first_time:
-                r.cached_tokens, r.admit_s = -1, float("nan")
+            fresh.append(r)
+            prefilling.append(r)
+            end = min(r.target, r.written + min(budget, chunk or budget))
+            if not chunk and end < r.target:
+                if plan:  # unchunked, it waits for a round with room for all of it
+                    unadmit(fresh.pop(), first_time)
+                    break
+                end = r.target  # the iteration's first prefill runs whole
+            plan.append((r, end))
+            budget -= end - r.written
+        # 2. one batched prefill; short of memory: undo admissions latest first, then preempt
+        # continuing chunks latest first, retrying after each
+        if plan and not mem.extend([(r.rid, r.written, e) for r, e in plan]):
+            while plan:
+                if fresh:
+                    r = fresh.pop()
+                    plan = [(q, e) for q, e in plan if q is not r]
+                    unadmit(r, first_time)
+                else:
+                    r = plan.pop()[0]
+                    prefilling.remove(r)
+                    preempt(r)
+                if plan and mem.extend([(r.rid, r.written, e) for r, e in plan]):
+                    break
         new_tokens = 0
-        for r in admitted:
-            new_tokens += r.target - r.written
+        for r, e in plan:
+            new_tokens += e - r.written
             if r.computed > r.written:
-                r.recomputed_tokens += min(r.target, r.computed) - r.written
-            r.written = r.target
+                r.recomputed_tokens += min(e, r.computed) - r.written
+            r.written = e
         # 3. one batched decode; out of memory: preempt the latest arrival, retry
         decoding = list(running)
         while decoding and not mem.decode([(r.rid, r.written) for r in decoding]):
@@ -456,8 +504,8 @@ def simulate_reference(workload: Workload, cfg: RefConfig) -> dict[int, RefReque
             preempt(victim)
         for r in decoding:
             r.written += 1
-        if not admitted and not decoding:
-            if waiting and not running:
+        if not plan and not decoding:
+            if waiting and not running and not prefilling:
                 waiting.pop(0).status = "rejected"
             continue
         # 4. the clock
@@ -466,7 +514,10 @@ def simulate_reference(workload: Workload, cfg: RefConfig) -> dict[int, RefReque
             dt += DECODE_STEP_S
         now += dt
         # 5. first tokens, decoded tokens, finishes
-        for r in admitted:
+        for r, _ in plan:
+            if r.written < r.target:
+                continue  # more chunks to go
+            prefilling.remove(r)
             if r.decoded == 0:
                 r.decoded, r.first_token_s = 1, now
                 mem.cache_prefix(r.rid, r.ids[: r.written], r.written)

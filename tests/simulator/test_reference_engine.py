@@ -1,7 +1,8 @@
 """The engine against the plain reference engine (reference_engine.py), request by request.
 
 Cost: the CI slice (CI_CASES) runs each case through both engines, about 0.3 s a case on a
-quiet core; the hand-checked cases below take milliseconds. The larger sweep is `slow`
+quiet core (the file: 20 s of CPU on a busy 2-core box); the hand-checked cases take
+milliseconds. The larger sweep is `slow`
 (`--run-slow`) and `python benchmarks/fuzz_engine.py --reference`.
 """
 
@@ -31,12 +32,14 @@ def test_engine_matches_reference(seed: int) -> None:
 
 
 def test_the_ci_cases_cover_the_subset() -> None:
-    """Every policy at every page size, and (from the reference alone) preemptions and
-    prefix hits under each policy: the rules the comparison is for are exercised."""
-    seen, preempted, hit = set(), set(), set()
+    """Every policy at every page size, chunked and whole prefills under binding and
+    non-binding budgets, and (from the reference alone) preemptions and prefix hits under
+    each policy: the rules the comparison is for are exercised."""
+    seen, preempted, hit, prefill = set(), set(), set(), set()
     for seed in CI_CASES:
         case = make_ref_case(seed)
         seen.add((case.ref.policy, case.ref.page_size))
+        prefill.add((case.ref.chunked_prefill_size > 0, case.ref.max_prefill_tokens < 1 << 20))
         done = [r for r in simulate_reference(case.workload, case.ref).values()
                 if r.status == "completed"]
         if any(r.preemptions for r in done):
@@ -47,18 +50,21 @@ def test_the_ci_cases_cover_the_subset() -> None:
     assert {ps for _, ps in seen} == set(REF_PAGE_SIZES)
     assert preempted == set(REF_POLICIES)
     assert hit == {"paged", "vllm"}
+    assert prefill == {(False, False), (False, True), (True, False), (True, True)}
 
 
 def test_the_comparison_sees_a_changed_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reference that decodes 5 % slower, or preempts the oldest arrival instead of the
     newest, disagrees with the engine: the comparison is not vacuous."""
+    seed = 4  # paged-nocache, chunked prefill, 10 preemptions
+    assert not compare_case(seed).differences
     monkeypatch.setattr(reference, "DECODE_STEP_S", 0.021)
-    assert compare_case(1).differences
+    assert compare_case(seed).differences
     monkeypatch.undo()
-    seed = next(s for s in CI_CASES if compare_case(s).preemptions)
     monkeypatch.setattr(reference, "preempt_victim",
                         lambda d: min(d, key=lambda r: (r.arrival_s, r.rid)))
-    assert compare_case(seed).differences
+    out = compare_case(seed)
+    assert out.preemptions and out.differences
 
 
 def _one(rid: int, t: float, prompt: PromptSpec, out: int) -> Request:
