@@ -4,7 +4,7 @@ decode stretch; the full sweep (thousands of cases) under `--run-slow` or
 `python benchmarks/fuzz_engine.py`.
 
 Cost: the slice is 144 cases, each simulated twice with invariants every iteration: about
-50 s on a quiet core (0.35 s a case; the largest about 2 s).
+60 s of CPU on a busy 2-core box (the former slice, seeds 0-71: 29 s there, 25 s quiet).
 """
 
 from __future__ import annotations
@@ -13,26 +13,22 @@ import pytest
 
 from tests.simulator.engine_fuzz import COMBOS, describe, make_case, run_case
 
-#: seeds (of 0-287 and of c + 72 j for the combinations c = 36, 38, 46 up to j = 9) whose
-#: fast-forwarded run takes no decode stretch, so stepping and the fast-forward run the same
-#: code (`python benchmarks/fuzz_engine.py --cases 288` lists them). The slice skips them.
-NO_STRETCH = frozenset({
-    3, 8, 34, 36, 38, 42, 43, 45, 46, 49, 83, 93, 100, 102, 107, 108, 109, 110, 111, 112, 116,
-    136, 154, 180, 182, 190, 191, 203, 245, 255, 256, 257, 261, 262, 263, 271, 334, 398,
-    468, 686,
-})
+#: Two seeds per combination c, of c + 72 j (j < 10): the first that take a decode stretch
+#: (37 of seeds 0-287 take none, so stepping and the fast-forward would run the same code;
+#: `python benchmarks/fuzz_engine.py --cases 288` lists them), passing over the 30 or so
+#: whose two runs cost more than about 1 s of CPU when the combination has a cheaper one (the
+#: sweep keeps them), and keeping seeds 28 and 35, the tiered cases that once disagreed.
+#: 144 cases, 1,170 requests, 14 with a KV tier.
+FAST_SLICE = (
+    1, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+    28, 29, 30, 31, 32, 33, 35, 37, 39, 40, 41, 44, 47, 48, 50, 51, 52, 53, 54, 55, 56, 57, 58,
+    59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 74, 76, 77, 78, 79, 81, 82, 84, 85,
+    86, 87, 89, 90, 91, 92, 95, 96, 101, 105, 113, 114, 115, 117, 118, 119, 120, 121, 122, 123,
+    124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135, 137, 138, 139, 140, 141, 142,
+    143, 145, 147, 152, 155, 160, 165, 169, 170, 172, 174, 175, 176, 178, 181, 183, 184, 186,
+    187, 188, 189, 193, 208, 216, 218, 219, 224, 238, 243, 250, 251, 252, 254, 324, 326, 406,
+)
 PER_COMBO = 2
-
-
-def _slice() -> tuple[int, ...]:
-    """The first PER_COMBO seeds c + 72 j of each combination c that take a stretch."""
-    n = len(COMBOS)
-    return tuple(sorted(s for c in range(n)
-                        for s in [c + n * j for j in range(10) if c + n * j not in NO_STRETCH]
-                        [:PER_COMBO]))
-
-
-FAST_SLICE = _slice()
 
 
 @pytest.mark.parametrize("seed", FAST_SLICE)
