@@ -64,6 +64,9 @@ class FuzzOutcome:
     kind: str  # "ok", "hang", "livelock", "invariant", "differ", "error"
     detail: str = ""
     requests: int = 0
+    #: decode stretches (k >= 2 steps at once) the fast-forwarded run took: with none, the
+    #: case compared one code path with itself
+    stretches: int = 0
 
     @property
     def ok(self) -> bool:
@@ -186,10 +189,15 @@ def run_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
     w, cfg = make_case(seed)
     stepped_cfg = cfg.replace(max_steps_per_stretch=1)
     results = []
+    stretches = [0]
+
+    def count(t0: float, t1: float, chunks: object, rids: object, steps: int) -> None:
+        stretches[0] += steps >= 2
+
     try:
-        for c in (cfg, stepped_cfg):
+        for c, sink in ((cfg, count), (stepped_cfg, None)):
             with time_limit(time_limit_s):
-                results.append(simulate(w, c))
+                results.append(simulate(w, c, event_sink=sink))
     except _Timeout:
         return FuzzOutcome(seed, "hang", f"no result within {time_limit_s:g} s", w.num_requests)
     except LivelockError as e:
@@ -200,11 +208,11 @@ def run_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
         return FuzzOutcome(seed, "error", f"{type(e).__name__}: {e}", w.num_requests)
     diff = _differences(*results)
     if diff:
-        return FuzzOutcome(seed, "differ", diff, w.num_requests)
+        return FuzzOutcome(seed, "differ", diff, w.num_requests, stretches[0])
     missing = _unaccounted(w, results[0])
     if missing:
-        return FuzzOutcome(seed, "error", missing, w.num_requests)
-    return FuzzOutcome(seed, "ok", "", w.num_requests)
+        return FuzzOutcome(seed, "error", missing, w.num_requests, stretches[0])
+    return FuzzOutcome(seed, "ok", "", w.num_requests, stretches[0])
 
 
 def _unaccounted(w: Workload, res: SimResult) -> str:
