@@ -79,18 +79,20 @@ class _Timeout(Exception):
 
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
-    """Raise _Timeout after `seconds` of wall time (main thread, POSIX): the bound that
-    turns a hang the engine's own guard misses into a failure."""
+    """Raise _Timeout after `seconds` of this process's CPU time (main thread, POSIX): the
+    bound that turns a hang the engine's own guard misses into a failure. CPU time, not wall
+    time: a livelock burns CPU, while a shared, loaded machine only stretches wall time, so
+    the bound neither flakes under load nor lets a spinning engine through."""
     def on_alarm(signum, frame):
         raise _Timeout
 
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    old = signal.signal(signal.SIGPROF, on_alarm)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 def make_case(seed: int) -> tuple[Workload, SimConfig]:
@@ -199,7 +201,8 @@ def run_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
             with time_limit(time_limit_s):
                 results.append(simulate(w, c, event_sink=sink))
     except _Timeout:
-        return FuzzOutcome(seed, "hang", f"no result within {time_limit_s:g} s", w.num_requests)
+        return FuzzOutcome(seed, "hang", f"no result within {time_limit_s:g} s of CPU time",
+                           w.num_requests)
     except LivelockError as e:
         return FuzzOutcome(seed, "livelock", str(e), w.num_requests)
     except InvariantError as e:

@@ -1,6 +1,6 @@
 """Regression tests for engine defects found by new users and by the differential fuzz: each
 case hung, corrupted a request, aborted the run or made the fast-forward differ from stepping
-before its fix. Every simulation is bounded in wall time, so a hang fails instead of hanging.
+before its fix. Every simulation is bounded in CPU time, so a hang fails instead of hanging.
 """
 
 from __future__ import annotations
