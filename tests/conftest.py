@@ -1,5 +1,5 @@
 """Shared pytest setup: one torch thread, so CPU tests behave the same on small CI machines;
-tests marked `slow` (minutes each) run only with `--run-slow`; the quick validation run,
+tests marked `slow` (minutes each) run only with `--run-slow`; the full validation run,
 computed once per session for the validation and CLI tests; the model preset table restored
 after every test; Hypothesis derandomized under CI, and its seed printed on failure elsewhere.
 """
@@ -71,16 +71,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def quick_validation(tmp_path_factory):
-    """`run_validation(quick=True)`, run from an empty working directory that must stay empty:
-    the run itself writes nothing (the CLI test covers the command around it)."""
+def validation_run(tmp_path_factory):
+    """`run_validation()`, the full run behind docs/validation.md (about 70 s of CPU), once
+    per session: the rows' verdicts and the committed report are checked against it. Run from
+    an empty working directory that must stay empty: the run itself writes nothing (the CLI
+    test covers the command around it)."""
     from experiments.validation import run_validation
 
     cwd = tmp_path_factory.mktemp("validation-cwd")
     before = os.getcwd()
     os.chdir(cwd)
     try:
-        df = run_validation(quick=True)
+        df = run_validation()
     finally:
         os.chdir(before)
     assert not list(cwd.iterdir()), f"run_validation wrote into the cwd: {list(cwd.iterdir())}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from experiments.validation.rows import (
+    DERIVED,
+    EXACT,
     IDENTITY,
     MAX_CONTEXT_LEN,
     ORCA,
@@ -18,6 +20,7 @@ from experiments.validation.rows import (
     SLOTS,
     SYSTEMS,
     VLLM,
+    Tolerance,
     make_row,
     paper_shares,
     run_summary,
@@ -36,8 +39,27 @@ FIG2 = {
     "Orca (Oracle)": (38.2, 25.2, None, 36.6),
     "vLLM": (96.3, None, None, 3.7),
 }
+FIG2_CATS = ("token states", "reservation", "internal frag.", "external frag. & others")
+# Fig. 2 prints its shares to one decimal: reading precision 0.05 pts. Seed sd: kvsim's share
+# over seeds 0-4 at 2.5 req/s, 30-minute traces, the full run's setting (python -m
+# experiments.validation.spread, 2026-12-01: e.g. Orca (Max) token states 17.36-18.18, mean
+# 17.71, sd 0.339; vLLM token states 96.69-97.09, sd 0.161):
+FIG2_SEED_SD = {  # (system, category index) -> pts
+    ("Orca (Max)", 0): 0.34, ("Orca (Max)", 1): 0.13, ("Orca (Max)", 2): 0.39,
+    ("Orca (Pow2)", 0): 0.25, ("Orca (Pow2)", 1): 0.12, ("Orca (Pow2)", 2): 0.16,
+    ("Orca (Pow2)", 3): 0.26,
+    ("Orca (Oracle)", 0): 0.26, ("Orca (Oracle)", 1): 0.12, ("Orca (Oracle)", 3): 0.29,
+    ("vLLM", 0): 0.16,
+}
+FIG2_TOL = {key: Tolerance(0.05, sd) for key, sd in FIG2_SEED_SD.items()}
 FIG13 = {"Orca (Max)": 7.00, "Orca (Pow2)": 9.81, "Orca (Oracle)": 13.62, "vLLM": 30.42}
-FIG13_TOL = {"Orca (Pow2)": 0.10, "Orca (Oracle)": 0.20, "vLLM": 0.25}
+# Fig. 13 prints the batch sizes to two decimals: reading 0.005, in % of each value. Seed sd:
+# kvsim's mean batch over seeds 0-4, 1-hour traces at 2 req/s (the paper's), in % of the mean
+# (python -m experiments.validation.spread, 2026-12-01: Pow2 10.26-10.51, sd 0.090; Oracle
+# 16.21-16.47, sd 0.114; vLLM 31.41-32.98, sd 0.612):
+FIG13_SEED_SD = {"Orca (Pow2)": 0.87, "Orca (Oracle)": 0.70, "vLLM": 1.89}
+FIG13_TOL = {name: Tolerance(0.005 / FIG13[name] * 100, sd, relative=True)
+             for name, sd in FIG13_SEED_SD.items()}
 TABLE1 = [  # model, gpu, tp, KV GiB, published slots (thousands)
     ("opt-13b", "a100-40gb", 1, 12, 15.7),
     ("opt-66b", "a100-40gb", 4, 21, 9.7),
@@ -48,16 +70,19 @@ BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 # -- Fig. 2 ----------------------------------------------------------------------------------
-def fig2_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
+def fig2_rows(quick: bool, notes: dict, log: Callable[[str], None], seed: int = 0,
+              rates: tuple[float, ...] | None = None) -> list[dict]:
+    """Fig. 2 at the lowest searched rate that saturates the paged run (`rates`: the search,
+    default FIG2_RATES; `seed`: the workload's, for the spread measurement)."""
     minutes = 5 if quick else 30
     warm = 30.0 if quick else 60.0
-    rates = (2.5,) if quick else FIG2_RATES
+    rates = rates or ((2.5,) if quick else FIG2_RATES)
     search = []
     chosen = None
     chosen_runs: dict[str, dict] = {}
     for rate in rates:
         n = int(rate * 60 * minutes)
-        w = sharegpt_workload(rate, n)
+        w = sharegpt_workload(rate, n, seed)
         s = run_summary(w, **VLLM, warmup_s=warm)
         search.append((rate, s))
         log(f"fig2 search: vLLM at {rate} req/s: backlog {s['queue_backlog']}")
@@ -84,63 +109,67 @@ def fig2_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict
         f"(recompute, latest arrival first), which the preemptions column shows. Search: "
         + "; ".join(lines) + ".")
     rows = []
-    cats = ("token states", "reservation", "internal frag.", "external frag. & others")
     for name, pub in FIG2.items():
         s = chosen_runs[name]
         ours = paper_shares(s)
         sat = saturated(s, int(chosen * 60 * minutes))
-        for k, (cat, p) in enumerate(zip(cats, pub, strict=True)):
+        for k, (cat, p) in enumerate(zip(FIG2_CATS, pub, strict=True)):
             v = ours[k]
             if name == "vLLM":
+                tol = FIG2_TOL[(name, 0)]
                 if k == 0:
-                    ok = v >= 93.0 and sat
-                    rows.append(make_row("Fig. 2", f"{name} {cat}", p, v, ">= 93 % while saturated",
-                                         ok, rate=chosen, summary=s,
+                    rows.append(make_row("Fig. 2", f"{name} {cat}", p, v,
+                                         tol.label() + " while saturated", tol.ok(v, p) and sat,
+                                         rate=chosen, summary=s,
                                          note="" if sat else "paged run not saturated"))
                 elif k == 3:  # 100 - the token-state row above: no new information
                     v = 100.0 - ours[0]
-                    rows.append(make_row("Fig. 2", f"{name} everything else", p, v, "+/- 7 pts",
-                                         abs(v - p) <= 7.0, rate=chosen, summary=s,
-                                         kind=IDENTITY,
+                    rows.append(make_row("Fig. 2", f"{name} everything else", p, v, tol.label(),
+                                         tol.ok(v, p), rate=chosen, summary=s, kind=IDENTITY,
                                          note="100 - the token-state row (the paper shows only the "
-                                         f"remainder for vLLM); kvsim: reserved {ours[1]:.1f}, "
-                                         f"rounding {s['internal_rounding_pct']:.2f}, free "
-                                         f"{s['free_pct']:.1f} %"))
+                                         f"remainder for vLLM; same band); kvsim: reserved "
+                                         f"{ours[1]:.1f}, rounding {s['internal_rounding_pct']:.2f}"
+                                         f", free {s['free_pct']:.1f} %"))
                 continue
             if p is None:  # Oracle internal: not shown in the paper (no over-reservation)
-                rows.append(make_row("Fig. 2", f"{name} {cat}", "not shown", v, "0 by construction",
-                                     abs(v) < 0.005, rate=chosen, summary=s, kind=IDENTITY,
+                rows.append(make_row("Fig. 2", f"{name} {cat}", "not shown", v,
+                                     f"0 by construction (+/- {EXACT:g})", abs(v) <= EXACT,
+                                     rate=chosen, summary=s, kind=IDENTITY,
                                      note="the oracle reserves exactly the final length, so it "
                                      "never over-reserves; the paper shows no value"))
                 continue
             if name == "Orca (Max)" and k == 3:  # 7 blocks of 2,048 always taken: the rest
                 exp = (SLOTS - SLOTS // MAX_CONTEXT_LEN * MAX_CONTEXT_LEN) / SLOTS * 100
-                rows.append(make_row("Fig. 2", f"{name} {cat}", p, v, "+/- 0.5 pts",
-                                     abs(v - p) <= 0.5, rate=chosen, summary=s, kind=IDENTITY,
+                # the paper prints 8.9: it can be read to +/- 0.05 pts, and the arithmetic
+                # has no seed noise once 7 requests run throughout the window
+                rows.append(make_row("Fig. 2", f"{name} {cat}", p, v,
+                                     "+/- 0.05 pts (printed to one decimal)",
+                                     abs(v - p) <= 0.05 + EXACT, rate=chosen, summary=s,
+                                     kind=IDENTITY,
                                      note=f"(15728 - 7 x 2048) / 15728 = {exp:.2f} % whenever 7 "
                                      "requests run (see the contiguous-max cross-check); the "
                                      "paper's 8.9 is the same arithmetic"))
                 continue
-            if k == 0:
-                tol, ok = "+/- 5 pts", abs(v - p) <= 5.0
-            else:
-                tol, ok = "+/- 7 pts", abs(v - p) <= 7.0
+            tol = FIG2_TOL[(name, k)]
+            ok = tol.ok(v, p)
             note = ""
             if not ok:
                 note = ("kvsim lengths are the bundled ShareGPT file rescaled to the paper's "
                         "means; the paper's length shape (and so the buddy slack) is not "
                         "published")
-            rows.append(make_row("Fig. 2", f"{name} {cat}", p, v, tol, ok, rate=chosen, summary=s,
-                                 note=note))
+            rows.append(make_row("Fig. 2", f"{name} {cat}", p, v, tol.label(), ok, rate=chosen,
+                                 summary=s, note=note))
     return rows
 
 
 # -- Fig. 13 ---------------------------------------------------------------------------------
-def fig13_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dict]:
+def fig13_rows(quick: bool, notes: dict, log: Callable[[str], None], seed: int = 0
+               ) -> list[dict]:
+    """Fig. 13's mean batch sizes at 2 req/s, and the paper's two ratio claims (derived)."""
     rate = 2.0
     n = 1200 if quick else 7200  # the paper's traces are 1 hour long
     warm = 30.0 if quick else 60.0
-    w = sharegpt_workload(rate, n)
+    w = sharegpt_workload(rate, n, seed)
     runs = {}
     for name, cfg in SYSTEMS.items():
         runs[name] = run_summary(w, **cfg, warmup_s=warm)
@@ -151,10 +180,11 @@ def fig13_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dic
         b = s["avg_batch_size"]
         kind = PAPER
         if name == "Orca (Max)":  # every request holds 2,048 of 15,728 slots: 7 fit
-            tol, ok, kind = "exactly 7.00", round(b, 2) == 7.00, IDENTITY
+            # printed as 7.00: read to +/- 0.005, and no seed noise once saturated
+            tol, ok, kind = "7.00 +/- 0.005 (as printed)", abs(b - 7.0) <= 0.005, IDENTITY
         else:
-            f = FIG13_TOL[name]
-            tol, ok = f"+/- {f:.0%}", abs(b - pub) <= f * pub
+            t = FIG13_TOL[name]
+            tol, ok = t.label(), t.ok(b, pub)
         note = ""
         if name == "Orca (Max)":
             note = ("floor(15728 / 2048) while saturated (see the contiguous-max cross-check); "
@@ -171,12 +201,19 @@ def fig13_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dic
         rows[-1]["difference"] = (b - pub) / pub * 100.0
         rows[-1]["tolerance"] += " (difference in %)"
     v = runs["vLLM"]["avg_batch_size"]
-    for other, lo, hi, pub_ratio in (("Orca (Oracle)", 2.0, 2.8, 30.42 / 13.62),
-                                     ("Orca (Max)", 4.3, 5.5, 30.42 / 7.00)):
+    for other in ("Orca (Oracle)", "Orca (Max)"):
+        pub_ratio = FIG13["vLLM"] / FIG13[other]
+        # symmetric, to first order the two batch rows' relative bands added (Orca (Max)'s
+        # batch is exact: it adds its reading precision only)
+        rel = FIG13_TOL["vLLM"].width + (FIG13_TOL[other].width if other in FIG13_TOL
+                                         else 0.005 / FIG13[other] * 100)
+        half = pub_ratio * rel / 100
         r = v / runs[other]["avg_batch_size"]
         rows.append(make_row("Fig. 13", f"vLLM / {other} batch ratio", round(pub_ratio, 2), r,
-                             f"{lo}x - {hi}x", lo <= r <= hi, rate=rate,
-                             note="the paper's ratio claim; computed from the batch rows above"))
+                             f"+/- {half:.2f}x (the batch rows' bands, {rel:.1f} %)",
+                             abs(r - pub_ratio) <= half, rate=rate, kind=DERIVED,
+                             note="the paper's ratio claim, computed from the batch rows above: "
+                             "no run of its own, so not counted as a reproduction"))
     s = runs["vLLM"]
     span = s["window_end_s"] - s["window_start_s"]
     per_iter = span / s["iterations"] * 1e3 if s["iterations"] else float("nan")
@@ -193,6 +230,9 @@ def fig13_rows(quick: bool, notes: dict, log: Callable[[str], None]) -> list[dic
 # -- Fig. 18b --------------------------------------------------------------------------------
 def fig18b_rows(notes: dict, log: Callable[[str], None]) -> list[dict]:
     rows = []
+    # the bands are the paper's own reading of its figure (arXiv 2309.06180, Sec. 7 "Impact
+    # of block size"): 16 to 128 best on ShareGPT; 16 and 32 on Alpaca, larger ones degrade.
+    # A best size is a discrete choice, so no seed band is added.
     cases = (("ShareGPT", "sharegpt", 2.0, 3600, (16, 128)),
              ("Alpaca", "alpaca", 50.0, 9000, (16, 32)))
     sizes = BLOCK_SIZES
@@ -233,7 +273,7 @@ def table1_rows() -> list[dict]:
         r = plan(MemorySpec(model=model, gpu=gpu, tp=tp, kv_dtype="fp16", kv_mem_gib=gib),
                  page_size=1)
         ours = _sig3(r.kv_tokens / 1000)
-        ok = ours == pub_k
+        ok = ours == pub_k  # the paper prints 3 significant digits: the reading precision
         note = f"{r.kv_tokens:,} slots from {gib} GiB"
         if not ok:
             implied = pub_k * 1000 * r.kv_bytes_per_token / 2**30
