@@ -40,9 +40,28 @@ import torch
 from kvcore.allocator import PagedAllocator
 from kvcore.radix_cache import RadixCache, TreeNode
 from kvcore.radix_node import frozen
+from kvcore.registry import Registry
 from kvcore.validation import InvariantError
 
-WRITE_POLICIES: tuple[str, ...] = ("write_through", "write_through_selective", "write_back")
+
+@dataclass(frozen=True)
+class WritePolicy:
+    """When device KV is copied to the host tier (SGLang HiCache's --hicache-write-policy,
+    python/sglang/srt/mem_cache/hiradix_cache.py): on every device insert, once a prefix is
+    reused (selective), or when the device evicts it (write-back). One flag each, so callers
+    ask what the policy does rather than compare its name."""
+
+    on_insert: bool = False
+    on_reuse: bool = False
+    on_evict: bool = False
+
+
+#: the host write policies by name (TierConfig.write_policy, --hicache-write-policy)
+WRITES: Registry[WritePolicy] = Registry("write policy")
+WRITES.add("write_through", WritePolicy(on_insert=True))
+WRITES.add("write_through_selective", WritePolicy(on_reuse=True))
+WRITES.add("write_back", WritePolicy(on_evict=True))
+WRITE_POLICIES: tuple[str, ...] = tuple(WRITES.names())
 #: SGLang's default hit count for write_through_selective
 SELECTIVE_THRESHOLD = 2
 
@@ -61,9 +80,7 @@ class TierConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(f"unknown write policy {self.write_policy!r}; known: "
-                             f"{', '.join(WRITE_POLICIES)}")
+        WRITES.get(self.write_policy)  # an unknown name lists the known ones
         if self.write_threshold < 1:
             raise ValueError(f"write_threshold must be >= 1, got {self.write_threshold!r}")
         if self.storage_tokens and not self.host_tokens:
@@ -72,6 +89,11 @@ class TierConfig:
     @property
     def enabled(self) -> bool:
         return self.host_tokens > 0
+
+    @property
+    def writes(self) -> WritePolicy:
+        """What the write policy does."""
+        return WRITES.get(self.write_policy)
 
 
 class TierHit(NamedTuple):
@@ -290,7 +312,8 @@ class HierarchicalCache:
         self.pages_h2d = 0  # host -> device loads
         self.pages_s2h = 0  # storage -> host prefetches
         self.inflight: list[TreeNode] = []  # host nodes locked by loads in flight
-        if config.write_policy == "write_back":
+        self.writes = config.writes
+        if self.writes.on_evict:
             tree.on_evict = self._write_back
 
     # -- traffic -----------------------------------------------------------------------------
@@ -315,7 +338,7 @@ class HierarchicalCache:
 
     def after_insert(self, key: np.ndarray) -> None:
         """A prefix entered the device tree: `write_through` backs it up now."""
-        if self.config.write_policy == "write_through":
+        if self.writes.on_insert:
             self.host.store(key)
 
     def fetch(self, key: np.ndarray, device: torch.Tensor, node: TreeNode,
@@ -328,7 +351,7 @@ class HierarchicalCache:
         ps = self.tree.page_size
         d = len(device)
         none = Fetch(node, device, 0, 0, None)
-        if (self.config.write_policy == "write_through_selective" and d
+        if (self.writes.on_reuse and d
                 and node.hit_count >= self.config.write_threshold):
             self.host.store(key[:d])
         h, hnode = self.host.touch(key)
@@ -407,5 +430,6 @@ class HierarchicalCache:
                 raise InvariantError(f"{n!r}: a host node in flight is not under the root")
 
 
-__all__ = ["SELECTIVE_THRESHOLD", "WRITE_POLICIES", "Fetch", "HierarchicalCache", "TierConfig",
-           "TierHit", "TierState", "TierTree", "page_slots", "path_key"]
+__all__ = ["SELECTIVE_THRESHOLD", "WRITES", "WRITE_POLICIES", "Fetch", "HierarchicalCache",
+           "TierConfig", "TierHit", "TierState", "TierTree", "WritePolicy", "page_slots",
+           "path_key"]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcore.policies.base import KVPolicy, PrefixPeek
+from kvcore.registry import Registry
 from simulator.request import SimRequest, remaining_new_tokens
 from simulator.scheduler import preempt_victim, retract_victim
 
@@ -217,12 +218,11 @@ def _first_true(ok: np.ndarray, k: int) -> int:
 
 
 AdmissionFactory = Callable[[KVPolicy, AdmissionParams], Admission]
-ADMISSIONS: dict[str, AdmissionFactory] = {
-    cls.name: cls for cls in (SGLangAdmission, VLLMAdmission, ReserveAdmission)
-}
+ADMISSIONS: Registry[AdmissionFactory] = Registry("admission mode")
+for _cls in (SGLangAdmission, VLLMAdmission, ReserveAdmission):
+    ADMISSIONS.add(_cls.name, _cls)
 
 
 def make_admission(name: str, policy: KVPolicy, params: AdmissionParams) -> Admission:
-    if name not in ADMISSIONS:
-        raise ValueError(f"--admission {name!r} is not one of: {', '.join(ADMISSIONS)}")
-    return ADMISSIONS[name](policy, params)
+    """The admission strategy `name` over `policy`; an unknown name lists the known ones."""
+    return ADMISSIONS.get(name)(policy, params)

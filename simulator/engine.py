@@ -25,13 +25,14 @@ import simpy
 
 from kvcore.breakdown import PARTS, MemoryBreakdown
 from kvcore.policies.base import KVPolicy, PrefixPeek
+from kvcore.tiers import WRITES, WritePolicy
 from simulator.admission import make_admission
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
 from simulator.guard import LivelockError, LivelockGuard
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
-from simulator.scheduler import order_waiting
+from simulator.scheduler import PREEMPTS, SCHEDULES
 from simulator.stretch import FastForward
 from simulator.transfers import TierTraffic, TransferModel
 from workloads.request import Request, Workload
@@ -64,6 +65,10 @@ class Engine:
         self.admission = make_admission(config.engine.admission, policy,
                                         config.admission_params)
         self.context_limit = self.admission.context_limit(max_context_len)
+        self.schedule = SCHEDULES.get(config.engine.schedule)
+        self.preempt_mode = PREEMPTS.get(config.engine.preempt)
+        # what the host write policy does (kvcore/tiers.py WRITES; read with a tier only)
+        self.writes: WritePolicy = WRITES.get(config.tier.hicache_write_policy)
         self.arrivals = Arrivals(env, workload, self._enqueue)
         self.fast_forward = FastForward(self)
         self.waiting: list[SimRequest] = []
@@ -196,7 +201,7 @@ class Engine:
             budget -= target - sreq.written
         charged = 0
         self._admitted = []
-        self.waiting = order_waiting(self.waiting, self.cfg.engine.schedule, self._peek)
+        self.waiting = self.schedule.order(self.waiting, self._peek)
         while self.waiting and budget > 0:
             sreq = self.waiting[0]
             if len(self.running) + len(self.prefilling) >= self.cfg.engine.max_running_requests:
@@ -301,7 +306,7 @@ class Engine:
             self.prefilling.remove(victim)
         written = victim.written
         victim.computed_len = max(victim.computed_len, written)
-        if self.cfg.engine.preempt == "swap" and written > 0:
+        if self.preempt_mode.swap and written > 0:
             # only what was computed: a victim in the middle of its prefill prefills the rest
             # after the copy back, and still samples its first token then
             victim.swap_len = written
@@ -346,7 +351,7 @@ class Engine:
                 continue
             # the head that a stretch must not pass is the head in schedule order (lpm
             # reorders; stepping sorts at the start of every iteration)
-            self.waiting = order_waiting(self.waiting, self.cfg.engine.schedule, self._peek)
+            self.waiting = self.schedule.order(self.waiting, self._peek)
             if self.fast_forward.possible():
                 k = self.fast_forward.length()
                 if k >= 2:

@@ -30,10 +30,12 @@ import numpy as np
 import simpy
 
 from kvcore.policies.base import KVPolicy, PrefixPeek
+from kvcore.tiers import WritePolicy
 from simulator.admission import Admission
 from simulator.config import SimConfig
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
+from simulator.scheduler import QueueOrder
 from simulator.transfers import TierTraffic
 
 
@@ -52,6 +54,8 @@ class EngineState(Protocol):
     generated_tokens: int
     event_sink: Callable[..., None] | None
     tier: TierTraffic | None
+    schedule: QueueOrder
+    writes: WritePolicy
 
     def head_blocked(self) -> bool: ...
     def next_arrival(self) -> float: ...
@@ -94,9 +98,9 @@ class FastForward:
         if k < 2:
             return k
         k = max(self._steps_within(rids, k, e.policy.available_tokens()), 1)
-        if k >= 2 and e.cfg.engine.schedule == "lpm" and len(e.waiting) > 1:
+        if k >= 2 and e.schedule.by_prefix_hit and len(e.waiting) > 1:
             k = min(k, self._steps_within(rids, k, e.policy.fresh_tokens()) + 1)
-        if k >= 2 and e.tier is not None and e.cfg.tier.hicache_write_policy == "write_back":
+        if k >= 2 and e.tier is not None and e.writes.on_evict:
             # an eviction writes back to the host, which an iteration charges and records:
             # the stretch ends before the first step that would evict
             k = min(k, self._steps_within(rids, k, e.policy.fresh_tokens()))

@@ -30,15 +30,19 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
+from kvcore.registry import Registry
 from kvcore.tiers import TierConfig, TierState
 
 __all__ = [
+    "POLICIES",
     "AdmitResult",
     "KVPolicy",
     "PolicyConfig",
+    "PolicyKind",
     "PrefixPeek",
     "make_policy",
     "policy_help",
+    "policy_kind",
     "policy_names",
     "register_policy",
 ]
@@ -340,29 +344,50 @@ class PolicyConfig:
 # -- registry --------------------------------------------------------------------------------
 
 PolicyFactory = Callable[[PolicyConfig], KVPolicy]
-_REGISTRY: dict[str, tuple[PolicyFactory, str]] = {}
 
 
-def register_policy(name: str, when: str) -> Callable[[PolicyFactory], PolicyFactory]:
-    """Register a factory under `name`; `when` is the one-line 'pick it when' shown to users."""
+@dataclass(frozen=True)
+class PolicyKind:
+    """A registered policy: how to build it from its `PolicyConfig`, the one-line "pick it
+    when" users see, and what it can do, declared once so that option checks and the run
+    builder ask the entry instead of keeping lists of names."""
+
+    build: PolicyFactory
+    when: str
+    caches_prefix: bool = False  # keeps a prefix cache (--enable-prefix-caching applies)
+    supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
+
+
+#: every policy, registered in the module named after it (kvcore/policies/paged.py, vllm.py,
+#: contiguous.py)
+POLICIES: Registry[PolicyKind] = Registry("policy")
+
+
+def register_policy(name: str, when: str, *, caches_prefix: bool = False,
+                    supports_tiers: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Register a factory under `name` with its capabilities; `when` is the one-line 'pick it
+    when' shown to users."""
 
     def deco(factory: PolicyFactory) -> PolicyFactory:
-        _REGISTRY[name] = (factory, when)
+        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers), when)
         return factory
 
     return deco
 
 
 def policy_names() -> list[str]:
-    return list(_REGISTRY)
+    return POLICIES.names()
 
 
 def policy_help() -> dict[str, str]:
-    return {name: when for name, (_, when) in _REGISTRY.items()}
+    return POLICIES.help()
+
+
+def policy_kind(name: str) -> PolicyKind:
+    """The registered entry of `name`; an unknown name lists the known ones."""
+    return POLICIES.get(name)
 
 
 def make_policy(name: str, config: PolicyConfig) -> KVPolicy:
     """Build a registered policy by name; an unknown name lists the known ones."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name][0](config)
+    return POLICIES.get(name).build(config)

@@ -6,8 +6,8 @@ then holds like any cached prefix (`cached` covers them: they are not prefilled)
 pages a load reads stay locked until the request's prefill completes (`cache_prefix`) or it
 leaves (`release` / `finish`): that is the load's time in flight, which the engine charges.
 
-The `paged` factory builds it only when the configuration asks for a host tier, so a run
-without one is `PagedPolicy` itself, unchanged.
+The `paged` factory (kvcore/policies/paged.py) builds it only when the configuration asks for
+a host tier, so a run without one is `PagedPolicy` itself, unchanged.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
-from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
-from kvcore.policies.paged import PagedPolicy
+from kvcore.policies.base import AdmitResult, PolicyConfig
+from kvcore.policies.paged_radix import PagedPolicy
 from kvcore.radix_cache import MatchResult, TreeNode, as_key
 from kvcore.tiers import HierarchicalCache, TierConfig, TierState
 from kvcore.validation import InvariantError
@@ -92,23 +92,6 @@ class TieredPagedPolicy(PagedPolicy):
             raise InvariantError(f"{len(held)} rows hold host loads, {len(self.tiers.inflight)} "
                                  "loads in flight")
         self.host_breakdown().check()
-
-
-@register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
-                 "real traffic, any page size; reuses shared prefixes")
-def _make_paged(config: PolicyConfig) -> KVPolicy:
-    tiers = config.tiers
-    if tiers.enabled:
-        return TieredPagedPolicy(config, tiers)
-    return PagedPolicy(config, cache_enabled=True)
-
-
-@register_policy("paged-nocache", when="paging without prefix reuse: isolates what the radix "
-                 "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)")
-def _make_paged_nocache(config: PolicyConfig) -> KVPolicy:
-    policy = PagedPolicy(config, cache_enabled=False)
-    policy.name = "paged-nocache"
-    return policy
 
 
 __all__ = ["TieredPagedPolicy"]

@@ -21,8 +21,9 @@ Write policies (TierConfig.write_policy):
 
 Loads take device blocks from the free queue (lazily evicting device cache; the device hit is
 already touched, so safe); if the device cannot give room for the whole hit, what fits is
-loaded, head first, as kvcore/tiers.py's fetch does. The `vllm` factory builds this class only
-when the configuration asks for a host tier, so a run without one is `VLLMBlockPolicy` itself.
+loaded, head first, as kvcore/tiers.py's fetch does. The `vllm` factory
+(kvcore/policies/vllm.py) builds this class only when the configuration asks for a host tier,
+so a run without one is `VLLMBlockPolicy` itself.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from kvcore.block_hash import NONE_HASH
 from kvcore.block_tiers import BlockTier
 from kvcore.breakdown import MemoryBreakdown
-from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
+from kvcore.policies.base import AdmitResult, PolicyConfig
 from kvcore.policies.vllm_block import VLLMBlockPolicy, _Req
 from kvcore.tiers import TierConfig, TierState
 from kvcore.validation import InvariantError
@@ -59,11 +60,10 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         self._pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.pages_h2d = 0  # host -> device loads (blocks)
         self.pages_s2h = 0  # storage -> host copies (blocks)
-        policy = tiers.write_policy
-        self._selective = policy == "write_through_selective"
-        self._through = policy == "write_through" or (self._selective
-                                                      and tiers.write_threshold <= 1)
-        self._back = policy == "write_back"
+        writes = tiers.writes
+        self._selective = writes.on_reuse
+        self._through = writes.on_insert or (self._selective and tiers.write_threshold <= 1)
+        self._back = writes.on_evict
         # write_through_selective: hits of each device block since it was hashed
         self._hits = np.zeros(self.num_pages + 1 if self._selective else 0, dtype=np.int64)
         if self._back or self._selective:
@@ -299,17 +299,6 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         if self._selective and (self._hits[~self.pool.is_hashed] != 0).any():
             raise InvariantError("a device block without content keeps a hit count")
         self.host_breakdown().check()
-
-
-@register_policy(
-    "vllm",
-    when="compare with vLLM v1: paged blocks, prefix caching of full blocks via chained hashes",
-)
-def _make_vllm(config: PolicyConfig) -> KVPolicy:
-    tiers = config.tiers
-    if tiers.enabled:
-        return TieredVLLMPolicy(config, tiers)
-    return VLLMBlockPolicy(config)
 
 
 __all__ = ["TieredVLLMPolicy"]
