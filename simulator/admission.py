@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcore.policies.base import KVPolicy, PrefixPeek
+from kvcore.policies.capabilities import Reserving
 from kvcore.registry import Registry
 from simulator.request import SimRequest, remaining_new_tokens
 from simulator.scheduler import preempt_victim, retract_victim
@@ -64,8 +65,8 @@ class Admission(ABC):
     def __init__(self, policy: KVPolicy, params: AdmissionParams) -> None:
         self.policy = policy
         self.params = params
-        # contiguous policies reserve up front: their placement decides admission
-        self.reserving = policy.reservation(1, 1, 1) > 0
+        # a reserving policy (contiguous-*) places its own reservation: its placement decides
+        self.reserving = isinstance(policy, Reserving)
 
     # -- requests ---------------------------------------------------------------------------
     def context_limit(self, max_context_len: int) -> int:

@@ -13,6 +13,7 @@ import torch
 
 from kvcore.breakdown import mean_frag_index, mean_share_pct
 from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy, policy_kind
+from kvcore.policies.capabilities import LowerTiers
 from kvcore.presets import get_gpu, get_model
 from simulator.config import SimConfig
 from simulator.engine import Engine
@@ -229,7 +230,7 @@ def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
     tier, prompt = engine.tier, engine.prompt_tokens
     host_hit = tier.host_tokens if tier is not None else 0
     storage_hit = tier.storage_tokens if tier is not None else 0
-    state = policy.tier_state()
+    state = policy.tier_state() if isinstance(policy, LowerTiers) else None
     page_bytes = tier.model.page_bytes if tier is not None else 0.0
     cap = state.host_capacity if state is not None else 0
     span = rec.window_length

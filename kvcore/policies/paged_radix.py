@@ -23,12 +23,8 @@ import torch
 from kvcore.allocator import PagedAllocator
 from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_at_steps
 from kvcore.kv_pool import MHATokenToKVPool
-from kvcore.policies.base import (
-    AdmitResult,
-    KVPolicy,
-    PolicyConfig,
-    PrefixPeek,
-)
+from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
+from kvcore.policies.capabilities import DecodeStretch, PrefixCache
 from kvcore.radix_cache import RadixCache
 from kvcore.radix_node import MatchResult, TreeNode, as_key
 from kvcore.req_to_token_pool import ReqToTokenPool
@@ -43,7 +39,7 @@ def _ceil_to(x: _Len, ps: int) -> _Len:
     return (x + (ps - 1)) // ps * ps
 
 
-class PagedPolicy(KVPolicy):
+class PagedPolicy(PrefixCache, DecodeStretch):
     """Pages on demand, a shared radix prefix cache, LRU eviction of unlocked leaves."""
 
     name = "paged"
@@ -132,9 +128,6 @@ class PagedPolicy(KVPolicy):
 
     def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
         return PrefixPeek(*self.tree.peek_evictable(token_ids))
-
-    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
-        return 0
 
     def _load(self, row: int, key: np.ndarray, match: MatchResult) -> MatchResult:
         """The locked device match, extended by what lower tiers load (kvcore/policies/
@@ -369,9 +362,6 @@ class PagedPolicy(KVPolicy):
 
     def free_tokens(self) -> int:
         return self.allocator.available_size()
-
-    def live_requests(self) -> int:
-        return len(self._row_of)
 
     def breakdown(self, head_reservation: int) -> MemoryBreakdown:
         # paged breakdowns do not depend on head_reservation; memoise until the next mutation

@@ -16,13 +16,14 @@ import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, PolicyConfig
+from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.paged_radix import PagedPolicy
 from kvcore.radix_cache import MatchResult, TreeNode, as_key
 from kvcore.tiers import HierarchicalCache, TierConfig, TierState
 from kvcore.validation import InvariantError
 
 
-class TieredPagedPolicy(PagedPolicy):
+class TieredPagedPolicy(PagedPolicy, LowerTiers):
     """Paged pool + radix cache + host tier (+ storage tier)."""
 
     def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
@@ -31,9 +32,10 @@ class TieredPagedPolicy(PagedPolicy):
         rows = config.max_requests + 1
         self._host_lock: list[TreeNode | None] = [None] * rows
         self._loaded = (0, 0)  # (host, storage) tokens of the last admission's load
+        self._allowance = 0  # storage tokens the admission in progress may load
 
     def _load(self, row: int, key: np.ndarray, match: MatchResult) -> MatchResult:
-        fetch = self.tiers.fetch(key, match.indices, match.last_node, self.storage_allowance)
+        fetch = self.tiers.fetch(key, match.indices, match.last_node, self._allowance)
         self._loaded = (fetch.host_tokens, fetch.storage_tokens)
         if fetch.host_lock is None:
             return match
@@ -44,16 +46,20 @@ class TieredPagedPolicy(PagedPolicy):
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:
+        return self.admit_prefetched(rid, token_ids, final_len, max_new_tokens, 0)
+
+    def admit_prefetched(self, rid: int, token_ids: np.ndarray, final_len: int,
+                         max_new_tokens: int, storage_allowance: int) -> AdmitResult | None:
         self._loaded = (0, 0)
-        res = super().admit(rid, token_ids, final_len, max_new_tokens)
+        self._allowance = storage_allowance
+        try:
+            res = super().admit(rid, token_ids, final_len, max_new_tokens)
+        finally:
+            self._allowance = 0
         if res is None:
             return None
         host, storage = self._loaded
         return AdmitResult(res.row, res.cached_len, res.token_hit, host, storage)
-
-    def peek_tiers(self, token_ids: np.ndarray) -> tuple[int, int, int]:
-        """(device, host, storage) hit of a prompt's prefill key, touching nothing."""
-        return tuple(self.tiers.match(as_key(token_ids)))  # type: ignore[return-value]
 
     def _inserted(self, token_ids: np.ndarray, n: int) -> None:
         self.tiers.after_insert(as_key(token_ids)[:n])
@@ -72,7 +78,7 @@ class TieredPagedPolicy(PagedPolicy):
         self._loaded_done(row)
         super()._drop(rid, row)
 
-    def tier_state(self) -> TierState | None:
+    def tier_state(self) -> TierState:
         return self.tiers.state()
 
     def host_breakdown(self) -> MemoryBreakdown:

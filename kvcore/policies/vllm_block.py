@@ -40,12 +40,8 @@ from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_pool import BlockPool
 from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_at_steps
 from kvcore.chain_memo import ChainMemo
-from kvcore.policies.base import (
-    AdmitResult,
-    KVPolicy,
-    PolicyConfig,
-    PrefixPeek,
-)
+from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
+from kvcore.policies.capabilities import DecodeStretch, PrefixCache
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
     InvariantError,
@@ -109,7 +105,7 @@ class _Req:
         self.last = b
 
 
-class VLLMBlockPolicy(KVPolicy):
+class VLLMBlockPolicy(PrefixCache, DecodeStretch):
     """vLLM v1 block pool + hash-keyed prefix cache behind the KVPolicy interface."""
 
     name = "vllm"
@@ -193,10 +189,6 @@ class VLLMBlockPolicy(KVPolicy):
             return PrefixPeek(0, 0)
         idle = int(np.count_nonzero(self.pool.ref_cnt[blocks] == 0))
         return PrefixPeek(len(blocks) * self.page_size, idle * self.page_size)
-
-    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
-        self._check_lengths(prompt_len, final_len)
-        return 0
 
     def _check_lengths(self, prompt_len: int, final_len: int) -> None:
         check_request_lengths(prompt_len, final_len, self.max_context_len, min_prompt=1)

@@ -34,6 +34,7 @@ from kvcore.block_hash import NONE_HASH
 from kvcore.block_tiers import BlockTier
 from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, PolicyConfig
+from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.vllm_block import VLLMBlockPolicy, _Req
 from kvcore.tiers import TierConfig, TierState
 from kvcore.validation import InvariantError
@@ -41,7 +42,7 @@ from kvcore.validation import InvariantError
 _U64 = np.uint64
 
 
-class TieredVLLMPolicy(VLLMBlockPolicy):
+class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
     """vLLM block pool + hash-keyed prefix cache + host tier (+ storage tier)."""
 
     def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
@@ -148,6 +149,10 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:
+        return self.admit_prefetched(rid, token_ids, final_len, max_new_tokens, 0)
+
+    def admit_prefetched(self, rid: int, token_ids: np.ndarray, final_len: int,
+                         max_new_tokens: int, storage_allowance: int) -> AdmitResult | None:
         self._flush()  # the host as the due stores leave it
         res = super().admit(rid, token_ids, final_len, max_new_tokens)
         if res is None:
@@ -159,7 +164,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         n = (len(req.ids) - 1) // self.page_size  # whole blocks a hit may cover
         if d >= n:
             return res
-        held, from_storage = self._find_lower(req, d, n)
+        held, from_storage = self._find_lower(req, d, n, storage_allowance)
         if not len(held):
             return res
         loaded = self._load(rid, req, held)
@@ -178,7 +183,8 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         if len(due):
             self._store_device_blocks(due)
 
-    def _find_lower(self, req: _Req, d: int, n: int) -> tuple[np.ndarray, int]:
+    def _find_lower(self, req: _Req, d: int, n: int,
+                    storage_allowance: int) -> tuple[np.ndarray, int]:
         """Host blocks continuing the device hit of `d` blocks (of `n` possible), held, with
         what the storage tier adds past them (copied to the host first, at most the prefetch
         allowance). Returns (the held host chain, how many of its blocks came from storage)."""
@@ -186,7 +192,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         held = host.lookup(hashes, ids, d)
         host.hold(held)
         st = self.storage
-        allow = self.storage_allowance // self.page_size
+        allow = storage_allowance // self.page_size
         if st is None or allow <= 0 or d + len(held) >= n:
             return held, 0
         base = d + len(held)

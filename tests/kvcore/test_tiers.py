@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from kvcore.allocator import PagedAllocator
+from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.paged import PagedPolicy
 from kvcore.policies.paged_tiers import TieredPagedPolicy
 from kvcore.radix_cache import RadixCache
@@ -30,7 +31,7 @@ _serve = serve_alone
 
 def test_no_tier_is_the_plain_policy() -> None:
     p = _policy(4, 16, host=0)
-    assert type(p) is PagedPolicy and p.tier_state() is None
+    assert type(p) is PagedPolicy and not isinstance(p, LowerTiers)
 
 
 def test_bad_tier_config() -> None:
@@ -100,10 +101,9 @@ def test_storage_tier_catches_host_evictions() -> None:
         _serve(p, i, pr)
     st_ = p.tier_state()
     assert st_.pages_h2s > 0 and st_.storage_used > 0
-    p.storage_allowance = 0  # prefetch gave nothing yet: no storage hit
-    assert _serve(p, 10, prompts[0]).storage_hit == 0
-    p.storage_allowance = 10**6
-    res = _serve(p, 11, prompts[1])
+    # prefetch gave nothing yet: no storage hit
+    assert _serve(p, 10, prompts[0], allowance=0).storage_hit == 0
+    res = _serve(p, 11, prompts[1], allowance=10**6)
     assert res.storage_hit > 0 and res.cached_len == 36
 
 

@@ -192,7 +192,7 @@ def test_bad_input() -> None:
     with pytest.raises(ValueError, match="max_new_tokens"):
         pol.admit(1, ids((0, 4)), 6, -1)
     with pytest.raises(ValueError, match="prompt_len"):
-        pol.reservation(-3, 4, 1)
+        pol.admit(1, np.zeros(0, dtype=np.int64), 4, 1)  # an empty prompt
     pol.admit(1, ids((0, 4)), 6, 3)
     pol.extend([1], [4])
     with pytest.raises(ValueError, match="below written"):
