@@ -434,24 +434,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
                 f"{self.allocator.num_pages}"
             )
         b, entries = self.breakdown(self.page_size), self.page_table_entries()
-        b.check()
+        b.check_invariants()
         if b != self._compute_breakdown() or entries != self._count_entries():
             raise InvariantError(f"memoised breakdown {b} or page-table entries {entries} "
                                  "disagree with a recomputation")
-
-
-    # -- the page table under the names tests use ---------------------------------------------
-    @property
-    def _table(self) -> torch.Tensor:
-        """The page-table tensor, for reading (writes go through `req_to_token_pool`)."""
-        return self.req_to_token_pool.req_to_token
-
-    @property
-    def _table_np(self) -> np.ndarray | None:
-        """The page table's host view; setting None makes this CPU policy's page-table calls
-        take the device path (tests of the code a CUDA run takes)."""
-        return self.req_to_token_pool.host
-
-    @_table_np.setter
-    def _table_np(self, view: np.ndarray | None) -> None:
-        self.req_to_token_pool.host = view

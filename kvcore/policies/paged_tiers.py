@@ -19,7 +19,7 @@ from kvcore.policies.base import AdmitResult, PolicyConfig
 from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.paged_radix import PagedPolicy
 from kvcore.radix_cache import MatchResult, TreeNode, as_key
-from kvcore.tiers import HierarchicalCache, TierConfig, TierState
+from kvcore.tiers import HierarchicalCache, TierConfig, TierState, store_breakdown
 from kvcore.validation import InvariantError
 
 
@@ -28,14 +28,14 @@ class TieredPagedPolicy(PagedPolicy, LowerTiers):
 
     def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
         super().__init__(config, cache_enabled=True)
-        self.tiers = HierarchicalCache(self.tree, tiers)
+        self.hicache = HierarchicalCache(self.tree, tiers)
         rows = config.max_requests + 1
         self._host_lock: list[TreeNode | None] = [None] * rows
         self._loaded = (0, 0)  # (host, storage) tokens of the last admission's load
         self._allowance = 0  # storage tokens the admission in progress may load
 
     def _load(self, row: int, key: np.ndarray, match: MatchResult) -> MatchResult:
-        fetch = self.tiers.fetch(key, match.indices, match.last_node, self._allowance)
+        fetch = self.hicache.fetch(key, match.indices, match.last_node, self._allowance)
         self._loaded = (fetch.host_tokens, fetch.storage_tokens)
         if fetch.host_lock is None:
             return match
@@ -62,13 +62,13 @@ class TieredPagedPolicy(PagedPolicy, LowerTiers):
         return AdmitResult(res.row, res.cached_len, res.token_hit, host, storage)
 
     def _inserted(self, token_ids: np.ndarray, n: int) -> None:
-        self.tiers.after_insert(as_key(token_ids)[:n])
+        self.hicache.after_insert(as_key(token_ids)[:n])
 
     def _loaded_done(self, row: int) -> None:
         lock = self._host_lock[row]
         if lock is not None:
             self._host_lock[row] = None
-            self.tiers.done(lock)
+            self.hicache.done(lock)
 
     def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
         super().cache_prefix(rid, token_ids)
@@ -79,25 +79,19 @@ class TieredPagedPolicy(PagedPolicy, LowerTiers):
         super()._drop(rid, row)
 
     def tier_state(self) -> TierState:
-        return self.tiers.state()
+        return self.hicache.state()
 
     def host_breakdown(self) -> MemoryBreakdown:
-        """The host pool in the six parts: in-flight loads hold token states, the rest of the
-        tree is cache, the allocator's pages are free (no reservation, no rounding: the host
-        tier holds whole pages only)."""
-        host = self.tiers.host
-        return MemoryBreakdown.for_pages(host.capacity, token_states=host.protected_size(),
-                                         cached=host.evictable_size(), reserved=0, rounding=0,
-                                         free=host.pool.available_size())
+        return store_breakdown(self.hicache.host)
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        self.tiers.check_invariants()
+        self.hicache.check_invariants()
         held = [n for n in self._host_lock if n is not None]
-        if len(held) != len(self.tiers.inflight):
-            raise InvariantError(f"{len(held)} rows hold host loads, {len(self.tiers.inflight)} "
+        if len(held) != len(self.hicache.inflight):
+            raise InvariantError(f"{len(held)} rows hold host loads, {len(self.hicache.inflight)} "
                                  "loads in flight")
-        self.host_breakdown().check()
+        self.host_breakdown().check_invariants()
 
 
 __all__ = ["TieredPagedPolicy"]

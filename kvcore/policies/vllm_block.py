@@ -31,7 +31,7 @@ docs/performance.md) with the same blocks hit, evicted and freed in the same ord
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -123,7 +123,6 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         self._reqs: dict[int, _Req] = {}
         self._token_source: TokenSource | None = None
         # statistics
-        self.queried_tokens = 0
         self.hit_tokens = 0
 
     def set_token_source(self, source: TokenSource | None) -> None:
@@ -216,7 +215,6 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         req.written = cached = len(blocks) * ps
         if cached:
             self._write(req, 0, cached)
-        self.queried_tokens += len(ids)
         self.hit_tokens += cached
         self._reqs[rid] = req
         return AdmitResult(row=req.row, cached_len=cached)
@@ -462,30 +460,3 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         self.breakdown(self.max_context_len).check_invariants()
         if self.num_pages * ps != self.capacity:
             raise InvariantError("vllm: capacity is not num_pages * page_size")
-
-    # -- the pool's state under the names tests and debugging sessions use -------------------
-    @property
-    def _ref(self) -> np.ndarray:
-        return self.pool.ref_cnt
-
-    @property
-    def _hash(self) -> np.ndarray:
-        return self.pool.block_hash
-
-    @property
-    def _parent(self) -> np.ndarray:
-        return self.pool.parent_hash
-
-    @property
-    def _cached(self) -> Mapping[int, int]:
-        return self.pool.cached_block_hash_to_block
-
-    @property
-    def _qpos(self) -> np.ndarray:
-        return self.pool.free_block_queue.positions
-
-    def _holders(self, h: int) -> list[int]:
-        return self.pool.get_cached_blocks(h)
-
-    def _chain(self, parent: int, ids: np.ndarray) -> np.ndarray:
-        return self.hasher.chain(parent, ids)

@@ -36,7 +36,7 @@ from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, PolicyConfig
 from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.vllm_block import VLLMBlockPolicy, _Req
-from kvcore.tiers import TierConfig, TierState
+from kvcore.tiers import TierConfig, TierCounters, TierState, store_breakdown
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
@@ -49,7 +49,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         super().__init__(config)
         if not tiers.enabled:
             raise ValueError("a tiered vllm policy needs host_tokens > 0")
-        self.tiers = tiers
+        self.tier_config = tiers
         ps = self.page_size
         self.storage = (BlockTier("storage", tiers.storage_tokens, ps)
                         if tiers.storage_tokens else None)
@@ -59,8 +59,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         # and the stores due: (rid, hashes, parents, tokens, known host blocks), chain order
         self._placed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self.pages_h2d = 0  # host -> device loads (blocks)
-        self.pages_s2h = 0  # storage -> host copies (blocks)
+        self.traffic = TierCounters()  # host -> device loads, storage -> host copies (blocks)
         writes = tiers.writes
         self._selective = writes.on_reuse
         self._through = writes.on_insert or (self._selective and tiers.write_threshold <= 1)
@@ -179,7 +178,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         """A device hit on `blocks`: those whose count (hashed once + hits) reaches the
         threshold are stored on the host (again: that touches them)."""
         self._hits[blocks] += 1
-        due = blocks[self._hits[blocks] + 1 >= self.tiers.write_threshold]
+        due = blocks[self._hits[blocks] + 1 >= self.tier_config.write_threshold]
         if len(due):
             self._store_device_blocks(due)
 
@@ -202,7 +201,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         st.hold(found)  # read while the host makes room
         sp = st.pool
         rev = found[::-1]
-        self.pages_s2h += host.store(sp.block_hash[rev], sp.parent_hash[rev],
+        self.traffic.pages_s2h += host.store(sp.block_hash[rev], sp.parent_hash[rev],
                                      sp.block_tokens[rev])
         st.unhold(found)
         more = host.lookup(hashes[: base + len(found)], ids, base)
@@ -230,7 +229,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         req.written = (d + room) * ps
         self._write(req, start, req.written)
         self.hit_tokens += room * ps
-        self.pages_h2d += room
+        self.traffic.pages_h2d += room
         self.inflight[rid] = held
         return room
 
@@ -259,21 +258,11 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
     # -- observation -------------------------------------------------------------------------
     def tier_state(self) -> TierState:
         self._flush()
-        st, host = self.storage, self.host
-        return TierState(self.pages_h2d, host.blocks_in - self.pages_s2h, self.pages_s2h,
-                         st.blocks_in if st is not None else 0, host.used, host.locked,
-                         host.capacity, st.used if st is not None else 0,
-                         st.capacity if st is not None else 0)
+        return self.traffic.state(self.host, self.storage)
 
     def host_breakdown(self) -> MemoryBreakdown:
-        """The host pool in the six parts: blocks held by loads in flight are token states,
-        idle hashed blocks cache, never-used blocks free (whole blocks only: no reservation,
-        rounding or external fragmentation)."""
         self._flush()
-        host = self.host
-        return MemoryBreakdown.for_pages(host.capacity, token_states=host.locked,
-                                         cached=host.cached, reserved=0, rounding=0,
-                                         free=host.free)
+        return store_breakdown(self.host)
 
     def check_invariants(self) -> None:
         """The device policy's invariants (loaded blocks carry the chain's hashes), each
@@ -282,9 +271,9 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         Due write-through stores are made first (they wait only for the next host read)."""
         self._flush()
         super().check_invariants()
-        self.host.check()
+        self.host.check_invariants()
         if self.storage is not None:
-            self.storage.check()
+            self.storage.check_invariants()
             if self.storage.locked:
                 raise InvariantError("a storage block is held outside an admission")
         holders = np.zeros(self.host.pool.num_blocks + 1, dtype=np.int64)
@@ -304,7 +293,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
                 raise InvariantError(f"request {rid}: a remembered host block changed content")
         if self._selective and (self._hits[~self.pool.is_hashed] != 0).any():
             raise InvariantError("a device block without content keeps a hit count")
-        self.host_breakdown().check()
+        self.host_breakdown().check_invariants()
 
 
 __all__ = ["TieredVLLMPolicy"]

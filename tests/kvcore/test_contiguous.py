@@ -244,7 +244,7 @@ class ContiguousMachine(RuleBasedStateMachine):
         self.pol.check_invariants()
         for head in (0, 1, 7, 32):
             bd = self.pol.breakdown(head)
-            bd.check()
+            bd.check_invariants()
             assert bd.cached == 0
             assert bd.token_states == sum(self.pol.written(r) for r in self.lens)
         if self.pol.name == "contiguous-oracle":

@@ -115,7 +115,7 @@ def test_host_page_granular_lru_eviction() -> None:
     t.store(np.arange(200, 204))  # needs 1: the deepest page of the oldest leaf goes
     assert t.peek(np.arange(12))[0] == 8
     assert t.peek(np.arange(100, 104))[0] == 4
-    t.check_tier()
+    t.check_invariants()
 
 
 # -- stateful: every tier, invariants after every operation ---------------------------------------
@@ -135,12 +135,12 @@ class TierMachine(TieredPolicyMachine):
 
     def check_tiers(self) -> None:
         p, state = self.p, self.p.tier_state()
-        host = p.tiers.host
+        host = p.hicache.host
         assert state.host_used + host.pool.available_size() == state.host_capacity
         # in flight: at most the admitted requests that loaded and have not finished prefill
-        assert len(p.tiers.inflight) <= len(self.reqs)
-        if p.tiers.storage is not None:
-            assert p.tiers.storage.protected_size() == 0
+        assert len(p.hicache.inflight) <= len(self.reqs)
+        if p.hicache.storage is not None:
+            assert p.hicache.storage.protected_size() == 0
 
 
 TestTierMachine = TierMachine.TestCase
@@ -158,5 +158,5 @@ def test_host_tier_equals_an_lru_model(ps: int, host_pages: int) -> None:
     page-aligned prefixes with its capacity holds, so its hit past the device's is the
     model's hit past the device's, request by request."""
     p = _policy(ps, pages=max(300 // ps, 4), host=host_pages * ps, rows=2, ctx=1024)
-    serve_against_lru(p, ps, host_pages, host_hit=lambda key: p.tiers.host.peek(key)[0],
+    serve_against_lru(p, ps, host_pages, host_hit=lambda key: p.hicache.host.peek(key)[0],
                       device_hit=lambda key: p.tree.peek(key)[0])

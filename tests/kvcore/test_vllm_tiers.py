@@ -170,7 +170,7 @@ def test_block_tier_lru_keeps_the_chain_head() -> None:
     assert t.store(hs[5:7], pa[5:7], toks[5:7]) == 2  # evicts 2, then 1 (0 was touched)
     held = {int(h) for h in t.pool.block_hash[t.pool.is_hashed]}
     assert held == {int(h) for h in hs[[0, 4, 5, 6]]}
-    t.check()
+    t.check_invariants()
 
 
 # -- the stateful test -------------------------------------------------------------------------
