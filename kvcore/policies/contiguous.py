@@ -178,7 +178,7 @@ class ContiguousPolicy(Reserving, DecodeStretch):
     def release(self, rid: int) -> None:
         req = self._req(rid)
         self.placement.free(req.start - self._base)
-        self.req_to_token_pool.free(req.row)
+        self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
 
     # -- observation -----------------------------------------------------------------------
