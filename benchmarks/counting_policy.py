@@ -9,10 +9,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown, page_growth_profile, tail_split
-from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig
+from kvcore.policies.base import AdmitResult, PolicyConfig
+from kvcore.policies.capabilities import DecodeStretch
 
 
-class CountingPolicy(KVPolicy):
+class CountingPolicy(DecodeStretch):
     name = "counting"
 
     def __init__(self, config: PolicyConfig) -> None:
@@ -25,12 +26,6 @@ class CountingPolicy(KVPolicy):
 
     def _pages(self, n: int) -> int:
         return -(-n // self.page_size)
-
-    def peek_prefix(self, token_ids: np.ndarray) -> int:
-        return 0
-
-    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
-        return 0
 
     def admit(self, rid, token_ids, final_len, max_new_tokens):
         if len(self.written_of) >= self.max_requests:
@@ -65,9 +60,6 @@ class CountingPolicy(KVPolicy):
         profile, _ = page_growth_profile(self.breakdown(head_reservation), w, f,
                                          -(-w // ps) * ps, ps, n)
         return profile
-
-    def cache_prefix(self, rid, token_ids) -> None:
-        pass
 
     def finish(self, rid, token_ids) -> None:
         self.release(rid)

@@ -325,12 +325,6 @@ class BlockPool(HashedBlocks):
             blocks.append(found)
         return np.array(blocks, dtype=np.int64)
 
-    def find_longest_cache_hit(self, hashes: np.ndarray,
-                               ids: np.ndarray) -> tuple[list[int], list[int]]:
-        """`longest_cache_hit` as lists: (blocks, their hashes as ints)."""
-        blocks = self.longest_cache_hit(hashes, ids)
-        return blocks.tolist(), hashes[: len(blocks)].tolist()
-
     # -- observation -----------------------------------------------------------------------
     def fresh_blocks(self) -> int:
         """Blocks the next allocations take before the first one evicts cached content: the

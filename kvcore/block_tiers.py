@@ -24,9 +24,9 @@ Why it is built this way:
 * Eviction spills to the next tier down (`lower`) through the pool's `on_evict` hook, in
   eviction order, before the hashes are dropped.
 
-Invariants (`check`): the free queue's own; queued <=> ref count 0; in flight => hashed; the
-map holds exactly the hashed blocks, each under its own hash; every hashed block's hash is
-the chained hash of its parent and tokens; used + free == capacity.
+Invariants (`check_invariants`): the free queue's own; queued <=> ref count 0; in flight =>
+hashed; the map holds exactly the hashed blocks, each under its own hash; every hashed
+block's hash is the chained hash of its parent and tokens; used + free == capacity.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class BlockTier:
         self.page_size = page_size
         self.pool = TierPool(blocks, page_size)
         self.lower = lower
-        self.blocks_in = 0  # blocks written into this tier (what the link into it carried)
+        self.pages_in = 0  # blocks written into this tier (what the link into it carried)
         if lower is not None:
             self.pool.on_evict = self._spill
 
@@ -221,7 +221,7 @@ class BlockTier:
         order = heads[heads > 0]
         if len(order):
             pool.free_blocks(order)
-        self.blocks_in += len(missing)
+        self.pages_in += len(missing)
         return np.maximum(heads, 0), len(missing)
 
     def still_held(self, blocks: np.ndarray, gens: np.ndarray) -> np.ndarray:
@@ -235,7 +235,7 @@ class BlockTier:
         self.lower.store(p.block_hash[evicted], p.parent_hash[evicted], p.block_tokens[evicted])
 
     # -- checks ------------------------------------------------------------------------------
-    def check(self) -> None:
+    def check_invariants(self) -> None:
         """The pool's invariants and conservation: used + free == capacity."""
         self.pool.check_invariants()
         hashed = int(np.count_nonzero(self.pool.is_hashed))

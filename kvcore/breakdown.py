@@ -109,7 +109,6 @@ class MemoryBreakdown:
         if self.largest_free_hole > self.free_total:
             raise InvariantError(f"largest free hole exceeds the free memory: {self}")
 
-    check = check_invariants  # the short name tests and policies have always used
 
 
 def tail_split(end: np.ndarray, final: np.ndarray,

@@ -62,14 +62,11 @@ class RadixCache:
             raise ValueError(
                 f"page_size {page_size} differs from the allocator's {allocator.page_size}"
             )
-        if eviction not in EVICTION_PRIORITIES:
-            raise ValueError(
-                f"unknown eviction policy {eviction!r}; known: {', '.join(EVICTION_PRIORITIES)}"
-            )
+        priority = EVICTION_PRIORITIES.get(eviction)
         self.allocator = allocator
         self.disable = disable
         self.eviction = eviction
-        self._priority = EVICTION_PRIORITIES[eviction]
+        self._priority = priority
         # called with each leaf about to be evicted, still linked (kvcore/tiers.py backs it
         # up into a lower tier); None costs one attribute test per evicted leaf
         self.on_evict: Callable[[TreeNode], None] | None = None

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from kvcore.registry import Registry
 from kvcore.validation import int_array
 
 #: a child's key in its parent's map: its first token (page size 1) or first page's bytes
@@ -97,11 +98,22 @@ class MatchResult(NamedTuple):
 # Each priority is one int (lower goes first), the node id in the low bits breaking ties, so
 # that heap entries compare by a single int: LRU by last access, LFU by hits then last access,
 # FIFO by creation. Clocks and ids stay far below 2**40 in any run.
-EVICTION_PRIORITIES: dict[str, Callable[[TreeNode], int]] = {
-    "lru": lambda n: (n.last_access << 40) | n.id,
-    "lfu": lambda n: (n.hit_count << 80) | (n.last_access << 40) | n.id,
-    "fifo": lambda n: (n.created << 40) | n.id,
-}
+EVICTION_PRIORITIES: Registry[Callable[[TreeNode], int]] = Registry("eviction policy")
+
+
+@EVICTION_PRIORITIES.register("lru")
+def _lru(n: TreeNode) -> int:
+    return (n.last_access << 40) | n.id
+
+
+@EVICTION_PRIORITIES.register("lfu")
+def _lfu(n: TreeNode) -> int:
+    return (n.hit_count << 80) | (n.last_access << 40) | n.id
+
+
+@EVICTION_PRIORITIES.register("fifo")
+def _fifo(n: TreeNode) -> int:
+    return (n.created << 40) | n.id
 
 
 def as_key(key: object) -> np.ndarray:

@@ -14,7 +14,8 @@ Why the API looks as it does:
 * The checks are one scalar comparison per range write and one reduction per scatter, so the
   policies' per-step cost barely moves. Reads are not checked: a policy may gather position
   -1 of a row that wrote nothing and ignore the value (a batch needs no branch for it).
-* `write`, `write_batch`, `read` keep SGLang's tensor shape (tests and the reference model).
+* SGLang's tensor-shaped calls (`alloc(n)`, `free(rows)`, `write`, `write_batch`, `read`) live
+  in the tests (tests/kvcore/sglang_api.py), which alone call them.
 
 Invariants (`check_invariants`): free rows + rows in use == size; no row is free twice; row 0
 is never free nor in use; every written position p of a live row satisfies 0 <= p <
@@ -24,12 +25,11 @@ max_context_len (enforced at write time).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
 
 import numpy as np
 import torch
 
-from kvcore.validation import InvariantError, non_negative_int, positive_int
+from kvcore.validation import InvariantError, positive_int
 
 #: numpy-style indices: a row or rows, a position, positions or a slice of them
 Index = int | slice | np.ndarray
@@ -68,41 +68,16 @@ class ReqToTokenPool:
     def available_size(self) -> int:
         return len(self._free_rows)
 
-    def alloc(self, n: int = 1) -> list[int] | None:
-        """`n` free rows, or None (and nothing taken) when fewer are free."""
-        n = non_negative_int("n", n)
-        if n > len(self._free_rows):
-            return None
-        rows = [self._free_rows.pop() for _ in range(n)]
-        for r in rows:
-            self._in_use[r] = 1
-        return rows
-
     def alloc_row(self) -> int | None:
-        """One free row, or None: `alloc(1)` without the list (one per admitted request)."""
+        """One free row, or None (one per admitted request)."""
         if not self._free_rows:
             return None
         row = self._free_rows.pop()
         self._in_use[row] = 1
         return row
 
-    def free(self, rows: int | Iterable[int]) -> None:
-        """Return rows to the pool; a row that is not in use is a ValueError (nothing freed)."""
-        if isinstance(rows, (int, numbers.Integral)):
-            self.free_row(int(rows))
-            return
-        rows = [int(r) for r in rows]
-        seen: set[int] = set()
-        for r in rows:
-            if not 1 <= r <= self.size or not self._in_use[r] or r in seen:
-                raise ValueError(f"row {r} is not in use (double free or never allocated)")
-            seen.add(r)
-        for r in rows:
-            self._in_use[r] = 0
-            self._free_rows.append(r)
-
     def free_row(self, row: int) -> None:
-        """Return one row (the common case: a request ended), validated like `free`."""
+        """Return one row (a request ended); a row not in use is a ValueError."""
         if not 1 <= row <= self.size or not self._in_use[row]:
             raise ValueError(f"row {row} is not in use (double free or never allocated)")
         self._in_use[row] = 0
@@ -173,32 +148,6 @@ class ReqToTokenPool:
         t = slots if isinstance(slots, torch.Tensor) else torch.from_numpy(
             np.ascontiguousarray(slots))
         return t.to(self.device, torch.int32)
-
-    # -- SGLang-shaped tensor API (tests, the reference model) -----------------------------
-    def write(self, row: int, start: int, slots: torch.Tensor) -> None:
-        """req_to_token[row, start:start+len(slots)] = slots (a tensor), checked."""
-        self.write_range(row, start, slots)
-
-    def write_batch(
-        self, rows: torch.Tensor, starts: torch.Tensor, lens: torch.Tensor, slots: torch.Tensor
-    ) -> None:
-        """Scatter a batch: request i's `lens[i]` slots go to positions starts[i].. of rows[i].
-
-        `slots` is the concatenation in batch order (what alloc_extend returns). One scatter,
-        no Python loop over requests or tokens."""
-        if len(slots) == 0:
-            return
-        if int((starts + lens).max()) > self.max_context_len:
-            raise ValueError(f"a write goes past max_context_len {self.max_context_len}")
-        row_of = torch.repeat_interleave(rows, lens)
-        offsets = torch.arange(len(slots), device=slots.device) - torch.repeat_interleave(
-            torch.cumsum(lens, 0) - lens, lens
-        )
-        pos = torch.repeat_interleave(starts, lens) + offsets
-        self.write_at(row_of.cpu().numpy(), pos.cpu().numpy(), slots.cpu().numpy())
-
-    def read(self, row: int, start: int, end: int) -> torch.Tensor:
-        return self.req_to_token[row, start:end]
 
     # -- size and checks -------------------------------------------------------------------
     @property

@@ -32,17 +32,37 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
+from kvcore.breakdown import MemoryBreakdown
 from kvcore.radix_cache import RadixCache, TreeNode
 from kvcore.radix_node import frozen
+from kvcore.registry import Registry
 from kvcore.validation import InvariantError
 
-WRITE_POLICIES: tuple[str, ...] = ("write_through", "write_through_selective", "write_back")
+
+@dataclass(frozen=True)
+class WritePolicy:
+    """When device KV is copied to the host tier (SGLang HiCache's --hicache-write-policy,
+    python/sglang/srt/mem_cache/hiradix_cache.py): on every device insert, once a prefix is
+    reused (selective), or when the device evicts it (write-back). One flag each, so callers
+    ask what the policy does rather than compare its name."""
+
+    on_insert: bool = False
+    on_reuse: bool = False
+    on_evict: bool = False
+
+
+#: the host write policies by name (TierConfig.write_policy, --hicache-write-policy)
+WRITES: Registry[WritePolicy] = Registry("write policy")
+WRITES.add("write_through", WritePolicy(on_insert=True))
+WRITES.add("write_through_selective", WritePolicy(on_reuse=True))
+WRITES.add("write_back", WritePolicy(on_evict=True))
+WRITE_POLICIES: tuple[str, ...] = tuple(WRITES.names())
 #: SGLang's default hit count for write_through_selective
 SELECTIVE_THRESHOLD = 2
 
@@ -61,9 +81,7 @@ class TierConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(f"unknown write policy {self.write_policy!r}; known: "
-                             f"{', '.join(WRITE_POLICIES)}")
+        WRITES.get(self.write_policy)  # an unknown name lists the known ones
         if self.write_threshold < 1:
             raise ValueError(f"write_threshold must be >= 1, got {self.write_threshold!r}")
         if self.storage_tokens and not self.host_tokens:
@@ -72,6 +90,11 @@ class TierConfig:
     @property
     def enabled(self) -> bool:
         return self.host_tokens > 0
+
+    @property
+    def writes(self) -> WritePolicy:
+        """What the write policy does."""
+        return WRITES.get(self.write_policy)
 
 
 class TierHit(NamedTuple):
@@ -107,6 +130,52 @@ class TierState(NamedTuple):
     host_capacity: int
     storage_used: int
     storage_capacity: int
+
+
+class LowerStore(Protocol):
+    """What every lower-tier store reports, whatever it is keyed by (`TierTree`: radix-tree
+    path; kvcore/block_tiers.py `BlockTier`: block-hash chain). Sizes in slots; `pages_in`
+    counts pages (blocks) written into it, the traffic of the link into it. The tier state and
+    the host breakdown are computed from it once (`tier_state`, `store_breakdown`), for both."""
+
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def used(self) -> int: ...
+    @property
+    def locked(self) -> int: ...
+    @property
+    def cached(self) -> int: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def pages_in(self) -> int: ...
+
+
+@dataclass
+class TierCounters:
+    """Pages moved between tiers that no store counts by itself: host -> device loads and
+    storage -> host copies (device -> host is what the host took in less the latter)."""
+
+    pages_h2d: int = 0
+    pages_s2h: int = 0
+
+    def state(self, host: LowerStore, storage: LowerStore | None) -> TierState:
+        """The tiers now: traffic each way, host and storage occupancy."""
+        return TierState(self.pages_h2d, host.pages_in - self.pages_s2h, self.pages_s2h,
+                         storage.pages_in if storage is not None else 0, host.used,
+                         host.locked, host.capacity,
+                         storage.used if storage is not None else 0,
+                         storage.capacity if storage is not None else 0)
+
+
+def store_breakdown(store: LowerStore) -> MemoryBreakdown:
+    """A lower tier's pool in the six parts: what loads in flight hold are token states, the
+    rest of its content is cache, the rest free (whole pages only: no reservation, rounding or
+    external fragmentation)."""
+    return MemoryBreakdown.for_pages(store.capacity, token_states=store.locked,
+                                     cached=store.cached, reserved=0, rounding=0,
+                                     free=store.free)
 
 
 def path_key(node: TreeNode) -> np.ndarray:
@@ -147,6 +216,23 @@ class TierTree(RadixCache):
     @property
     def capacity(self) -> int:
         return self.pool.num_pages * self.page_size
+
+    @property
+    def used(self) -> int:
+        return self.total_size()
+
+    @property
+    def locked(self) -> int:
+        """Slots locked by loads in flight (reading) or by a store extending their path."""
+        return self.protected_size()
+
+    @property
+    def cached(self) -> int:
+        return self.evictable_size()
+
+    @property
+    def free(self) -> int:
+        return self.pool.available_size()
 
     def _spill(self, leaf: TreeNode) -> None:
         assert self.lower is not None
@@ -262,9 +348,9 @@ class TierTree(RadixCache):
         self._evictable += end - start
         self._mark_leaf(leaf)
 
-    def check_tier(self) -> None:
+    def check_invariants(self) -> None:
         """The tree's invariants and the pool's conservation (the tree is its only holder)."""
-        self.check_invariants()
+        super().check_invariants()
         self.pool.check_invariants()
         held = self.total_size()
         if held + self.pool.available_size() != self.capacity:
@@ -287,20 +373,11 @@ class HierarchicalCache:
         self.storage = (TierTree("storage", config.storage_tokens, ps)
                         if config.storage_tokens else None)
         self.host = TierTree("host", config.host_tokens, ps, self.storage)
-        self.pages_h2d = 0  # host -> device loads
-        self.pages_s2h = 0  # storage -> host prefetches
+        self.traffic = TierCounters()  # host -> device loads, storage -> host prefetches
         self.inflight: list[TreeNode] = []  # host nodes locked by loads in flight
-        if config.write_policy == "write_back":
+        self.writes = config.writes
+        if self.writes.on_evict:
             tree.on_evict = self._write_back
-
-    # -- traffic -----------------------------------------------------------------------------
-    @property
-    def pages_d2h(self) -> int:
-        return self.host.pages_in - self.pages_s2h
-
-    @property
-    def pages_h2s(self) -> int:
-        return self.storage.pages_in if self.storage is not None else 0
 
     def _write_back(self, leaf: TreeNode) -> None:
         self.host.store(path_key(leaf))
@@ -315,7 +392,7 @@ class HierarchicalCache:
 
     def after_insert(self, key: np.ndarray) -> None:
         """A prefix entered the device tree: `write_through` backs it up now."""
-        if self.config.write_policy == "write_through":
+        if self.writes.on_insert:
             self.host.store(key)
 
     def fetch(self, key: np.ndarray, device: torch.Tensor, node: TreeNode,
@@ -328,7 +405,7 @@ class HierarchicalCache:
         ps = self.tree.page_size
         d = len(device)
         none = Fetch(node, device, 0, 0, None)
-        if (self.config.write_policy == "write_through_selective" and d
+        if (self.writes.on_reuse and d
                 and node.hit_count >= self.config.write_threshold):
             self.host.store(key[:d])
         h, hnode = self.host.touch(key)
@@ -342,7 +419,7 @@ class HierarchicalCache:
                 snode = self.storage.touch(key[:take])[1]
                 self.storage.inc_lock_ref(snode)  # read while the host makes room
                 try:
-                    self.pages_s2h += self.host.store(key[:take])
+                    self.traffic.pages_s2h += self.host.store(key[:take])
                 finally:
                     self.storage.dec_lock_ref(snode)
                 h, hnode = self.host.touch(key)
@@ -368,7 +445,7 @@ class HierarchicalCache:
         if already != d:
             raise InvariantError(f"load: the device prefix changed under its lock "
                                  f"({already} != {d})")
-        self.pages_h2d += room // ps
+        self.traffic.pages_h2d += room // ps
         self.inflight.append(hnode)
         slots = torch.from_numpy(value).to(device.device)
         from_storage = min(from_storage, room)
@@ -381,16 +458,12 @@ class HierarchicalCache:
 
     # -- observation -------------------------------------------------------------------------
     def state(self) -> TierState:
-        st = self.storage
-        return TierState(self.pages_h2d, self.pages_d2h, self.pages_s2h, self.pages_h2s,
-                         self.host.total_size(), self.host.protected_size(),
-                         self.host.capacity, st.total_size() if st is not None else 0,
-                         st.capacity if st is not None else 0)
+        return self.traffic.state(self.host, self.storage)
 
     def check_invariants(self) -> None:
-        self.host.check_tier()
+        self.host.check_invariants()
         if self.storage is not None:
-            self.storage.check_tier()
+            self.storage.check_invariants()
             if self.storage.protected_size():
                 raise InvariantError("a storage page is locked outside a prefetch")
         locks = sum(n.own_locks for n in self.host.nodes())
@@ -407,5 +480,20 @@ class HierarchicalCache:
                 raise InvariantError(f"{n!r}: a host node in flight is not under the root")
 
 
-__all__ = ["SELECTIVE_THRESHOLD", "WRITE_POLICIES", "Fetch", "HierarchicalCache", "TierConfig",
-           "TierHit", "TierState", "TierTree", "page_slots", "path_key"]
+__all__ = [
+    "SELECTIVE_THRESHOLD",
+    "WRITES",
+    "WRITE_POLICIES",
+    "Fetch",
+    "HierarchicalCache",
+    "LowerStore",
+    "TierConfig",
+    "TierCounters",
+    "TierHit",
+    "TierState",
+    "TierTree",
+    "WritePolicy",
+    "page_slots",
+    "path_key",
+    "store_breakdown",
+]

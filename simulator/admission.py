@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcore.policies.base import KVPolicy, PrefixPeek
+from kvcore.policies.capabilities import Reserving
+from kvcore.registry import Registry
 from simulator.request import SimRequest, remaining_new_tokens
 from simulator.scheduler import preempt_victim, retract_victim
 
@@ -63,8 +65,8 @@ class Admission(ABC):
     def __init__(self, policy: KVPolicy, params: AdmissionParams) -> None:
         self.policy = policy
         self.params = params
-        # contiguous policies reserve up front: their placement decides admission
-        self.reserving = policy.reservation(1, 1, 1) > 0
+        # a reserving policy (contiguous-*) places its own reservation: its placement decides
+        self.reserving = isinstance(policy, Reserving)
 
     # -- requests ---------------------------------------------------------------------------
     def context_limit(self, max_context_len: int) -> int:
@@ -217,12 +219,11 @@ def _first_true(ok: np.ndarray, k: int) -> int:
 
 
 AdmissionFactory = Callable[[KVPolicy, AdmissionParams], Admission]
-ADMISSIONS: dict[str, AdmissionFactory] = {
-    cls.name: cls for cls in (SGLangAdmission, VLLMAdmission, ReserveAdmission)
-}
+ADMISSIONS: Registry[AdmissionFactory] = Registry("admission mode")
+for _cls in (SGLangAdmission, VLLMAdmission, ReserveAdmission):
+    ADMISSIONS.add(_cls.name, _cls)
 
 
 def make_admission(name: str, policy: KVPolicy, params: AdmissionParams) -> Admission:
-    if name not in ADMISSIONS:
-        raise ValueError(f"--admission {name!r} is not one of: {', '.join(ADMISSIONS)}")
-    return ADMISSIONS[name](policy, params)
+    """The admission strategy `name` over `policy`; an unknown name lists the known ones."""
+    return ADMISSIONS.get(name)(policy, params)

@@ -25,18 +25,21 @@ import simpy
 
 from kvcore.breakdown import PARTS, MemoryBreakdown
 from kvcore.policies.base import KVPolicy, PrefixPeek
+from kvcore.policies.capabilities import LowerTiers, PrefixCache, Reserving
+from kvcore.tiers import WRITES, WritePolicy
 from simulator.admission import make_admission
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
 from simulator.guard import LivelockError, LivelockGuard
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
-from simulator.scheduler import order_waiting
+from simulator.scheduler import PREEMPTS, SCHEDULES
 from simulator.stretch import FastForward
 from simulator.transfers import TierTraffic, TransferModel
 from workloads.request import Request, Workload
 
 Plan = list[tuple[SimRequest, int]]  # (request, prefill target) chunks of one iteration
+NO_HIT = PrefixPeek(0, 0)  # what a policy without a prefix cache would find
 __all__ = ["Engine", "LivelockError"]
 
 
@@ -64,6 +67,10 @@ class Engine:
         self.admission = make_admission(config.engine.admission, policy,
                                         config.admission_params)
         self.context_limit = self.admission.context_limit(max_context_len)
+        self.schedule = SCHEDULES.get(config.engine.schedule)
+        self.preempt_mode = PREEMPTS.get(config.engine.preempt)
+        # what the host write policy does (kvcore/tiers.py WRITES; read with a tier only)
+        self.writes: WritePolicy = WRITES.get(config.tier.hicache_write_policy)
         self.arrivals = Arrivals(env, workload, self._enqueue)
         self.fast_forward = FastForward(self)
         self.waiting: list[SimRequest] = []
@@ -99,10 +106,13 @@ class Engine:
         # event_sink(t0, t1, prefill_chunks [(rid, from_token, to_token)], decode_rids, steps)
         # once per iteration or decode stretch. Never changes the simulation.
         self.event_sink: Callable[..., None] | None = None
+        # the policy's optional capabilities (kvcore/policies/capabilities.py), asked once
+        self.prefix_cache = policy if isinstance(policy, PrefixCache) else None
+        self.reserving = policy if isinstance(policy, Reserving) else None
+        self.tiered = policy if isinstance(policy, LowerTiers) else None
         # lower KV tiers (a policy with a host tier and a transfer model): traffic and stalls
-        state = policy.tier_state()
-        self.tier = (TierTraffic(transfers, state)
-                     if state is not None and transfers is not None else None)
+        self.tier = (TierTraffic(transfers, self.tiered.tier_state())
+                     if self.tiered is not None and transfers is not None else None)
 
     def start(self) -> None:
         self.arrivals.start()
@@ -124,8 +134,7 @@ class Engine:
         if sreq.prompt_len >= self.max_context_len:
             return (f"prompt of {sreq.prompt_len} tokens leaves no room under max context "
                     f"length {self.max_context_len}")
-        need = max(sreq.final_len, self.admission.need_alone(sreq), self.policy.reservation(
-            sreq.prompt_len, sreq.final_len, sreq.max_new))
+        need = max(sreq.final_len, self.admission.need_alone(sreq), self._reservation(sreq))
         if need > self.policy.capacity:
             return f"needs {need} KV slots, the pool has {self.policy.capacity}"
         return ""
@@ -169,14 +178,23 @@ class Engine:
     def head_reservation(self) -> int:
         if not self.waiting:
             return self.max_context_len
-        h = self.waiting[0]
-        return max(self.policy.reservation(h.prompt_len, h.final_len, h.max_new), 1)
+        return max(self._reservation(self.waiting[0]), 1)
+
+    def _reservation(self, sreq: SimRequest) -> int:
+        """What a reserving policy would reserve for `sreq` (0: memory on demand)."""
+        if self.reserving is None:
+            return 0
+        return self.reserving.reservation(sreq.prompt_len, sreq.final_len, sreq.max_new)
 
     def peek_admission(self, sreq: SimRequest) -> PrefixPeek:
-        return self.policy.peek_admission(sreq.prefill_key())
+        if self.prefix_cache is None:
+            return NO_HIT
+        return self.prefix_cache.peek_admission(sreq.prefill_key())
 
     def _peek(self, sreq: SimRequest) -> int:
-        return self.policy.peek_prefix(sreq.prefill_key())
+        if self.prefix_cache is None:
+            return 0
+        return self.prefix_cache.peek_prefix(sreq.prefill_key())
 
     def _breakdown(self) -> MemoryBreakdown:
         return self.policy.breakdown(self.head_reservation())
@@ -196,7 +214,7 @@ class Engine:
             budget -= target - sreq.written
         charged = 0
         self._admitted = []
-        self.waiting = order_waiting(self.waiting, self.cfg.engine.schedule, self._peek)
+        self.waiting = self.schedule.order(self.waiting, self._peek)
         while self.waiting and budget > 0:
             sreq = self.waiting[0]
             if len(self.running) + len(self.prefilling) >= self.cfg.engine.max_running_requests:
@@ -207,10 +225,14 @@ class Engine:
             if self._blocked == (sreq.rid, self._mem_epoch):
                 break
             target_ids = sreq.seq_ids(sreq.prefill_target)
-            if self.tier is not None:  # what the storage prefetch delivered while it waited
-                self.policy.storage_allowance = self.tier.model.allowance(
-                    self.env.now - sreq.req.arrival_s, self.policy.page_size)
-            res = self.policy.admit(sreq.rid, target_ids, sreq.final_len, sreq.max_new)
+            if self.tier is not None and self.tiered is not None:
+                # at most what the storage prefetch delivered while it waited
+                res = self.tiered.admit_prefetched(
+                    sreq.rid, target_ids, sreq.final_len, sreq.max_new,
+                    self.tier.model.allowance(self.env.now - sreq.req.arrival_s,
+                                              self.policy.page_size))
+            else:
+                res = self.policy.admit(sreq.rid, target_ids, sreq.final_len, sreq.max_new)
             if res is None:
                 self._blocked = (sreq.rid, self._mem_epoch)
                 break
@@ -301,7 +323,7 @@ class Engine:
             self.prefilling.remove(victim)
         written = victim.written
         victim.computed_len = max(victim.computed_len, written)
-        if self.cfg.engine.preempt == "swap" and written > 0:
+        if self.preempt_mode.swap and written > 0:
             # only what was computed: a victim in the middle of its prefill prefills the rest
             # after the copy back, and still samples its first token then
             victim.swap_len = written
@@ -346,7 +368,7 @@ class Engine:
                 continue
             # the head that a stretch must not pass is the head in schedule order (lpm
             # reorders; stepping sorts at the start of every iteration)
-            self.waiting = order_waiting(self.waiting, self.cfg.engine.schedule, self._peek)
+            self.waiting = self.schedule.order(self.waiting, self._peek)
             if self.fast_forward.possible():
                 k = self.fast_forward.length()
                 if k >= 2:
@@ -404,9 +426,8 @@ class Engine:
         contexts = np.fromiter((s.written for s in decoding), dtype=np.int64,
                                count=len(decoding))
         dt = self.latency.iteration_time(prefill_info, contexts, self.policy.page_size) + extra
-        if self.tier is not None:
-            state = self.policy.tier_state()
-            assert state is not None
+        if self.tier is not None and self.tiered is not None:
+            state = self.tiered.tier_state()
             dt += self.tier.iteration_stall([s for s, _ in plan], dt, state,
                                             self.policy.page_size)
             self.rec.host = (state.host_used, state.host_locked)
@@ -437,7 +458,8 @@ class Engine:
                 if sreq.output_len > 0:
                     self.generated_tokens += 1
                     self.progress_made()
-                self.policy.cache_prefix(sreq.rid, sreq.seq_ids(sreq.written))
+                if self.prefix_cache is not None:
+                    self.prefix_cache.cache_prefix(sreq.rid, sreq.seq_ids(sreq.written))
             if sreq.decoded >= sreq.output_len:
                 self.finish(sreq)
             else:

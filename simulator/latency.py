@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kvcore.presets import GpuPreset, ModelPreset, dtype_bytes, get_gpu, get_model
+from kvcore.registry import Registry
 
 # the two roofline constants a user calibrates to a GPU (--page-head-overhead-s,
 # --iteration-overhead-s; simulator/specs.py shows these defaults); docs/latency.md says how
@@ -113,13 +114,13 @@ class LatencyModel(ABC):
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
-LATENCY_MODELS: dict[str, type[LatencyModel]] = {}
+LATENCY_MODELS: Registry[type[LatencyModel]] = Registry("latency model")
 
 
 def register_latency_model(name: str) -> Callable[[type[LatencyModel]], type[LatencyModel]]:
     def deco(cls: type[LatencyModel]) -> type[LatencyModel]:
         cls.name = name
-        LATENCY_MODELS[name] = cls
+        LATENCY_MODELS.add(name, cls)
         return cls
 
     return deco
@@ -285,7 +286,7 @@ def make_latency_model(
     key = name.strip().lower()
     if key not in LATENCY_MODELS:
         raise ValueError(f"unknown latency model {name!r}; known: {', '.join(LATENCY_MODELS)}")
-    cls = LATENCY_MODELS[key]
+    cls = LATENCY_MODELS.get(key)
     allowed = {f.name for f in dataclasses.fields(cls) if f.init} - {
         "model", "gpu", "tp", "kv_dtype"}
     bad = sorted(set(overrides) - allowed)

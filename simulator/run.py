@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -12,7 +12,8 @@ import simpy
 import torch
 
 from kvcore.breakdown import mean_frag_index, mean_share_pct
-from kvcore.policies import KVPolicy, PolicyConfig, make_policy
+from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy, policy_kind
+from kvcore.policies.capabilities import LowerTiers
 from kvcore.presets import get_gpu, get_model
 from simulator.config import SimConfig
 from simulator.engine import Engine
@@ -26,8 +27,6 @@ from workloads.request import Workload
 # torch's intra-op threads cost more than they give on the tiny tensors of one engine step
 # (a 50k-element clone: 20 us at 1 thread, ms at 2 on a busy 2-core machine).
 TORCH_THREADS = 1
-#: policies with a host (and storage) KV tier (kvcore/policies/paged_tiers.py, vllm_tiers.py)
-TIERED_POLICIES = ("paged", "vllm")
 
 
 @dataclass
@@ -39,32 +38,37 @@ class SimResult:
     extra: dict = field(default_factory=dict)
 
 
-def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
-    """The policy `cfg` names. Its PolicyConfig takes the fields it shares with the config by
-    name (pool size, page size, placement, eviction, device, KV dtype); the rest is what the
-    engine derives: the resolved context, the batch limit as page-table rows, and the model's
-    KV geometry on one tensor-parallel rank. Shape-only KV (no buffer) in simulations."""
+def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
+    """The PolicyConfig of `cfg`, every field named from the spec that owns it (so a renamed
+    spec field is an AttributeError here, never PolicyConfig's own default): the pool (size,
+    KV dtype), the policy spec (page size, placement, eviction), the engine (device, batch
+    limit as page-table rows), the tier spec (sizes resolved to slots, write policy), the
+    resolved context and the model's KV geometry on one tensor-parallel rank. Shape-only KV
+    (no buffer) in simulations."""
     model = get_model(cfg.pool.model)
-    flat = cfg.to_dict()
-    shared = {f.name: flat[f.name] for f in fields(PolicyConfig) if f.name in flat}
-    derived = {"max_context_len": max_context_len,
-               "max_requests": cfg.engine.max_running_requests,
-               "num_layers": model.num_layers,
-               "num_kv_heads": model.kv_heads_per_rank(cfg.pool.tp),
-               "head_dim": model.head_dim, "store_kv": False}
-    host, storage = tier_tokens(cfg.tier, model, cfg.pool.kv_dtype, cfg.pool.tp,
-                                cfg.pool.kv_tokens)
+    pol, pool, tier = cfg.policy, cfg.pool, cfg.tier
+    host, storage = tier_tokens(tier, model, pool.kv_dtype, pool.tp, pool.kv_tokens)
     for name, slots in (("--hicache-size / --hicache-ratio", host), ("--storage-size", storage)):
-        if 0 < slots < cfg.policy.page_size:
+        if 0 < slots < pol.page_size:
             raise ValueError(f"{name}: a tier of {slots} slots is smaller than one page of "
-                             f"{cfg.policy.page_size} tokens")
-    if host:
-        if cfg.policy.policy not in TIERED_POLICIES:
-            raise ValueError(f"--hicache-size / --hicache-ratio: the host tier is built for "
-                             f"--policy {' or '.join(TIERED_POLICIES)}, not "
-                             f"{cfg.policy.policy!r}")
-        derived.update(host_tokens=host, storage_tokens=storage)
-    return make_policy(cfg.policy.policy, PolicyConfig(**{**shared, **derived}))
+                             f"{pol.page_size} tokens")
+    if host and not policy_kind(pol.policy).supports_tiers:
+        tiered = [n for n in POLICIES.names() if POLICIES.get(n).supports_tiers]
+        raise ValueError(f"--hicache-size / --hicache-ratio: the host tier is built for "
+                         f"--policy {' or '.join(tiered)}, not {pol.policy!r}")
+    return PolicyConfig(
+        kv_tokens=pool.kv_tokens, page_size=pol.page_size, max_context_len=max_context_len,
+        max_requests=cfg.engine.max_running_requests, device=cfg.engine.device,
+        placement=pol.placement, eviction=pol.eviction, num_layers=model.num_layers,
+        num_kv_heads=model.kv_heads_per_rank(pool.tp), head_dim=model.head_dim,
+        kv_dtype=pool.kv_dtype, store_kv=False, host_tokens=host if host else 0,
+        storage_tokens=storage if host else 0,
+        hicache_write_policy=tier.hicache_write_policy)
+
+
+def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
+    """The policy `cfg` names, built from `policy_config`."""
+    return make_policy(cfg.policy.policy, policy_config(cfg, max_context_len))
 
 
 def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
@@ -226,7 +230,7 @@ def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
     tier, prompt = engine.tier, engine.prompt_tokens
     host_hit = tier.host_tokens if tier is not None else 0
     storage_hit = tier.storage_tokens if tier is not None else 0
-    state = policy.tier_state()
+    state = policy.tier_state() if isinstance(policy, LowerTiers) else None
     page_bytes = tier.model.page_bytes if tier is not None else 0.0
     cap = state.host_capacity if state is not None else 0
     span = rec.window_length

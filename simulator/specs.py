@@ -14,13 +14,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, flag, spec_field
+from simulator import scheduler
 from simulator.admission import ADMISSIONS
 from simulator.latency import ITERATION_OVERHEAD_S, PAGE_HEAD_OVERHEAD_S
 
-ADMISSION_MODES = tuple(ADMISSIONS)  # the registered strategies (simulator/admission.py)
-SCHEDULES = ("fcfs", "lpm")
-PREEMPT_MODES = ("recompute", "swap")
-CACHING_POLICIES = ("paged", "vllm")  # the policies that keep a prefix cache
+# the registered names (simulator/admission.py, simulator/scheduler.py)
+ADMISSION_MODES = tuple(ADMISSIONS.names())
+SCHEDULES = tuple(scheduler.SCHEDULES.names())
+PREEMPT_MODES = tuple(scheduler.PREEMPTS.names())
+
+
+def caching_policies() -> list[str]:
+    """The policies that keep a prefix cache (declared where each is registered)."""
+    from kvcore.policies import POLICIES
+
+    return [name for name in POLICIES.names() if POLICIES.get(name).caches_prefix]
 
 
 def _policies() -> list[str]:
@@ -67,13 +75,16 @@ class PolicySpec:
     def __post_init__(self) -> None:
         check_fields(self)
         caching = self.enable_prefix_caching
-        if caching is False and self.policy in CACHING_POLICIES:
+        if caching is None:
+            return
+        cachers = caching_policies()
+        if caching is False and self.policy in cachers:
             # vLLM with caching off allocates blocks and frees them at finish, nothing hashed
             # or kept: what paged-nocache does (admission is its own option)
             object.__setattr__(self, "policy", "paged-nocache")
-        elif caching is True and self.policy not in CACHING_POLICIES:
+        elif caching is True and self.policy not in cachers:
             raise ValueError(f"--enable-prefix-caching needs a policy with a prefix cache "
-                             f"({', '.join(CACHING_POLICIES)}), got --policy {self.policy}")
+                             f"({', '.join(cachers)}), got --policy {self.policy}")
 
 
 @dataclass(frozen=True)
@@ -204,6 +215,6 @@ def check_device(device: str) -> None:
             raise ValueError(f"--device {device!r}: no such CUDA device here ({n} found)")
 
 
-__all__ = ["ADMISSION_MODES", "CACHING_POLICIES", "LOAD_MODES", "PREEMPT_MODES",
+__all__ = ["ADMISSION_MODES", "LOAD_MODES", "PREEMPT_MODES",
            "PREFETCH_POLICIES", "SCHEDULES", "EngineSpec", "PolicySpec", "TierSpec",
-           "check_device"]
+           "caching_policies", "check_device"]

@@ -5,7 +5,7 @@ k is the largest number such that nothing the stepping engine reacts to happens 
 of step k:
 
 * no running request finishes before step k (k <= the smallest remaining output);
-* the memory the k steps take (`policy.decode_cost`, whole pages) is available: no step fails;
+* the memory the k steps take (`decode_cost`, whole pages) is available: no step fails;
 * under LPM with two or more waiting, no step before the k-th evicts cache (an eviction changes
   the prefix hits the queue is sorted by, and stepping sorts again before the next step);
 * with lower KV tiers under write_back, no step evicts (an eviction writes back to the host,
@@ -30,10 +30,13 @@ import numpy as np
 import simpy
 
 from kvcore.policies.base import KVPolicy, PrefixPeek
+from kvcore.policies.capabilities import DecodeStretch, LowerTiers
+from kvcore.tiers import WritePolicy
 from simulator.admission import Admission
 from simulator.config import SimConfig
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
+from simulator.scheduler import QueueOrder
 from simulator.transfers import TierTraffic
 
 
@@ -52,6 +55,9 @@ class EngineState(Protocol):
     generated_tokens: int
     event_sink: Callable[..., None] | None
     tier: TierTraffic | None
+    tiered: LowerTiers | None
+    schedule: QueueOrder
+    writes: WritePolicy
 
     def head_blocked(self) -> bool: ...
     def next_arrival(self) -> float: ...
@@ -67,13 +73,15 @@ class FastForward:
 
     def __init__(self, engine: EngineState) -> None:
         self.e = engine
+        # the policy's batched decode (None: it has none, the engine steps one at a time)
+        self.p = engine.policy if isinstance(engine.policy, DecodeStretch) else None
         self._times: np.ndarray | None = None  # step times of the last plan, reused by run
 
     # -- planning ---------------------------------------------------------------------------
     def possible(self) -> bool:
         """Only decoding is going on and the queue head cannot be admitted now."""
         e = self.e
-        if not e.running or e.prefilling:
+        if self.p is None or not e.running or e.prefilling:
             return False
         if not e.waiting:
             return True
@@ -87,19 +95,20 @@ class FastForward:
 
     def length(self) -> int:
         """k, the steps to take at once (< 2: take a normal iteration instead)."""
-        e = self.e
+        e, p = self.e, self.p
+        assert p is not None  # possible() said so
         rids = [s.rid for s in e.running]
         k = min(e.cfg.tuning.max_steps_per_stretch,
                 min(s.output_len - s.decoded for s in e.running))
         if k < 2:
             return k
         k = max(self._steps_within(rids, k, e.policy.available_tokens()), 1)
-        if k >= 2 and e.cfg.engine.schedule == "lpm" and len(e.waiting) > 1:
-            k = min(k, self._steps_within(rids, k, e.policy.fresh_tokens()) + 1)
-        if k >= 2 and e.tier is not None and e.cfg.tier.hicache_write_policy == "write_back":
+        if k >= 2 and e.schedule.by_prefix_hit and len(e.waiting) > 1:
+            k = min(k, self._steps_within(rids, k, p.fresh_tokens()) + 1)
+        if k >= 2 and e.tier is not None and e.writes.on_evict:
             # an eviction writes back to the host, which an iteration charges and records:
             # the stretch ends before the first step that would evict
-            k = min(k, self._steps_within(rids, k, e.policy.fresh_tokens()))
+            k = min(k, self._steps_within(rids, k, p.fresh_tokens()))
         if k >= 2 and e.waiting and not e.admission.reserving \
                 and len(e.running) < e.cfg.engine.max_running_requests:
             head = e.waiting[0]
@@ -118,7 +127,8 @@ class FastForward:
     def _steps_within(self, rids: list[int], k: int, slots: int) -> int:
         """The most decode steps (<= k) of `rids` whose new memory fits in `slots` (the cost
         grows with the steps: a binary search)."""
-        cost = self.e.policy.decode_cost
+        assert self.p is not None
+        cost = self.p.decode_cost
         if cost(rids, k) <= slots:
             return k
         lo, hi = 0, k - 1
@@ -144,8 +154,8 @@ class FastForward:
             times = np.array([e.latency.iteration_time((), contexts + j, e.policy.page_size)
                               for j in range(k)])
         if e.tier is not None and len(times):
-            state = e.policy.tier_state()
-            assert state is not None
+            assert e.tiered is not None  # a tier's traffic comes from a tiered policy
+            state = e.tiered.tier_state()
             t0 = float(times[0])
             stall = e.tier.decode_stall(state, t0, e.policy.page_size)
             if stall:
@@ -163,13 +173,14 @@ class FastForward:
         planned, self._times = self._times, None
         times = planned[:k] if planned is not None and len(planned) >= k else self._step_times(k)
         if e.tier is not None:  # charge what the first step carries; record the host now
-            state = e.policy.tier_state()
-            assert state is not None
+            assert e.tiered is not None
+            state = e.tiered.tier_state()
             e.tier.written_since(state)
             e.rec.host = (state.host_used, state.host_locked)
         head = e.head_reservation()
         b0 = e.policy.breakdown(head)
-        profile = e.policy.decode_steps(rids, k, head)
+        assert self.p is not None
+        profile = self.p.decode_steps(rids, k, head)
         for s in running:
             s.written += k
         e.maybe_check_invariants()

@@ -30,15 +30,19 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
-from kvcore.tiers import TierConfig, TierState
+from kvcore.registry import Registry
+from kvcore.tiers import TierConfig
 
 __all__ = [
+    "POLICIES",
     "AdmitResult",
     "KVPolicy",
     "PolicyConfig",
+    "PolicyKind",
     "PrefixPeek",
     "make_policy",
     "policy_help",
+    "policy_kind",
     "policy_names",
     "register_policy",
 ]
@@ -80,12 +84,18 @@ class PrefixPeek(NamedTuple):
 
 
 class KVPolicy(ABC):
-    """A KV allocation policy driven request by request.
+    """A KV allocation policy driven request by request: the lifecycle every policy has.
 
     Lifecycle of one request `rid` (the simulator guarantees this order):
 
-        admit -> extend* (prefill chunks) -> cache_prefix? -> decode* -> finish
+        admit -> extend* (prefill chunks) -> decode* -> finish
                     \\-> release (preempted or aborted; may be re-admitted later as new)
+
+    What a policy can do beyond it is an explicit capability, an ABC in
+    kvcore/policies/capabilities.py that the policy class derives from and the engine checks
+    with `isinstance`: `PrefixCache` (peek, cache a running prefix), `Reserving` (up-front
+    reservations), `DecodeStretch` (many decode steps in one call, for the fast-forward) and
+    `LowerTiers` (host / storage tiers). The engine calls nothing else and writes no attribute.
 
     Invariants every implementation keeps (checked by `check_invariants`):
     * no slot is owned twice (free list, one request's private memory, the prefix cache);
@@ -95,12 +105,11 @@ class KVPolicy(ABC):
 
     #: registry name, e.g. "paged"
     name: str = ""
-    #: tokens a storage tier may deliver at the next `admit` (set by the engine's prefetch
-    #: policy; read by policies with lower tiers only)
-    storage_allowance: int = 0
 
     def __init__(self, capacity: int, page_size: int) -> None:
+        #: slots in the pool (a whole number of pages); fixed for the policy's life
         self.capacity = capacity
+        #: tokens per page: the allocation granularity
         self.page_size = page_size
 
     # -- argument checks shared by every policy ----------------------------------------------
@@ -156,109 +165,54 @@ class KVPolicy(ABC):
             if w + steps > lim:
                 raise ValueError(f"decode of request {rid} {beyond} {lim}")
 
-    # -- admission -------------------------------------------------------------------------
-    @abstractmethod
-    def peek_prefix(self, token_ids: np.ndarray) -> int:
-        """Tokens of `token_ids` (already capped by the caller) the cache would serve now.
-
-        Read-only: no lock, no LRU touch; used by schedulers to order and budget the queue."""
-
-    def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
-        """`peek_prefix` and the part of that hit which `available_tokens()` counts now as
-        evictable. Admitting the request locks its hit, so that part stops being available:
-        an admission budget must leave it out, or it counts the same slots twice (as memory it
-        could free and as prefix it already has). Default: no cache, nothing evictable."""
-        return PrefixPeek(self.peek_prefix(token_ids), 0)
-
-    @abstractmethod
-    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
-        """Slots this policy reserves up front for such a request (0 for on-demand paging)."""
-
+    # -- the lifecycle -----------------------------------------------------------------------
     @abstractmethod
     def admit(
         self, rid: int, token_ids: np.ndarray, final_len: int, max_new_tokens: int
     ) -> AdmitResult | None:
-        """Give `rid` a page-table row, lock its cached prefix, and make any up-front
-        reservation. `token_ids` is the prompt. None (nothing changed) when there is no row or,
-        for reserving policies, no hole that fits."""
+        """Start `rid` (prompt `token_ids`, final length `final_len`).
 
-    # -- growth ----------------------------------------------------------------------------
+        Before: `rid` is not admitted. Takes a page-table row; a caching policy locks the
+        prompt's cached prefix (at most prompt - 1 tokens, page-aligned) so it cannot be
+        evicted while `rid` runs, and `written` starts there; a reserving policy places its
+        whole reservation. Allocates no other KV. None, with nothing changed, when there is
+        no row or (reserving) no hole that fits."""
+
     @abstractmethod
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
         """Allocate and write KV so that each `rids[i]` has `target_lens[i]` written tokens
-        (a prefill chunk). Batched, all-or-nothing; evicts unlocked cache when short."""
+        (a prefill chunk, or a swapped-out request's copy back).
+
+        Before: every rid admitted, written <= target <= its limit (checked: ValueError).
+        Allocates whole pages past each request's last one, evicting unlocked cache when
+        short. Batched, all-or-nothing: False, with no request changed, when memory is short
+        (cache may have been evicted trying)."""
 
     @abstractmethod
     def decode(self, rids: Sequence[int]) -> bool:
-        """One more written token for each request (a decode step). Batched, all-or-nothing."""
+        """One more written token for each request (a decode step).
 
-    def decode_cost(self, rids: Sequence[int], n: int) -> int:
-        """Slots of new memory that `n` decode steps of `rids` would take (whole pages).
-        Default: page-granular on-demand growth; reserving policies return 0."""
-        ps = self.page_size
-        total = 0
-        for rid in rids:
-            w = self.written(rid)
-            total += (-(-(w + n) // ps) - -(-w // ps)) * ps
-        return total
-
-    def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
-        """`n` decode steps at once, with exactly the result of `n` calls of `decode(rids)`;
-        returns the breakdown parts (columns in PARTS order) after each step, so the engine
-        keeps exact time-weighted averages.
-
-        The engine only asks when `decode_cost(rids, n) <= available_tokens()`, so no step
-        can fail. Default: the predicted profile, then n single steps."""
-        if self.decode_cost(rids, n) > self.available_tokens():
-            raise ValueError("decode_steps needs decode_cost <= available_tokens")
-        profile = self.decode_profile(rids, n, head_reservation)
-        for _ in range(n):
-            if not self.decode(rids):
-                raise RuntimeError("a decode step failed although memory was available")
-        return profile
-
-    def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
-        """The breakdown parts (columns in PARTS order) after each of the next `n` decode
-        steps of `rids`, without changing anything; lets the engine keep exact time-weighted
-        averages when it advances many steps at once. Default: reserving policies, where a step
-        only turns one reserved slot per request into token state."""
-        row = self.breakdown(head_reservation).as_array()
-        out = np.repeat(row[None, :], n, axis=0)
-        steps = np.arange(1, n + 1, dtype=np.int64) * len(rids)
-        out[:, 0] += steps
-        out[:, 2] -= steps
-        return out
-
-    def free_tokens(self) -> int:
-        """Slots free right now (without evicting anything)."""
-        return self.available_tokens() - self.evictable_tokens()
-
-    def fresh_tokens(self) -> int:
-        """Slots the next allocations take before the first one evicts cached content. A
-        scheduler that orders its queue by cache hits must look again after an eviction.
-        Default: the free slots (a cache is evicted only when free memory runs out)."""
-        return self.free_tokens()
-
-    # -- ending ----------------------------------------------------------------------------
-    @abstractmethod
-    def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
-        """Offer the request's written tokens (`token_ids` are their ids) to the prefix cache
-        while it keeps running, so later requests can match them (SGLang's
-        cache_unfinished_req). A no-op for policies without a cache."""
+        Before: every rid admitted, written + 1 within its limit. Allocates a page for each
+        request whose last page is full (reserving policies: none), evicting unlocked cache
+        when short. Batched, all-or-nothing: False, nothing changed, when memory is short."""
 
     @abstractmethod
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
-        """The request completed: cache its `written` tokens (ids in `token_ids`), free what is
-        private, release its row."""
+        """`rid` completed: a caching policy inserts its `written` tokens (ids `token_ids`)
+        into the prefix cache (whole pages; the cache then owns them) and unlocks its prefix;
+        everything else it holds (the partial last page, a reservation) is freed and its row
+        given back. Before: `rid` admitted. After: `rid` is unknown to the policy."""
 
     @abstractmethod
     def release(self, rid: int) -> None:
-        """Preempt or abort: give back everything `rid` holds without caching its new KV."""
+        """Preempt or abort `rid`: free every private page and its row and unlock its cached
+        prefix, caching nothing new. Before: `rid` admitted. After: unknown to the policy (a
+        later `admit` of the same rid starts afresh)."""
 
-    # -- observation -----------------------------------------------------------------------
+    # -- capacity and usage ----------------------------------------------------------------
     @abstractmethod
     def written(self, rid: int) -> int:
-        """KV tokens written for `rid` so far."""
+        """KV tokens written for `rid` so far (its cached prefix included)."""
 
     @abstractmethod
     def available_tokens(self) -> int:
@@ -266,13 +220,17 @@ class KVPolicy(ABC):
 
     @abstractmethod
     def evictable_tokens(self) -> int:
-        """Slots held only by the prefix cache."""
+        """Slots held only by the prefix cache (unlocked; 0 without a cache)."""
+
+    def free_tokens(self) -> int:
+        """Slots free right now (without evicting anything)."""
+        return self.available_tokens() - self.evictable_tokens()
 
     @abstractmethod
     def breakdown(self, head_reservation: int) -> MemoryBreakdown:
-        """Where every slot is now. `head_reservation` is what the request at the head of the
-        waiting queue would need (the max context length when none waits); it decides which
-        free holes count as external fragmentation."""
+        """Where every slot is now (read-only). `head_reservation` is what the request at the
+        head of the waiting queue would need (the max context length when none waits); it
+        decides which free holes count as external fragmentation."""
 
     @abstractmethod
     def page_table_entries(self) -> int:
@@ -280,19 +238,11 @@ class KVPolicy(ABC):
 
     @abstractmethod
     def check_invariants(self) -> None:
-        """Raise InvariantError if any invariant of the policy or its structures is broken."""
+        """Raise InvariantError if any invariant of the policy or its structures is broken
+        (read-only, except that work a policy defers, such as due host stores, is done)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release tensors early (optional)."""
-
-    def live_requests(self) -> int:
-        """Requests holding memory or a row now (default: not tracked)."""
-        return 0
-
-    def tier_state(self) -> TierState | None:
-        """Lower KV tiers' occupancy and the pages moved between tiers so far (None: the
-        policy has no lower tier). The engine charges the traffic as transfer time."""
-        return None
 
 
 @dataclass(frozen=True)
@@ -340,29 +290,50 @@ class PolicyConfig:
 # -- registry --------------------------------------------------------------------------------
 
 PolicyFactory = Callable[[PolicyConfig], KVPolicy]
-_REGISTRY: dict[str, tuple[PolicyFactory, str]] = {}
 
 
-def register_policy(name: str, when: str) -> Callable[[PolicyFactory], PolicyFactory]:
-    """Register a factory under `name`; `when` is the one-line 'pick it when' shown to users."""
+@dataclass(frozen=True)
+class PolicyKind:
+    """A registered policy: how to build it from its `PolicyConfig`, the one-line "pick it
+    when" users see, and what it can do, declared once so that option checks and the run
+    builder ask the entry instead of keeping lists of names."""
+
+    build: PolicyFactory
+    when: str
+    caches_prefix: bool = False  # keeps a prefix cache (--enable-prefix-caching applies)
+    supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
+
+
+#: every policy, registered in the module named after it (kvcore/policies/paged.py, vllm.py,
+#: contiguous.py)
+POLICIES: Registry[PolicyKind] = Registry("policy")
+
+
+def register_policy(name: str, when: str, *, caches_prefix: bool = False,
+                    supports_tiers: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Register a factory under `name` with its capabilities; `when` is the one-line 'pick it
+    when' shown to users."""
 
     def deco(factory: PolicyFactory) -> PolicyFactory:
-        _REGISTRY[name] = (factory, when)
+        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers), when)
         return factory
 
     return deco
 
 
 def policy_names() -> list[str]:
-    return list(_REGISTRY)
+    return POLICIES.names()
 
 
 def policy_help() -> dict[str, str]:
-    return {name: when for name, (_, when) in _REGISTRY.items()}
+    return POLICIES.help()
+
+
+def policy_kind(name: str) -> PolicyKind:
+    """The registered entry of `name`; an unknown name lists the known ones."""
+    return POLICIES.get(name)
 
 
 def make_policy(name: str, config: PolicyConfig) -> KVPolicy:
     """Build a registered policy by name; an unknown name lists the known ones."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name][0](config)
+    return POLICIES.get(name).build(config)

@@ -15,7 +15,7 @@ number of pages (never past the maximum context length), then to the placement's
 
 Slots are addressed after the dummy page: placement offset `o` is slot `page_size + o`, so slot
 numbers share one address space with the paged policies (page 0 is never handed out).
-There is no prefix cache: `peek_prefix` is 0 and every admission starts at written = 0.
+There is no prefix cache (not a `PrefixCache`): every admission starts at written = 0.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import torch
 
 from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
+from kvcore.policies.capabilities import DecodeStretch, Reserving
 from kvcore.policies.placement import make_placement
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
@@ -59,7 +60,7 @@ class _Req:
         self.written = 0
 
 
-class ContiguousPolicy(KVPolicy):
+class ContiguousPolicy(Reserving, DecodeStretch):
     """One contiguous range per request, sized by `target_reservation` at admission."""
 
     name = ""
@@ -100,9 +101,6 @@ class ContiguousPolicy(KVPolicy):
         return self._block_for(self.target_reservation(prompt_len, final_len))
 
     # -- admission -------------------------------------------------------------------------
-    def peek_prefix(self, token_ids: np.ndarray) -> int:
-        return 0
-
     def admit(
         self, rid: int, token_ids: np.ndarray, final_len: int, max_new_tokens: int
     ) -> AdmitResult | None:
@@ -174,16 +172,13 @@ class ContiguousPolicy(KVPolicy):
         return req.reservation - req.written
 
     # -- ending ----------------------------------------------------------------------------
-    def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
-        self._req(rid)  # no cache: nothing to offer
-
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
         self.release(rid)
 
     def release(self, rid: int) -> None:
         req = self._req(rid)
         self.placement.free(req.start - self._base)
-        self.req_to_token_pool.free(req.row)
+        self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
 
     # -- observation -----------------------------------------------------------------------

@@ -6,8 +6,8 @@ then holds like any cached prefix (`cached` covers them: they are not prefilled)
 pages a load reads stay locked until the request's prefill completes (`cache_prefix`) or it
 leaves (`release` / `finish`): that is the load's time in flight, which the engine charges.
 
-The `paged` factory builds it only when the configuration asks for a host tier, so a run
-without one is `PagedPolicy` itself, unchanged.
+The `paged` factory (kvcore/policies/paged.py) builds it only when the configuration asks for
+a host tier, so a run without one is `PagedPolicy` itself, unchanged.
 """
 
 from __future__ import annotations
@@ -15,25 +15,27 @@ from __future__ import annotations
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
-from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
-from kvcore.policies.paged import PagedPolicy
+from kvcore.policies.base import AdmitResult, PolicyConfig
+from kvcore.policies.capabilities import LowerTiers
+from kvcore.policies.paged_radix import PagedPolicy
 from kvcore.radix_cache import MatchResult, TreeNode, as_key
-from kvcore.tiers import HierarchicalCache, TierConfig, TierState
+from kvcore.tiers import HierarchicalCache, TierConfig, TierState, store_breakdown
 from kvcore.validation import InvariantError
 
 
-class TieredPagedPolicy(PagedPolicy):
+class TieredPagedPolicy(PagedPolicy, LowerTiers):
     """Paged pool + radix cache + host tier (+ storage tier)."""
 
     def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
         super().__init__(config, cache_enabled=True)
-        self.tiers = HierarchicalCache(self.tree, tiers)
+        self.hicache = HierarchicalCache(self.tree, tiers)
         rows = config.max_requests + 1
         self._host_lock: list[TreeNode | None] = [None] * rows
         self._loaded = (0, 0)  # (host, storage) tokens of the last admission's load
+        self._allowance = 0  # storage tokens the admission in progress may load
 
     def _load(self, row: int, key: np.ndarray, match: MatchResult) -> MatchResult:
-        fetch = self.tiers.fetch(key, match.indices, match.last_node, self.storage_allowance)
+        fetch = self.hicache.fetch(key, match.indices, match.last_node, self._allowance)
         self._loaded = (fetch.host_tokens, fetch.storage_tokens)
         if fetch.host_lock is None:
             return match
@@ -44,25 +46,29 @@ class TieredPagedPolicy(PagedPolicy):
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:
+        return self.admit_prefetched(rid, token_ids, final_len, max_new_tokens, 0)
+
+    def admit_prefetched(self, rid: int, token_ids: np.ndarray, final_len: int,
+                         max_new_tokens: int, storage_allowance: int) -> AdmitResult | None:
         self._loaded = (0, 0)
-        res = super().admit(rid, token_ids, final_len, max_new_tokens)
+        self._allowance = storage_allowance
+        try:
+            res = super().admit(rid, token_ids, final_len, max_new_tokens)
+        finally:
+            self._allowance = 0
         if res is None:
             return None
         host, storage = self._loaded
         return AdmitResult(res.row, res.cached_len, res.token_hit, host, storage)
 
-    def peek_tiers(self, token_ids: np.ndarray) -> tuple[int, int, int]:
-        """(device, host, storage) hit of a prompt's prefill key, touching nothing."""
-        return tuple(self.tiers.match(as_key(token_ids)))  # type: ignore[return-value]
-
     def _inserted(self, token_ids: np.ndarray, n: int) -> None:
-        self.tiers.after_insert(as_key(token_ids)[:n])
+        self.hicache.after_insert(as_key(token_ids)[:n])
 
     def _loaded_done(self, row: int) -> None:
         lock = self._host_lock[row]
         if lock is not None:
             self._host_lock[row] = None
-            self.tiers.done(lock)
+            self.hicache.done(lock)
 
     def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
         super().cache_prefix(rid, token_ids)
@@ -72,43 +78,20 @@ class TieredPagedPolicy(PagedPolicy):
         self._loaded_done(row)
         super()._drop(rid, row)
 
-    def tier_state(self) -> TierState | None:
-        return self.tiers.state()
+    def tier_state(self) -> TierState:
+        return self.hicache.state()
 
     def host_breakdown(self) -> MemoryBreakdown:
-        """The host pool in the six parts: in-flight loads hold token states, the rest of the
-        tree is cache, the allocator's pages are free (no reservation, no rounding: the host
-        tier holds whole pages only)."""
-        host = self.tiers.host
-        return MemoryBreakdown.for_pages(host.capacity, token_states=host.protected_size(),
-                                         cached=host.evictable_size(), reserved=0, rounding=0,
-                                         free=host.pool.available_size())
+        return store_breakdown(self.hicache.host)
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        self.tiers.check_invariants()
+        self.hicache.check_invariants()
         held = [n for n in self._host_lock if n is not None]
-        if len(held) != len(self.tiers.inflight):
-            raise InvariantError(f"{len(held)} rows hold host loads, {len(self.tiers.inflight)} "
+        if len(held) != len(self.hicache.inflight):
+            raise InvariantError(f"{len(held)} rows hold host loads, {len(self.hicache.inflight)} "
                                  "loads in flight")
-        self.host_breakdown().check()
-
-
-@register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
-                 "real traffic, any page size; reuses shared prefixes")
-def _make_paged(config: PolicyConfig) -> KVPolicy:
-    tiers = config.tiers
-    if tiers.enabled:
-        return TieredPagedPolicy(config, tiers)
-    return PagedPolicy(config, cache_enabled=True)
-
-
-@register_policy("paged-nocache", when="paging without prefix reuse: isolates what the radix "
-                 "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)")
-def _make_paged_nocache(config: PolicyConfig) -> KVPolicy:
-    policy = PagedPolicy(config, cache_enabled=False)
-    policy.name = "paged-nocache"
-    return policy
+        self.host_breakdown().check_invariants()
 
 
 __all__ = ["TieredPagedPolicy"]

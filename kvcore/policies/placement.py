@@ -28,6 +28,7 @@ from bisect import bisect_left, insort
 from itertools import pairwise
 
 from kvcore.breakdown import external_fragmentation
+from kvcore.registry import Registry
 from kvcore.validation import InvariantError, positive_int
 
 
@@ -336,15 +337,15 @@ class Buddy(Placement):
         self._check_tiling(self.holes())
 
 
-PLACEMENTS: dict[str, type[Placement]] = {cls.name: cls for cls in (FirstFit, BestFit, Buddy)}
+PLACEMENTS: Registry[type[Placement]] = Registry("placement")
+for _cls in (FirstFit, BestFit, Buddy):
+    PLACEMENTS.add(_cls.name, _cls)
 
 
 def placement_names() -> list[str]:
-    return list(PLACEMENTS)
+    return PLACEMENTS.names()
 
 
 def make_placement(name: str, capacity: int, max_block: int | None = None) -> Placement:
     """Build a placement by name; an unknown name lists the known ones."""
-    if name not in PLACEMENTS:
-        raise ValueError(f"unknown placement {name!r}; known: {', '.join(PLACEMENTS)}")
-    return PLACEMENTS[name](capacity, max_block)
+    return PLACEMENTS.get(name)(capacity, max_block)

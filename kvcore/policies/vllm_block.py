@@ -31,7 +31,7 @@ docs/performance.md) with the same blocks hit, evicted and freed in the same ord
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -40,12 +40,8 @@ from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_pool import BlockPool
 from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_at_steps
 from kvcore.chain_memo import ChainMemo
-from kvcore.policies.base import (
-    AdmitResult,
-    KVPolicy,
-    PolicyConfig,
-    PrefixPeek,
-)
+from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
+from kvcore.policies.capabilities import DecodeStretch, PrefixCache
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
     InvariantError,
@@ -109,7 +105,7 @@ class _Req:
         self.last = b
 
 
-class VLLMBlockPolicy(KVPolicy):
+class VLLMBlockPolicy(PrefixCache, DecodeStretch):
     """vLLM v1 block pool + hash-keyed prefix cache behind the KVPolicy interface."""
 
     name = "vllm"
@@ -127,7 +123,6 @@ class VLLMBlockPolicy(KVPolicy):
         self._reqs: dict[int, _Req] = {}
         self._token_source: TokenSource | None = None
         # statistics
-        self.queried_tokens = 0
         self.hit_tokens = 0
 
     def set_token_source(self, source: TokenSource | None) -> None:
@@ -194,10 +189,6 @@ class VLLMBlockPolicy(KVPolicy):
         idle = int(np.count_nonzero(self.pool.ref_cnt[blocks] == 0))
         return PrefixPeek(len(blocks) * self.page_size, idle * self.page_size)
 
-    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
-        self._check_lengths(prompt_len, final_len)
-        return 0
-
     def _check_lengths(self, prompt_len: int, final_len: int) -> None:
         check_request_lengths(prompt_len, final_len, self.max_context_len, min_prompt=1)
 
@@ -224,7 +215,6 @@ class VLLMBlockPolicy(KVPolicy):
         req.written = cached = len(blocks) * ps
         if cached:
             self._write(req, 0, cached)
-        self.queried_tokens += len(ids)
         self.hit_tokens += cached
         self._reqs[rid] = req
         return AdmitResult(row=req.row, cached_len=cached)
@@ -470,30 +460,3 @@ class VLLMBlockPolicy(KVPolicy):
         self.breakdown(self.max_context_len).check_invariants()
         if self.num_pages * ps != self.capacity:
             raise InvariantError("vllm: capacity is not num_pages * page_size")
-
-    # -- the pool's state under the names tests and debugging sessions use -------------------
-    @property
-    def _ref(self) -> np.ndarray:
-        return self.pool.ref_cnt
-
-    @property
-    def _hash(self) -> np.ndarray:
-        return self.pool.block_hash
-
-    @property
-    def _parent(self) -> np.ndarray:
-        return self.pool.parent_hash
-
-    @property
-    def _cached(self) -> Mapping[int, int]:
-        return self.pool.cached_block_hash_to_block
-
-    @property
-    def _qpos(self) -> np.ndarray:
-        return self.pool.free_block_queue.positions
-
-    def _holders(self, h: int) -> list[int]:
-        return self.pool.get_cached_blocks(h)
-
-    def _chain(self, parent: int, ids: np.ndarray) -> np.ndarray:
-        return self.hasher.chain(parent, ids)

@@ -21,8 +21,9 @@ Write policies (TierConfig.write_policy):
 
 Loads take device blocks from the free queue (lazily evicting device cache; the device hit is
 already touched, so safe); if the device cannot give room for the whole hit, what fits is
-loaded, head first, as kvcore/tiers.py's fetch does. The `vllm` factory builds this class only
-when the configuration asks for a host tier, so a run without one is `VLLMBlockPolicy` itself.
+loaded, head first, as kvcore/tiers.py's fetch does. The `vllm` factory
+(kvcore/policies/vllm.py) builds this class only when the configuration asks for a host tier,
+so a run without one is `VLLMBlockPolicy` itself.
 """
 
 from __future__ import annotations
@@ -32,22 +33,23 @@ import numpy as np
 from kvcore.block_hash import NONE_HASH
 from kvcore.block_tiers import BlockTier
 from kvcore.breakdown import MemoryBreakdown
-from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
+from kvcore.policies.base import AdmitResult, PolicyConfig
+from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.vllm_block import VLLMBlockPolicy, _Req
-from kvcore.tiers import TierConfig, TierState
+from kvcore.tiers import TierConfig, TierCounters, TierState, store_breakdown
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
 
 
-class TieredVLLMPolicy(VLLMBlockPolicy):
+class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
     """vLLM block pool + hash-keyed prefix cache + host tier (+ storage tier)."""
 
     def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
         super().__init__(config)
         if not tiers.enabled:
             raise ValueError("a tiered vllm policy needs host_tokens > 0")
-        self.tiers = tiers
+        self.tier_config = tiers
         ps = self.page_size
         self.storage = (BlockTier("storage", tiers.storage_tokens, ps)
                         if tiers.storage_tokens else None)
@@ -57,13 +59,11 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         # and the stores due: (rid, hashes, parents, tokens, known host blocks), chain order
         self._placed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self.pages_h2d = 0  # host -> device loads (blocks)
-        self.pages_s2h = 0  # storage -> host copies (blocks)
-        policy = tiers.write_policy
-        self._selective = policy == "write_through_selective"
-        self._through = policy == "write_through" or (self._selective
-                                                      and tiers.write_threshold <= 1)
-        self._back = policy == "write_back"
+        self.traffic = TierCounters()  # host -> device loads, storage -> host copies (blocks)
+        writes = tiers.writes
+        self._selective = writes.on_reuse
+        self._through = writes.on_insert or (self._selective and tiers.write_threshold <= 1)
+        self._back = writes.on_evict
         # write_through_selective: hits of each device block since it was hashed
         self._hits = np.zeros(self.num_pages + 1 if self._selective else 0, dtype=np.int64)
         if self._back or self._selective:
@@ -148,6 +148,10 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:
+        return self.admit_prefetched(rid, token_ids, final_len, max_new_tokens, 0)
+
+    def admit_prefetched(self, rid: int, token_ids: np.ndarray, final_len: int,
+                         max_new_tokens: int, storage_allowance: int) -> AdmitResult | None:
         self._flush()  # the host as the due stores leave it
         res = super().admit(rid, token_ids, final_len, max_new_tokens)
         if res is None:
@@ -159,7 +163,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         n = (len(req.ids) - 1) // self.page_size  # whole blocks a hit may cover
         if d >= n:
             return res
-        held, from_storage = self._find_lower(req, d, n)
+        held, from_storage = self._find_lower(req, d, n, storage_allowance)
         if not len(held):
             return res
         loaded = self._load(rid, req, held)
@@ -174,11 +178,12 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         """A device hit on `blocks`: those whose count (hashed once + hits) reaches the
         threshold are stored on the host (again: that touches them)."""
         self._hits[blocks] += 1
-        due = blocks[self._hits[blocks] + 1 >= self.tiers.write_threshold]
+        due = blocks[self._hits[blocks] + 1 >= self.tier_config.write_threshold]
         if len(due):
             self._store_device_blocks(due)
 
-    def _find_lower(self, req: _Req, d: int, n: int) -> tuple[np.ndarray, int]:
+    def _find_lower(self, req: _Req, d: int, n: int,
+                    storage_allowance: int) -> tuple[np.ndarray, int]:
         """Host blocks continuing the device hit of `d` blocks (of `n` possible), held, with
         what the storage tier adds past them (copied to the host first, at most the prefetch
         allowance). Returns (the held host chain, how many of its blocks came from storage)."""
@@ -186,7 +191,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         held = host.lookup(hashes, ids, d)
         host.hold(held)
         st = self.storage
-        allow = self.storage_allowance // self.page_size
+        allow = storage_allowance // self.page_size
         if st is None or allow <= 0 or d + len(held) >= n:
             return held, 0
         base = d + len(held)
@@ -196,7 +201,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         st.hold(found)  # read while the host makes room
         sp = st.pool
         rev = found[::-1]
-        self.pages_s2h += host.store(sp.block_hash[rev], sp.parent_hash[rev],
+        self.traffic.pages_s2h += host.store(sp.block_hash[rev], sp.parent_hash[rev],
                                      sp.block_tokens[rev])
         st.unhold(found)
         more = host.lookup(hashes[: base + len(found)], ids, base)
@@ -224,7 +229,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         req.written = (d + room) * ps
         self._write(req, start, req.written)
         self.hit_tokens += room * ps
-        self.pages_h2d += room
+        self.traffic.pages_h2d += room
         self.inflight[rid] = held
         return room
 
@@ -253,21 +258,11 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
     # -- observation -------------------------------------------------------------------------
     def tier_state(self) -> TierState:
         self._flush()
-        st, host = self.storage, self.host
-        return TierState(self.pages_h2d, host.blocks_in - self.pages_s2h, self.pages_s2h,
-                         st.blocks_in if st is not None else 0, host.used, host.locked,
-                         host.capacity, st.used if st is not None else 0,
-                         st.capacity if st is not None else 0)
+        return self.traffic.state(self.host, self.storage)
 
     def host_breakdown(self) -> MemoryBreakdown:
-        """The host pool in the six parts: blocks held by loads in flight are token states,
-        idle hashed blocks cache, never-used blocks free (whole blocks only: no reservation,
-        rounding or external fragmentation)."""
         self._flush()
-        host = self.host
-        return MemoryBreakdown.for_pages(host.capacity, token_states=host.locked,
-                                         cached=host.cached, reserved=0, rounding=0,
-                                         free=host.free)
+        return store_breakdown(self.host)
 
     def check_invariants(self) -> None:
         """The device policy's invariants (loaded blocks carry the chain's hashes), each
@@ -276,9 +271,9 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
         Due write-through stores are made first (they wait only for the next host read)."""
         self._flush()
         super().check_invariants()
-        self.host.check()
+        self.host.check_invariants()
         if self.storage is not None:
-            self.storage.check()
+            self.storage.check_invariants()
             if self.storage.locked:
                 raise InvariantError("a storage block is held outside an admission")
         holders = np.zeros(self.host.pool.num_blocks + 1, dtype=np.int64)
@@ -298,18 +293,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy):
                 raise InvariantError(f"request {rid}: a remembered host block changed content")
         if self._selective and (self._hits[~self.pool.is_hashed] != 0).any():
             raise InvariantError("a device block without content keeps a hit count")
-        self.host_breakdown().check()
-
-
-@register_policy(
-    "vllm",
-    when="compare with vLLM v1: paged blocks, prefix caching of full blocks via chained hashes",
-)
-def _make_vllm(config: PolicyConfig) -> KVPolicy:
-    tiers = config.tiers
-    if tiers.enabled:
-        return TieredVLLMPolicy(config, tiers)
-    return VLLMBlockPolicy(config)
+        self.host_breakdown().check_invariants()
 
 
 __all__ = ["TieredVLLMPolicy"]

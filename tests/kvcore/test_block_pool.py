@@ -74,7 +74,7 @@ def test_lazy_eviction_pops_the_chain_tail_first_and_keeps_duplicates() -> None:
     assert a.tolist() == [1, 2, 3] and b.tolist() == [4, 5, 6]
     h = int(pool.block_hash[1])
     assert pool.get_cached_blocks(h) == [1, 4]
-    blocks, _ = pool.find_longest_cache_hit(hasher.chain(NONE_HASH, ids), ids)
+    blocks = pool.longest_cache_hit(hasher.chain(NONE_HASH, ids), ids).tolist()
     assert blocks == [1, 2, 3]  # the oldest holder of each hash
     pool.free_blocks(a[::-1])
     pool.free_blocks(b[::-1])

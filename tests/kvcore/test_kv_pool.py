@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from kvcore.allocator import PagedAllocator
 from kvcore.kv_pool import MHATokenToKVPool, MLATokenToKVPool
-from kvcore.req_to_token_pool import ReqToTokenPool
+from tests.kvcore.sglang_api import SGLangReqToTokenPool as ReqToTokenPool
 
 
 @pytest.mark.parametrize("ps", [1, 4, 16])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvcore.req_to_token_pool import ReqToTokenPool
+from tests.kvcore.sglang_api import SGLangReqToTokenPool as ReqToTokenPool
 
 
 def test_rows_alloc_free_and_dummy_row() -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from kvcore.allocator import PagedAllocator
+from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.paged import PagedPolicy
 from kvcore.policies.paged_tiers import TieredPagedPolicy
 from kvcore.radix_cache import RadixCache
@@ -30,7 +31,7 @@ _serve = serve_alone
 
 def test_no_tier_is_the_plain_policy() -> None:
     p = _policy(4, 16, host=0)
-    assert type(p) is PagedPolicy and p.tier_state() is None
+    assert type(p) is PagedPolicy and not isinstance(p, LowerTiers)
 
 
 def test_bad_tier_config() -> None:
@@ -100,10 +101,9 @@ def test_storage_tier_catches_host_evictions() -> None:
         _serve(p, i, pr)
     st_ = p.tier_state()
     assert st_.pages_h2s > 0 and st_.storage_used > 0
-    p.storage_allowance = 0  # prefetch gave nothing yet: no storage hit
-    assert _serve(p, 10, prompts[0]).storage_hit == 0
-    p.storage_allowance = 10**6
-    res = _serve(p, 11, prompts[1])
+    # prefetch gave nothing yet: no storage hit
+    assert _serve(p, 10, prompts[0], allowance=0).storage_hit == 0
+    res = _serve(p, 11, prompts[1], allowance=10**6)
     assert res.storage_hit > 0 and res.cached_len == 36
 
 
@@ -115,7 +115,7 @@ def test_host_page_granular_lru_eviction() -> None:
     t.store(np.arange(200, 204))  # needs 1: the deepest page of the oldest leaf goes
     assert t.peek(np.arange(12))[0] == 8
     assert t.peek(np.arange(100, 104))[0] == 4
-    t.check_tier()
+    t.check_invariants()
 
 
 # -- stateful: every tier, invariants after every operation ---------------------------------------
@@ -135,12 +135,12 @@ class TierMachine(TieredPolicyMachine):
 
     def check_tiers(self) -> None:
         p, state = self.p, self.p.tier_state()
-        host = p.tiers.host
+        host = p.hicache.host
         assert state.host_used + host.pool.available_size() == state.host_capacity
         # in flight: at most the admitted requests that loaded and have not finished prefill
-        assert len(p.tiers.inflight) <= len(self.reqs)
-        if p.tiers.storage is not None:
-            assert p.tiers.storage.protected_size() == 0
+        assert len(p.hicache.inflight) <= len(self.reqs)
+        if p.hicache.storage is not None:
+            assert p.hicache.storage.protected_size() == 0
 
 
 TestTierMachine = TierMachine.TestCase
@@ -158,5 +158,5 @@ def test_host_tier_equals_an_lru_model(ps: int, host_pages: int) -> None:
     page-aligned prefixes with its capacity holds, so its hit past the device's is the
     model's hit past the device's, request by request."""
     p = _policy(ps, pages=max(300 // ps, 4), host=host_pages * ps, rows=2, ctx=1024)
-    serve_against_lru(p, ps, host_pages, host_hit=lambda key: p.tiers.host.peek(key)[0],
+    serve_against_lru(p, ps, host_pages, host_hit=lambda key: p.hicache.host.peek(key)[0],
                       device_hit=lambda key: p.tree.peek(key)[0])

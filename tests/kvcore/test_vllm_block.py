@@ -88,8 +88,8 @@ def test_hit_capped_at_prompt_minus_one() -> None:
     assert pol.extend([2], [8])
     pol.check_invariants()
     # the recomputed block duplicates cached content: both blocks are indexed under one hash
-    h = int(pol._hash[pol.block_ids(2)[1]])
-    assert len(pol._holders(h)) == 2
+    h = int(pol.pool.block_hash[pol.block_ids(2)[1]])
+    assert len(pol.pool.get_cached_blocks(h)) == 2
 
 
 def test_block_reused_after_finish_until_evicted() -> None:
@@ -111,12 +111,13 @@ def test_block_reused_after_finish_until_evicted() -> None:
 def test_reverse_order_release_evicts_chain_tail_first() -> None:
     pol = make(20, 4)  # 5 blocks
     run(pol, 1, ids((0, 13)))  # blocks b0 b1 b2 full and cached, b3 partial
-    chain = [pol._cached[h] for h in list(pol._cached)]
+    cached = pol.pool.cached_block_hash_to_block
+    chain = [cached[h] for h in list(cached)]
     assert len(chain) == 3
     cached_order = pol.cached_block_ids()  # head (next evicted) first
     # reverse-order release: tail of the chain nearest the head of the free queue
-    hashes = [pol._hash[b] for b in cached_order]
-    parents = [pol._parent[b] for b in cached_order]
+    hashes = [pol.pool.block_hash[b] for b in cached_order]
+    parents = [pol.pool.parent_hash[b] for b in cached_order]
     assert parents[0] == hashes[1] and parents[1] == hashes[2] and parents[2] == 0
     # two new blocks: the never-cached block 5, then the partial tail, then the chain tail
     pol.admit(2, ids((500, 12)), 12, 1)
@@ -192,7 +193,7 @@ def test_bad_input() -> None:
     with pytest.raises(ValueError, match="max_new_tokens"):
         pol.admit(1, ids((0, 4)), 6, -1)
     with pytest.raises(ValueError, match="prompt_len"):
-        pol.reservation(-3, 4, 1)
+        pol.admit(1, np.zeros(0, dtype=np.int64), 4, 1)  # an empty prompt
     pol.admit(1, ids((0, 4)), 6, 3)
     pol.extend([1], [4])
     with pytest.raises(ValueError, match="below written"):
@@ -205,7 +206,7 @@ def test_check_invariants_catches_ref_drift() -> None:
     pol = make(32, 4)
     pol.admit(1, ids((0, 5)), 5, 1)
     pol.extend([1], [5])
-    pol._ref[pol.block_ids(1)[0]] += 1
+    pol.pool.ref_cnt[pol.block_ids(1)[0]] += 1
     with pytest.raises(InvariantError):
         pol.check_invariants()
 
@@ -331,7 +332,7 @@ class VLLMMachine(RuleBasedStateMachine):
             self.pol.release(rid)
         del self.live[rid]
         for b in held:  # every block of a finished request is either held or queued
-            assert self.pol._ref[b] > 0 or self.pol._qpos[b] != -1
+            assert self.pol.pool.ref_cnt[b] > 0 or self.pol.pool.free_block_queue.positions[b] != -1
 
     @invariant()
     def invariants(self) -> None:
@@ -342,7 +343,7 @@ class VLLMMachine(RuleBasedStateMachine):
         if pol.evicted_blocks:
             event("evicted")
         bd = pol.breakdown(16)
-        bd.check()
+        bd.check_invariants()
         assert bd.external == 0 and bd.over_reservation == 0
         assert bd.cached == pol.evictable_tokens()
         assert pol.available_tokens() == bd.cached + bd.free
@@ -357,12 +358,12 @@ TestVLLMMachine.settings = settings(max_examples=200, stateful_step_count=50, de
 def test_chained_hashes_equal_block_by_block() -> None:
     pol = make(256, 4)
     toks = ids((0, 9), (300, 23))
-    chain = pol._chain(0, toks).tolist()
+    chain = pol.hasher.chain(0, toks).tolist()
     parent = 0
     for i, h in enumerate(chain):
         parent = block_hash(parent, toks[4 * i : 4 * i + 4].tobytes())
         assert h == parent
-    assert pol._chain(chain[2], toks[12:]).tolist() == chain[3:]
+    assert pol.hasher.chain(chain[2], toks[12:]).tolist() == chain[3:]
 
 
 # Summary numbers of small simulations, recorded with the block-by-block implementation before

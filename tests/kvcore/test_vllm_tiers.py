@@ -17,6 +17,7 @@ from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_tiers import BlockTier
 from kvcore.policies import PolicyConfig
 from kvcore.policies.base import AdmitResult
+from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.vllm_block import VLLMBlockPolicy
 from kvcore.policies.vllm_tiers import TieredVLLMPolicy
 from kvcore.tiers import WRITE_POLICIES, TierConfig
@@ -39,7 +40,7 @@ def _fill(p, rid0: int, n: int, ps: int, blocks: int = 3) -> None:
 
 def test_no_tier_is_the_plain_policy() -> None:
     p = _policy(4, 16, host=0)
-    assert type(p) is VLLMBlockPolicy and p.tier_state() is None
+    assert type(p) is VLLMBlockPolicy and not isinstance(p, LowerTiers)
     assert p.pool.on_evict is None
 
 
@@ -137,18 +138,16 @@ def test_storage_tier_catches_host_evictions() -> None:
     _fill(p, 1, 3, ps, blocks=6)  # the host (6 blocks) forgets the prompt too: storage has it
     assert p.peek_tiers(prompt[:-1]) == (0, 0, 5 * ps)
     assert p.tier_state().pages_h2s > 0
-    p.storage_allowance = 0  # the prefetch gave nothing yet: no storage hit
-    res = p.admit(98, prompt, len(prompt) + 1, 2)
+    # the prefetch gave nothing yet: no storage hit
+    res = p.admit_prefetched(98, prompt, len(prompt) + 1, 2, 0)
     assert res is not None and res.storage_hit == 0 and res.cached_len == 0
     p.release(98)
-    p.storage_allowance = 2 * ps  # two blocks arrived
-    res = p.admit(99, prompt, len(prompt) + 1, 2)
+    res = p.admit_prefetched(99, prompt, len(prompt) + 1, 2, 2 * ps)  # two blocks arrived
     assert res is not None and res.storage_hit == 2 * ps and res.cached_len == 2 * ps
     assert p.tier_state().pages_s2h == 2
     p.check_invariants()
     p.release(99)
-    p.storage_allowance = 10**6
-    res = p.admit(100, prompt, len(prompt) + 1, 2)
+    res = p.admit_prefetched(100, prompt, len(prompt) + 1, 2, 10**6)
     assert res is not None and res.cached_len == 5 * ps  # 2 blocks the last load left on
     assert res.host_hit == 0 and res.storage_hit == 3 * ps  # the device, 3 from storage
     p.check_invariants()
@@ -171,7 +170,7 @@ def test_block_tier_lru_keeps_the_chain_head() -> None:
     assert t.store(hs[5:7], pa[5:7], toks[5:7]) == 2  # evicts 2, then 1 (0 was touched)
     held = {int(h) for h in t.pool.block_hash[t.pool.is_hashed]}
     assert held == {int(h) for h in hs[[0, 4, 5, 6]]}
-    t.check()
+    t.check_invariants()
 
 
 # -- the stateful test -------------------------------------------------------------------------

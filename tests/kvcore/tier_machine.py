@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.base import AdmitResult, KVPolicy
+from kvcore.policies.capabilities import LowerTiers
 
 
 def tiered_policy(name: str, ps: int, pages: int, host: int, storage: int = 0,
@@ -28,10 +29,13 @@ def tiered_policy(name: str, ps: int, pages: int, host: int, storage: int = 0,
         host_tokens=host, storage_tokens=storage, hicache_write_policy=write))
 
 
-def serve_alone(p: Any, rid: int, prompt: np.ndarray, out: int = 2) -> AdmitResult:
-    """One request alone: admit, prefill, cache, decode, finish (invariants checked after the
-    prefill and at the end). Returns its AdmitResult."""
-    res = p.admit(rid, prompt, len(prompt) + out - 1, out)
+def serve_alone(p: Any, rid: int, prompt: np.ndarray, out: int = 2,
+                allowance: int = 0) -> AdmitResult:
+    """One request alone: admit (loading at most `allowance` tokens from storage), prefill,
+    cache, decode, finish (invariants checked after the prefill and at the end). Returns its
+    AdmitResult."""
+    res = (p.admit_prefetched(rid, prompt, len(prompt) + out - 1, out, allowance)
+           if isinstance(p, LowerTiers) else p.admit(rid, prompt, len(prompt) + out - 1, out))
     assert res is not None
     assert p.extend([rid], [len(prompt)])
     p.cache_prefix(rid, prompt)
@@ -133,8 +137,7 @@ class TieredPolicyMachine(RuleBasedStateMachine):
         rid = self.next_id
         self.next_id += 1
         prompt = np.concatenate([self.bases[base][:share], 50 + rid * 16 + np.arange(tail)])
-        self.p.storage_allowance = allowance
-        res = self.p.admit(rid, prompt, len(prompt) + out - 1, out)
+        res = self.p.admit_prefetched(rid, prompt, len(prompt) + out - 1, out, allowance)
         if res is None:
             return
         assert res.cached_len % self.PS == 0 and res.cached_len < len(prompt)

@@ -1,0 +1,139 @@
+"""What a policy can do beyond the lifecycle: explicit, typed capabilities.
+
+Each capability is an abstract subclass of `KVPolicy`; a policy class derives from the ones it
+has and the engine asks `isinstance(policy, Capability)` once, when it starts, never a probe of
+a value (such as "does a 1-token request reserve anything?") nor a name. Without one the engine
+takes the plain path: no cache peeks (hit 0), no reservation (0), one decode step per
+iteration, no tier traffic.
+
+* `PrefixCache`: the policy keeps a prefix cache; admission may peek at it, and a request's
+  prefix is offered to it once its prefill completes (SGLang's cache_unfinished_req).
+* `Reserving`: admission reserves memory up front; its placement, not a budget, decides.
+* `DecodeStretch`: `n` decode steps in one call with the result of `n` single steps, and the
+  cost of those steps known in advance: what the fast-forward (simulator/stretch.py) needs.
+* `LowerTiers`: host (and storage) tiers behind the device pool; admission may load from them,
+  at most what the storage prefetch delivered.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvcore.breakdown import MemoryBreakdown
+from kvcore.policies.base import AdmitResult, KVPolicy, PrefixPeek
+from kvcore.tiers import TierState
+
+__all__ = ["CAPABILITIES", "DecodeStretch", "LowerTiers", "PrefixCache", "Reserving"]
+
+
+class PrefixCache(KVPolicy):
+    """A policy with a prefix cache."""
+
+    @abstractmethod
+    def peek_prefix(self, token_ids: np.ndarray) -> int:
+        """Tokens of `token_ids` (already capped by the caller) the cache would serve now.
+
+        Read-only: no lock, no LRU touch; used by schedulers to order and budget the queue."""
+
+    def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
+        """`peek_prefix` and the part of that hit which `available_tokens()` counts now as
+        evictable (read-only). Admitting the request locks its hit, so that part stops being
+        available: an admission budget must leave it out, or it counts the same slots twice.
+        Default: nothing of the hit is evictable."""
+        return PrefixPeek(self.peek_prefix(token_ids), 0)
+
+    @abstractmethod
+    def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
+        """Offer `rid`'s written tokens (ids `token_ids`) to the prefix cache while it keeps
+        running, so later requests can match them. Before: `rid` admitted, its prefill done.
+        Inserts its whole written pages into the cache (which then owns them), moves `rid`'s
+        lock to the end of the cached prefix; allocates and frees nothing else."""
+
+
+class Reserving(KVPolicy):
+    """A policy that reserves each request's memory at admission."""
+
+    @abstractmethod
+    def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
+        """Slots `admit` would reserve for such a request (read-only; > 0). Admission cannot
+        budget around it: the placement decides, and a refused head waits until memory is
+        given back."""
+
+
+class DecodeStretch(KVPolicy):
+    """A policy that runs many decode steps in one call (the fast-forward). The defaults
+    grow page by page on demand and step one at a time; policies override them with batched
+    versions whose results are identical."""
+
+    def decode_cost(self, rids: Sequence[int], n: int) -> int:
+        """Slots of new memory `n` decode steps of `rids` would take (whole pages; read-only).
+        Default: page-granular on-demand growth."""
+        ps = self.page_size
+        total = 0
+        for rid in rids:
+            w = self.written(rid)
+            total += (-(-(w + n) // ps) - -(-w // ps)) * ps
+        return total
+
+    def fresh_tokens(self) -> int:
+        """Slots the next allocations take before the first one evicts cached content
+        (read-only). A scheduler that orders its queue by cache hits must look again after an
+        eviction. Default: the free slots (a cache is evicted only when free memory runs out)."""
+        return self.free_tokens()
+
+    def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        """`n` decode steps at once, with exactly the result of `n` calls of `decode(rids)`;
+        returns the breakdown parts (columns in PARTS order) after each step.
+
+        Before: `decode_cost(rids, n) <= available_tokens()` (the engine asks only then), so
+        no step can fail. Allocates (and evicts) as the `n` steps would. Default: the
+        predicted profile, then n single steps."""
+        if self.decode_cost(rids, n) > self.available_tokens():
+            raise ValueError("decode_steps needs decode_cost <= available_tokens")
+        profile = self.decode_profile(rids, n, head_reservation)
+        for _ in range(n):
+            if not self.decode(rids):
+                raise RuntimeError("a decode step failed although memory was available")
+        return profile
+
+    def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        """The breakdown parts (columns in PARTS order) after each of the next `n` decode
+        steps of `rids`, without changing anything. Default: reserving policies, where a step
+        only turns one reserved slot per request into token state."""
+        row = self.breakdown(head_reservation).as_array()
+        out = np.repeat(row[None, :], n, axis=0)
+        steps = np.arange(1, n + 1, dtype=np.int64) * len(rids)
+        out[:, 0] += steps
+        out[:, 2] -= steps
+        return out
+
+
+class LowerTiers(KVPolicy):
+    """A policy with a host (and optionally a storage) tier behind the device pool."""
+
+    @abstractmethod
+    def admit_prefetched(self, rid: int, token_ids: np.ndarray, final_len: int,
+                         max_new_tokens: int, storage_allowance: int) -> AdmitResult | None:
+        """`admit`, continuing the device hit into the host, then the storage tier, at most
+        `storage_allowance` tokens from storage (what the prefetch delivered while the request
+        waited). The hit is loaded into new device pages (evicting device cache for them),
+        which `rid` holds as cached prefix; the host copy it is read from stays locked until
+        the prefill completes (`cache_prefix`) or `rid` leaves. `admit` is this call with no
+        storage allowance."""
+
+    @abstractmethod
+    def tier_state(self) -> TierState:
+        """Lower tiers' occupancy and the pages moved between tiers so far (read-only but for
+        deferred host stores, which are made first). The engine charges the traffic."""
+
+    @abstractmethod
+    def host_breakdown(self) -> MemoryBreakdown:
+        """The host pool in the six parts: loads in flight hold token states, the rest of
+        what it holds is cache, the rest is free."""
+
+
+#: every capability, in the order DEVELOPERS.md lists them
+CAPABILITIES: tuple[type[KVPolicy], ...] = (PrefixCache, Reserving, DecodeStretch, LowerTiers)

@@ -1,0 +1,27 @@
+"""`vllm`: vLLM v1's KV cache manager, registered by name.
+
+`VLLMBlockPolicy` (kvcore/policies/vllm_block.py: the block pool with hash-chained prefix
+caching), or `TieredVLLMPolicy` (kvcore/policies/vllm_tiers.py) when the configuration asks
+for a host tier.
+"""
+
+from __future__ import annotations
+
+from kvcore.policies.base import KVPolicy, PolicyConfig, register_policy
+from kvcore.policies.vllm_block import VLLMBlockPolicy
+from kvcore.policies.vllm_tiers import TieredVLLMPolicy
+
+
+@register_policy(
+    "vllm",
+    when="compare with vLLM v1: paged blocks, prefix caching of full blocks via chained hashes",
+    caches_prefix=True, supports_tiers=True,
+)
+def _make_vllm(config: PolicyConfig) -> KVPolicy:
+    tiers = config.tiers
+    if tiers.enabled:
+        return TieredVLLMPolicy(config, tiers)
+    return VLLMBlockPolicy(config)
+
+
+__all__ = ["TieredVLLMPolicy", "VLLMBlockPolicy"]
