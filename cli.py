@@ -338,12 +338,15 @@ def sweep(
     runner = make_executor(executor, run_cell, scheduler_address, preload=CELL_PRELOAD)
     runner.warm_up(jobs)  # local workers start importing now, while this process sets up
 
-    from experiments.grid import sweep_axes
+    from experiments.grid import page_sizes_for, sweep_axes
     from experiments.runner import config_document, run_sweep
     from reports.plots import plot_dir
     from reports.results import write_config
 
-    axes = sweep_axes({"page_size": DEFAULT_PAGE_SIZES if page_sizes is None else page_sizes,
+    page_sizes, notes = page_sizes_for(opts, page_sizes)
+    for note in notes:
+        typer.echo(note)
+    axes = sweep_axes({"page_size": page_sizes,
                        "policy": policies, "placement": placements, "rate": rates,
                        "kv_tokens": kv_tokens, "seed": seeds, "workload": workloads,
                        "hicache_ratio": hicache_ratios})
@@ -676,6 +679,7 @@ def plan(
         return
     from experiments.capacity import check_steps
     from experiments.executors import check_jobs
+    from experiments.grid import page_sizes_for
     from experiments.planning import page_size_grid, static_plan
     from reports.recommend import check_tolerance
 
@@ -684,12 +688,13 @@ def plan(
     if context_len is not None and not 1 <= context_len <= 1 << 24:
         raise ValueError(f"--context-len must be in [1, 16,777,216], got {context_len}")
     check_tolerance(tolerance)
+    page_sizes, size_notes = page_sizes_for(opts, page_sizes)
     sizes = parse_list(page_sizes, int, "--page-sizes") or []
     page_size_grid(opts, sizes)  # a bad page size is an error even for the static plan
     result = static_plan(opts, context_len)
     study = _from_user(ctx, "workload") or opts.workload.trace is not None
     doc: dict[str, Any] = result.to_dict()
-    lines: list[str] = []
+    lines: list[str] = list(size_notes) if study else []
     if find_rate or at_sustainable_rate:
         opts = _plan_capacity(opts, doc, lines, steps, at_sustainable_rate and study, as_json)
     rec = None

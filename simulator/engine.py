@@ -64,7 +64,8 @@ class Engine:
         self.admission = make_admission(config.engine.admission, policy,
                                         config.admission_params)
         self.context_limit = self.admission.context_limit(max_context_len)
-        self.arrivals = Arrivals(env, workload, self._enqueue)
+        self.arrivals = Arrivals(env, workload, self._enqueue,
+                                config.engine.max_concurrency)
         self.fast_forward = FastForward(self)
         self.waiting: list[SimRequest] = []
         self.prefilling: list[SimRequest] = []
@@ -154,6 +155,7 @@ class Engine:
 
     def _record(self, sreq: SimRequest) -> None:
         self.rec.add_request(sreq.result_row())
+        self.arrivals.done(sreq)
         if self.progress is not None:
             self.progress(1)
         sreq.done.succeed()
@@ -433,7 +435,7 @@ class Engine:
             self.prefilling.remove(sreq)
             if sreq.decoded == 0:
                 sreq.decoded = 1 if sreq.output_len > 0 else 0
-                sreq.first_token_s = now
+                sreq.first_token_s = sreq.last_token_s = now
                 if sreq.output_len > 0:
                     self.generated_tokens += 1
                     self.progress_made()
@@ -445,7 +447,10 @@ class Engine:
                 self.running.append(sreq)
         if decoding:
             self.progress_made()
+            self.rec.add_gaps(np.fromiter((now - s.last_token_s for s in decoding), dtype=float,
+                                          count=len(decoding)))
         for sreq in decoding:
+            sreq.last_token_s = now
             sreq.decoded += 1
             self.generated_tokens += 1
             if sreq.decoded >= sreq.output_len:

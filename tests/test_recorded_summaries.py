@@ -26,7 +26,8 @@ RENAMED: dict[str, str] = {  # recorded column -> current column
 }
 
 ALL_POLICIES = "paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,contiguous-oracle"
-COMMON = ["--no-progress", "--no-plot", "--latency", "roofline"]
+COMMON = ["--no-progress", "--no-plot", "--latency", "roofline",
+          "--latency-profile", "vllm-paper-2023"]  # the calibration it was recorded with
 # name -> sweep arguments (each sweep is one group of rows)
 SWEEPS: dict[str, list[str]] = {
     **{f"azure-{adm}": ["--workload", "azure-conv", "--num-requests", "120",
