@@ -165,11 +165,12 @@ def weighted_percentiles(groups: list[tuple[np.ndarray, int]], qs: tuple[float, 
     values, cum = values[order], np.cumsum(counts[order])
     n = int(cum[-1])
     out = []
-    for q in qs:
-        h = (n - 1) * q / 100.0
+    for q in qs:  # numpy's "linear" method, its arithmetic included (h, then its lerp)
+        h = (q / 100.0) * (n - 1)
         lo = int(np.floor(h))
         hi = min(lo + 1, n - 1)
-        v_lo = values[np.searchsorted(cum, lo, side="right")]
-        v_hi = values[np.searchsorted(cum, hi, side="right")]
-        out.append(float(v_lo + (v_hi - v_lo) * (h - lo)))
+        t = h - lo
+        a = values[np.searchsorted(cum, lo, side="right")]
+        b = values[np.searchsorted(cum, hi, side="right")]
+        out.append(float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t))
     return out
