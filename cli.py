@@ -806,6 +806,41 @@ def capacity(
 
 
 @app.command()
+def calibrate(
+    file: str = typer.Argument(..., metavar="FILE", help="vllm bench serve --save-result "
+                               "JSON, sglang.bench_serving --output-file JSON lines, or a CSV "
+                               "of batch_size, context_len, step_time_s"),
+    out: str = typer.Option("kvsim-profile.toml", "--out", help="the profile file to write "
+                            "(.toml or .json), for --latency-profile FILE"),
+    model: str = typer.Option("llama-3.1-8b", "--model", help="the model measured"),
+    gpu: str = typer.Option("h100", "--gpu", help="the GPU measured"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree measured"),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache dtype measured"),
+    base: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--base-profile", help="profile whose constants the data cannot identify are "
+        "kept [default: the file's engine's: vllm-hopper or sglang-hopper]"),
+    backend: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--attention-backend", help="the attention backend measured [default: the "
+        "base profile's]"),
+    page_size: int = typer.Option(16, "--page-size", help="benchmark JSON: the engine's "
+                                  "page (block) size"),
+    chunk: int = typer.Option(8192, "--chunked-prefill-size", help="benchmark JSON: the "
+                              "engine's prefill chunk (TTFT = its chunks)"),
+) -> None:
+    """Fit a latency profile (HBM and compute efficiency, per-iteration, per-request and page
+    cost) to your own measurements; prints the constants and the fit error and writes a
+    profile file that run / sweep / plan take with --latency-profile FILE."""
+    from experiments.calibrate import calibrate as fit_file
+    from experiments.calibrate import fit_lines
+
+    fit = fit_file(file, out, model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, base=base,
+                   backend=backend, page_size=page_size, chunk=chunk)
+    for line in fit_lines(fit):
+        typer.echo(line)
+    typer.echo(f"profile: {out} (use --latency-profile {out})")
+
+
+@app.command()
 def validate(
     quick: bool = typer.Option(False, "--quick", help="a reduced run (about 30 s)"),
     out: Optional[Path] = typer.Option(  # noqa: UP045 (typer reads it)
