@@ -4,10 +4,11 @@ An iteration mixes a prefill batch (new tokens of some requests, each after some
 is already in the KV cache) with one decode token for every running request. Two models:
 
 * `roofline`: time = max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)) + a fixed cost per KV
-  page touched per layer (small pages make attention slower, as the vLLM paper's block-size
-  study found) + per-request and per-iteration overheads + tensor-parallel all-reduces. Defaults
-  are calibrated in docs/latency.md (OPT-13B on A100-40GB decodes ~30 ShareGPT requests in
-  ~45 ms per iteration, as the vLLM paper's Fig. 13 implies).
+  page touched per layer (the attention backend's: simulator/attention_backends.py) +
+  per-request and per-iteration overheads + tensor-parallel all-reduces. The defaults here are
+  the `vllm-paper-2023` profile's (OPT-13B on A100-40GB decodes ~30 ShareGPT requests in
+  ~45 ms per iteration, as the vLLM paper's Fig. 13 implies); runs take their constants from a
+  profile (simulator/latency_profiles.py, docs/latency.md).
 * `constant`: fixed seconds per prefill token and per decode step, for tests and analytic checks.
 
 Every model also prices swapping KV to host memory (`swap_time`). Calls are O(batch) numpy with

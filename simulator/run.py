@@ -73,8 +73,9 @@ def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
     start = first + cfg.engine.warmup_s
     if cfg.duration_s:
         return start, first + cfg.duration_s
-    if workload.sessions or not workload.requests:
-        return start, np.inf  # closed loop: the window ends with the run
+    if workload.sessions or not workload.requests or cfg.engine.max_concurrency:
+        # closed loop (sessions, or requests sent as others finish): ends with the run
+        return start, np.inf
     return start, max(max(r.arrival_s for r in workload.requests), start)
 
 
