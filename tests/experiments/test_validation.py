@@ -45,6 +45,11 @@ IDENTITIES = {
     "Orca (Max) external frag. & others",
     "Orca (Oracle) internal frag.",
     "vLLM everything else",
+    # the latency rows at the modern profiles' calibration points (latency_rows.py)
+    *(f"vLLM v0.19.1 batch-1 ITL at {n:,} input tokens (ms)"
+      for n in (1_000, 4_000, 20_000, 100_000)),
+    "SGLang PR #4832 prefill at page 64 (s)",
+    "SGLang PR #4832 decode step at page 64 (ms)",
 }
 CROSS_CHECKS = {
     "identical requests, oracle+buddy: slack / held (%)",
