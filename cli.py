@@ -338,12 +338,15 @@ def sweep(
     runner = make_executor(executor, run_cell, scheduler_address, preload=CELL_PRELOAD)
     runner.warm_up(jobs)  # local workers start importing now, while this process sets up
 
-    from experiments.grid import sweep_axes
+    from experiments.grid import page_sizes_for, sweep_axes
     from experiments.runner import config_document, run_sweep
     from reports.plots import plot_dir
     from reports.results import write_config
 
-    axes = sweep_axes({"page_size": DEFAULT_PAGE_SIZES if page_sizes is None else page_sizes,
+    page_sizes, notes = page_sizes_for(opts, page_sizes)
+    for note in notes:
+        typer.echo(note)
+    axes = sweep_axes({"page_size": page_sizes,
                        "policy": policies, "placement": placements, "rate": rates,
                        "kv_tokens": kv_tokens, "seed": seeds, "workload": workloads,
                        "hicache_ratio": hicache_ratios})
@@ -676,6 +679,7 @@ def plan(
         return
     from experiments.capacity import check_steps
     from experiments.executors import check_jobs
+    from experiments.grid import page_sizes_for
     from experiments.planning import page_size_grid, static_plan
     from reports.recommend import check_tolerance
 
@@ -684,12 +688,13 @@ def plan(
     if context_len is not None and not 1 <= context_len <= 1 << 24:
         raise ValueError(f"--context-len must be in [1, 16,777,216], got {context_len}")
     check_tolerance(tolerance)
+    page_sizes, size_notes = page_sizes_for(opts, page_sizes)
     sizes = parse_list(page_sizes, int, "--page-sizes") or []
     page_size_grid(opts, sizes)  # a bad page size is an error even for the static plan
     result = static_plan(opts, context_len)
     study = _from_user(ctx, "workload") or opts.workload.trace is not None
     doc: dict[str, Any] = result.to_dict()
-    lines: list[str] = []
+    lines: list[str] = list(size_notes) if study else []
     if find_rate or at_sustainable_rate:
         opts = _plan_capacity(opts, doc, lines, steps, at_sustainable_rate and study, as_json)
     rec = None
@@ -798,6 +803,41 @@ def capacity(
         typer.echo(json.dumps(cap.to_dict(), indent=2, default=str))
         return
     typer.echo(capacity_lines(cap)[-1])
+
+
+@app.command()
+def calibrate(
+    file: str = typer.Argument(..., metavar="FILE", help="vllm bench serve --save-result "
+                               "JSON, sglang.bench_serving --output-file JSON lines, or a CSV "
+                               "of batch_size, context_len, step_time_s"),
+    out: str = typer.Option("kvsim-profile.toml", "--out", help="the profile file to write "
+                            "(.toml or .json), for --latency-profile FILE"),
+    model: str = typer.Option("llama-3.1-8b", "--model", help="the model measured"),
+    gpu: str = typer.Option("h100", "--gpu", help="the GPU measured"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree measured"),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache dtype measured"),
+    base: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--base-profile", help="profile whose constants the data cannot identify are "
+        "kept [default: the file's engine's: vllm-hopper or sglang-hopper]"),
+    backend: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--attention-backend", help="the attention backend measured [default: the "
+        "base profile's]"),
+    page_size: int = typer.Option(16, "--page-size", help="benchmark JSON: the engine's "
+                                  "page (block) size"),
+    chunk: int = typer.Option(8192, "--chunked-prefill-size", help="benchmark JSON: the "
+                              "engine's prefill chunk (TTFT = its chunks)"),
+) -> None:
+    """Fit a latency profile (HBM and compute efficiency, per-iteration, per-request and page
+    cost) to your own measurements; prints the constants and the fit error and writes a
+    profile file that run / sweep / plan take with --latency-profile FILE."""
+    from experiments.calibrate import calibrate as fit_file
+    from experiments.calibrate import fit_lines
+
+    fit = fit_file(file, out, model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, base=base,
+                   backend=backend, page_size=page_size, chunk=chunk)
+    for line in fit_lines(fit):
+        typer.echo(line)
+    typer.echo(f"profile: {out} (use --latency-profile {out})")
 
 
 @app.command()

@@ -54,6 +54,32 @@ def parse_list(text: str | None, kind: type, name: str) -> list[Any] | None:
     return out
 
 
+def page_sizes_for(opts: RunOptions, text: str | None) -> tuple[str, list[str]]:
+    """The page sizes to simulate and what to tell the user about them. The default list
+    (no `text`, or the default's text) loses the sizes the run's attention backend cannot
+    run; a list the user gave is kept, and a size in it the backend cannot run fails when its
+    cell is built, before any cell runs. A backend that walks page 1 inside the kernel makes
+    the page size a memory-only choice: the notes say so."""
+    rules = opts.engine_spec().page_rules()
+    if rules is None:
+        return text or DEFAULT_PAGE_SIZES, []
+    engine, backend = rules
+    notes: list[str] = []
+    if text is None or text == DEFAULT_PAGE_SIZES:
+        sizes = parse_list(DEFAULT_PAGE_SIZES, int, "--page-sizes") or []
+        rule = backend.rule(engine)
+        dropped = [p for p in sizes if not rule.allows(p)]
+        if dropped:
+            notes.append(f"page sizes {', '.join(map(str, dropped))} left out: {engine}'s "
+                         f"{backend.name} attention backend runs {rule.describe()}")
+        text = ",".join(str(p) for p in sizes if rule.allows(p))
+    if engine in backend.page_one_engines:
+        notes.append(f"{engine}'s {backend.name} backend runs page 1 inside the kernel: the "
+                     "page size is a memory-only choice (it changes memory, not attention "
+                     "time)")
+    return text, notes
+
+
 def sweep_axes(lists: Mapping[str, str | None]) -> dict[str, list[Any]]:
     """The grid from the sweep flags' texts (option name -> comma list, None: not given, the
     option's single value is used)."""
@@ -73,5 +99,5 @@ def cells(base: RunOptions, axes: Mapping[str, Iterable[Any]]) -> list[RunOption
             for combo in itertools.product(*(list(axes[n]) for n in names))]
 
 
-__all__ = ["AXIS_PARAMS", "DEFAULT_PAGE_SIZES", "SWEEP_AXES", "cells", "parse_list",
-           "sweep_axes"]
+__all__ = ["AXIS_PARAMS", "DEFAULT_PAGE_SIZES", "SWEEP_AXES", "cells", "page_sizes_for",
+           "parse_list", "sweep_axes"]

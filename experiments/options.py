@@ -46,6 +46,7 @@ from kvcore.fields import (
 from kvcore.memory import MemorySpec
 from kvcore.planner import resolve_kv_tokens
 from simulator.config import PoolSpec, SimConfig
+from simulator.latency_profiles import is_profile_file, profile_for_rule
 from simulator.specs import EngineSpec, PolicySpec, TierSpec
 from workloads.spec import WorkloadSpec
 
@@ -205,6 +206,24 @@ class RunOptions:
         if pages is not None and pages * ps > MAX_I32:
             raise ValueError(f"--num-pages {pages} x --page-size {ps} is more than "
                              f"{MAX_I32:,} slots")
+        # the attention backend must run the page size (a sweep builds every cell's options
+        # before any cell runs, so a bad cell stops the sweep up front)
+        self.engine_spec()
+
+    def engine_spec(self) -> EngineSpec:
+        """The engine spec resolved: the latency profile from the budget rule when none is
+        given (vllm -> vllm-hopper, others -> sglang-hopper; docs/latency.md) and the
+        constants that options override at the values in effect; ValueError when the
+        attention backend cannot run the page size."""
+        e = self.engine
+        if e.latency != "roofline":
+            return e
+        if e.latency_profile is None:
+            e = replace(e, latency_profile=profile_for_rule(self.memory.rule))
+        consts = e.latency_constants(self.policy.page_size)
+        return replace(e, attention_backend=e.resolved_backend(),
+                       page_head_overhead_s=consts["page_head_overhead_s"],
+                       iteration_overhead_s=consts["iteration_overhead_s"])
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -243,6 +262,10 @@ class RunOptions:
         d["max_context_len"] = self.memory.resolved_max_context_len()
         d["memory_rule"] = self.memory.rule
         d["kv_tokens"] = self.resolved_kv_tokens()
+        e = self.engine_spec()
+        d["latency_profile"] = e.latency_profile
+        for name in ("attention_backend", "page_head_overhead_s", "iteration_overhead_s"):
+            d[name] = getattr(e, name)  # the values in effect
         return d
 
     def workload_spec(self) -> WorkloadSpec:
@@ -258,7 +281,7 @@ class RunOptions:
         pool = PoolSpec(model=m.model_preset().id, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
                         kv_tokens=self.resolved_kv_tokens(),
                         max_context_len=m.resolved_max_context_len())
-        return SimConfig(policy=self.policy, pool=pool, engine=self.engine, tier=self.tier,
+        return SimConfig(policy=self.policy, pool=pool, engine=self.engine_spec(), tier=self.tier,
                          duration_s=self.workload.duration_s or 0.0)
 
     def config_hash(self) -> str:
@@ -269,6 +292,9 @@ class RunOptions:
         if self.memory.model_config:
             d["model_config"] = hashlib.sha256(
                 Path(self.memory.model_config).read_bytes()).hexdigest()
+        profile = self.engine.latency_profile
+        if profile is not None and is_profile_file(profile):  # its constants, not its path
+            d["latency_profile"] = hashlib.sha256(Path(profile).read_bytes()).hexdigest()
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -42,7 +42,8 @@ def _facts(d: Path, df: pd.DataFrame) -> list[tuple[str, str]]:
         if axes:
             facts.append(("grid", "; ".join(f"{k} = {v}" for k, v in axes.items())))
     for key in ("workload", "model", "gpu", "tp", "kv_tokens", "memory_rule", "admission",
-                "schedule", "latency"):
+                "schedule", "latency", "latency_profile", "attention_backend",
+                "kernel_page_size"):
         if key in df.columns:
             vals = sorted({str(v) for v in df[key]})
             facts.append((key, ", ".join(vals) if len(vals) <= 6 else f"{len(vals)} values"))

@@ -26,6 +26,7 @@ LATENCY_ROWS = (
     ("normalized latency (s/tok)", "normalized_latency_s", "{:.4f}"),
     ("TTFT p50 / p99 (s)", ("ttft_p50_s", "ttft_p99_s"), "{:.3f}"),
     ("TPOT p50 / p99 (s)", ("tpot_p50_s", "tpot_p99_s"), "{:.4f}"),
+    ("ITL p50 / p99 (s)", ("itl_p50_s", "itl_p99_s"), "{:.4f}"),
     ("avg batch size", "avg_batch_size", "{:.1f}"),
     ("preemptions", "preemptions", "{:,.0f}"),
     ("prefix hit rate", "prefix_hit_rate", "{:.3f}"),
@@ -79,7 +80,20 @@ def run_header(row: Mapping[str, Any]) -> str:
     return (f"{row.get('workload')} | policy {row.get('policy')} | page {row.get('page_size')}"
             f" | {row.get('model')} on {row.get('tp')} x {row.get('gpu')} | KV "
             f"{int(row.get('kv_tokens', 0)):,} slots ({row.get('memory_rule')}) | "
-            f"seed {row.get('seed')}")
+            f"seed {row.get('seed')}{latency_label(row)}")
+
+
+def latency_label(row: Mapping[str, Any]) -> str:
+    """' | latency PROFILE, BACKEND' (and that the page size is memory-only where the kernel
+    walks page 1), or '' for a row without a roofline profile."""
+    profile = row.get("latency_profile")
+    if not isinstance(profile, str) or not profile:
+        return ""
+    text = f" | latency {profile}, {row.get('attention_backend')}"
+    kernel, page = row.get("kernel_page_size"), row.get("page_size")
+    if kernel is not None and page is not None and int(kernel) != int(page):
+        text += f" (kernel page {int(kernel)}: the page size is memory-only)"
+    return text
 
 
 def trace_stats_table(s: Mapping[str, Any]) -> Table:

@@ -4,11 +4,20 @@ closed-loop sessions (turn k+1 released a think time after turn k finished).
 The engine needs two answers from here besides the requests themselves: when the next
 arrival or session release is due (a multi-step decode stretch must not run past it) and
 whether any may still come (an idle engine waits for it, or stops for good).
+
+`max_concurrency` is the benchmark clients' closed loop (`vllm bench serve --max-concurrency`
+wraps each request in an asyncio.Semaphore of that size, vllm/benchmarks/serve.py;
+sglang.bench_serving does the same): an open-loop request arriving while that many are in
+flight waits, first come first served, until one finishes, and is sent then. Its arrival time
+becomes the send time, since both clients start a request's TTFT clock when they send it.
+Closed-loop sessions already hold one turn in flight each and are not gated.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -23,8 +32,11 @@ class Arrivals:
     """SimPy processes that hand each request to `enqueue` when it is due."""
 
     def __init__(self, env: simpy.Environment, workload: Workload,
-                 enqueue: Callable[[Request], SimRequest]) -> None:
+                 enqueue: Callable[[Request], SimRequest], max_concurrency: int = 0) -> None:
         self.env = env
+        self.max_concurrency = max_concurrency  # 0: no bound
+        self._in_flight: set[int] = set()  # gated requests sent and not yet done
+        self._gated: deque[Request] = deque()  # arrived, waiting for a slot
         self.workload = workload
         self.enqueue = enqueue
         self._open = sorted(workload.requests, key=lambda r: (r.arrival_s, r.request_id))
@@ -46,7 +58,24 @@ class Arrivals:
 
     def pending(self) -> bool:
         """Whether any request may still arrive."""
-        return self._next_open < len(self._open) or self._sessions_left > 0
+        return self._next_open < len(self._open) or self._sessions_left > 0 or bool(self._gated)
+
+    def done(self, sreq: SimRequest) -> None:
+        """A request finished or was rejected: its slot goes to the longest-waiting one."""
+        if sreq.rid in self._in_flight:
+            self._in_flight.discard(sreq.rid)
+            if self._gated:
+                self._send(self._gated.popleft())
+
+    def _send(self, req: Request) -> None:
+        if self.max_concurrency:
+            if len(self._in_flight) >= self.max_concurrency:
+                self._gated.append(req)
+                return
+            self._in_flight.add(req.request_id)
+            if req.arrival_s != self.env.now:
+                req = dataclasses.replace(req, arrival_s=self.env.now)
+        self.enqueue(req)
 
     def _open_loop(self) -> Generator[simpy.Event, Any, None]:
         while self._next_open < len(self._open):
@@ -54,7 +83,7 @@ class Arrivals:
             if req.arrival_s > self.env.now:
                 yield self.env.timeout(req.arrival_s - self.env.now)
             self._next_open += 1
-            self.enqueue(req)
+            self._send(req)
 
     def _release_at(self, due: float, session_id: int) -> Generator[simpy.Event, Any, None]:
         """Wait until `due`, announcing the release so that decode stretches stop there."""

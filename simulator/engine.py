@@ -71,7 +71,8 @@ class Engine:
         self.preempt_mode = PREEMPTS.get(config.engine.preempt)
         # what the host write policy does (kvcore/tiers.py WRITES; read with a tier only)
         self.writes: WritePolicy = WRITES.get(config.tier.hicache_write_policy)
-        self.arrivals = Arrivals(env, workload, self._enqueue)
+        self.arrivals = Arrivals(env, workload, self._enqueue,
+                                config.engine.max_concurrency)
         self.fast_forward = FastForward(self)
         self.waiting: list[SimRequest] = []
         self.prefilling: list[SimRequest] = []
@@ -163,6 +164,7 @@ class Engine:
 
     def _record(self, sreq: SimRequest) -> None:
         self.rec.add_request(sreq.result_row())
+        self.arrivals.done(sreq)
         if self.progress is not None:
             self.progress(1)
         sreq.done.succeed()
@@ -454,7 +456,7 @@ class Engine:
             self.prefilling.remove(sreq)
             if sreq.decoded == 0:
                 sreq.decoded = 1 if sreq.output_len > 0 else 0
-                sreq.first_token_s = now
+                sreq.first_token_s = sreq.last_token_s = now
                 if sreq.output_len > 0:
                     self.generated_tokens += 1
                     self.progress_made()
@@ -467,7 +469,10 @@ class Engine:
                 self.running.append(sreq)
         if decoding:
             self.progress_made()
+            self.rec.add_gaps(np.fromiter((now - s.last_token_s for s in decoding), dtype=float,
+                                          count=len(decoding)))
         for sreq in decoding:
+            sreq.last_token_s = now
             sreq.decoded += 1
             self.generated_tokens += 1
             if sreq.decoded >= sreq.output_len:

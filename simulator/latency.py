@@ -4,10 +4,11 @@ An iteration mixes a prefill batch (new tokens of some requests, each after some
 is already in the KV cache) with one decode token for every running request. Two models:
 
 * `roofline`: time = max(FLOPs / (peak x mfu), bytes / (bandwidth x mbu)) + a fixed cost per KV
-  page touched per layer (small pages make attention slower, as the vLLM paper's block-size
-  study found) + per-request and per-iteration overheads + tensor-parallel all-reduces. Defaults
-  are calibrated in docs/latency.md (OPT-13B on A100-40GB decodes ~30 ShareGPT requests in
-  ~45 ms per iteration, as the vLLM paper's Fig. 13 implies).
+  page touched per layer (the attention backend's: simulator/attention_backends.py) +
+  per-request and per-iteration overheads + tensor-parallel all-reduces. The defaults here are
+  the `vllm-paper-2023` profile's (OPT-13B on A100-40GB decodes ~30 ShareGPT requests in
+  ~45 ms per iteration, as the vLLM paper's Fig. 13 implies); runs take their constants from a
+  profile (simulator/latency_profiles.py, docs/latency.md).
 * `constant`: fixed seconds per prefill token and per decode step, for tests and analytic checks.
 
 Every model also prices swapping KV to host memory (`swap_time`). Calls are O(batch) numpy with
@@ -150,6 +151,11 @@ class RooflineLatency(LatencyModel):
     act_bytes: int = 2  # bytes of one activation element in all-reduces
     swap_efficiency: float = 0.8  # achieved fraction of the host link
     swap_copy_overhead_s: float = 5e-6  # per copy; one copy per page, layer and K/V part
+    # the attention backend's page cost (simulator/attention_backends.py); the defaults are
+    # the 2023 kernel's: prefill pays per page like decode, attention time as dense
+    prefill_attention_factor: float = 1.0  # paged prefill attention time / dense kernel's
+    prefill_pages: bool = True  # prefill pays page_head_overhead_s per page touched
+    kernel_page_one: bool = False  # the kernel walks page 1 whatever the pool's page size
 
     _c: dict[str, float] = field(init=False, repr=False, compare=False, default_factory=dict)
 
@@ -195,6 +201,10 @@ class RooflineLatency(LatencyModel):
         touched = e * (1.0 - (1.0 - k / e) ** np.asarray(tokens, dtype=float))
         return c["w_fixed"] + c["w_expert"] * touched
 
+    def kernel_page_size(self, page_size: int) -> int:
+        """The page size attention walks (1 where the engine expands pages to tokens)."""
+        return 1 if self.kernel_page_one else page_size
+
     def _time(self, tokens, n_req, pairs, kv_read, pages):
         """Vectorised core over per-iteration aggregates (scalars or equal-length arrays)."""
         c = self._c
@@ -214,8 +224,14 @@ class RooflineLatency(LatencyModel):
         kv_before = int(before.sum()) if n_pre else 0
         ctx_sum = int(decode.sum()) if n_dec else 0
         pairs = (int((new * before).sum() + (new * (new + 1) // 2).sum()) if n_pre else 0)
-        pages = _cdiv_sum(new + before, page_size) + _cdiv_sum(decode, page_size)
-        return float(self._time(t_new + n_dec, n_pre + n_dec, pairs + ctx_sum,
+        ps = self.kernel_page_size(page_size)
+        pages = _cdiv_sum(decode, ps)
+        if self.prefill_pages:
+            pages += _cdiv_sum(new + before, ps)
+        # an integer sum when the factor is 1 (the 2023 kernel's numbers stay bit-identical)
+        att = pairs + ctx_sum if self.prefill_attention_factor == 1.0 else (
+            pairs * self.prefill_attention_factor + ctx_sum)
+        return float(self._time(t_new + n_dec, n_pre + n_dec, att,
                                 kv_before + ctx_sum - n_dec, pages))
 
     def decode_step_times(self, contexts: Contexts, page_size: int, steps: int) -> np.ndarray:
@@ -223,6 +239,7 @@ class RooflineLatency(LatencyModel):
         n = c.size
         if n == 0 or steps <= 0:
             return np.zeros(max(steps, 0))
+        page_size = self.kernel_page_size(page_size)
         j = np.arange(steps, dtype=np.int64)
         ctx_sum = int(c.sum()) + n * j
         # pages grow by one for each request whose length passes a multiple of page_size:

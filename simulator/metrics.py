@@ -49,6 +49,9 @@ class Recorder:
     # when there is one; integrated like the device parts
     host: tuple[int, int] = (0, 0)
     host_seconds: np.ndarray = field(default_factory=lambda: np.zeros(2))
+    # inter-token gaps (s), each array's values `count` times over (a decode stretch hands one
+    # step's time once for all its requests): pooled over requests, as the benchmarks do
+    gaps: list[tuple[np.ndarray, int]] = field(default_factory=list)
 
     def _clip(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
         return np.clip(np.minimum(t1, self.window_end) - np.maximum(t0, self.window_start), 0, None)
@@ -114,6 +117,16 @@ class Recorder:
         self.timeline.append((now, *(int(x) for x in parts), batch, waiting, running,
                               self.host[0]))
 
+    def add_gaps(self, values: np.ndarray, count: int = 1) -> None:
+        """Inter-token gaps: every gap between two consecutive output tokens of a request."""
+        if len(values):
+            self.gaps.append((values, count))
+
+    def itl_percentiles(self, qs: tuple[float, ...]) -> list[float]:
+        """Percentiles of the pooled gaps (numpy's linear rule over the gaps listed one by
+        one); equal for any grouping of the same gaps, so stretches and stepping agree."""
+        return weighted_percentiles(self.gaps, qs)
+
     def add_request(self, row: tuple) -> None:
         self.request_rows.append(row)
         if self.request_sink is not None and len(self.request_rows) >= 4096:
@@ -138,3 +151,26 @@ def _accumulate(total, terms: np.ndarray):
     """total + terms[0] + terms[1] + ..., added left to right (rows of a 2-D `terms`)."""
     first = np.asarray(total, dtype=float)[None, ...]
     return np.add.accumulate(np.concatenate([first, np.asarray(terms, dtype=float)]), axis=0)[-1]
+
+
+def weighted_percentiles(groups: list[tuple[np.ndarray, int]], qs: tuple[float, ...]
+                         ) -> list[float]:
+    """np.percentile(linear) of the values each repeated its group's count, without building
+    that array (a long run has one gap per output token)."""
+    if not groups:
+        return [float("nan")] * len(qs)
+    values = np.concatenate([v for v, _ in groups])
+    counts = np.concatenate([np.full(len(v), c, dtype=np.int64) for v, c in groups])
+    order = np.argsort(values, kind="stable")
+    values, cum = values[order], np.cumsum(counts[order])
+    n = int(cum[-1])
+    out = []
+    for q in qs:  # numpy's "linear" method, its arithmetic included (h, then its lerp)
+        h = (q / 100.0) * (n - 1)
+        lo = int(np.floor(h))
+        hi = min(lo + 1, n - 1)
+        t = h - lo
+        a = values[np.searchsorted(cum, lo, side="right")]
+        b = values[np.searchsorted(cum, hi, side="right")]
+        out.append(float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t))
+    return out

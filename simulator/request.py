@@ -24,7 +24,8 @@ class SimRequest:
 
     __slots__ = (
         "admit_s", "cached_tokens", "computed_len", "decoded", "done", "final_len", "finish_s",
-        "first_token_s", "host_hit", "ids", "load_stall_s", "load_tokens", "max_new",
+        "first_token_s", "host_hit", "ids", "last_token_s", "load_stall_s", "load_tokens",
+        "max_new",
         "output_len", "preemptions", "prefill_target", "prompt_len", "recomputed_tokens",
         "reject_reason", "req", "status", "storage_hit", "storage_wait", "swap_len",
         "swapped_tokens", "token_hit", "written",
@@ -42,6 +43,7 @@ class SimRequest:
         self.written = 0
         self.prefill_target = self.prompt_len
         self.admit_s = self.first_token_s = self.finish_s = float("nan")
+        self.last_token_s = float("nan")  # when its latest token came out (inter-token gaps)
         self.cached_tokens = -1
         self.token_hit = 0
         self.preemptions = 0

@@ -77,8 +77,9 @@ def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
     start = first + cfg.engine.warmup_s
     if cfg.duration_s:
         return start, first + cfg.duration_s
-    if workload.sessions or not workload.requests:
-        return start, np.inf  # closed loop: the window ends with the run
+    if workload.sessions or not workload.requests or cfg.engine.max_concurrency:
+        # closed loop (sessions, or requests sent as others finish): ends with the run
+        return start, np.inf
     return start, max(max(r.arrival_s for r in workload.requests), start)
 
 
@@ -96,8 +97,8 @@ def simulate(
     gpu = get_gpu(cfg.pool.gpu)
     max_ctx = cfg.pool.max_context_len or model.max_position
     policy = build_policy(cfg, max_ctx)
-    latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp,
-                                 cfg.pool.kv_dtype, **cfg.engine.latency_constants())
+    latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp, cfg.pool.kv_dtype,
+                                 **cfg.engine.latency_constants(cfg.policy.page_size))
     start, end = _window(workload, cfg)
     interval = cfg.engine.timeline_interval_s or (
         (end - start) / 2000 if np.isfinite(end) and end > start else 0.05
@@ -143,10 +144,26 @@ def simulate(
     requests = pd.DataFrame(rec.request_rows, columns=list(REQUEST_COLUMNS))
     timeline = pd.DataFrame(rec.timeline, columns=list(TIMELINE_COLUMNS))
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
+    summary.update(latency_columns(cfg, latency))
     summary.update(_overload(workload, cfg, latency, rec, requests, summary))
     summary.update(reuse_gap(workload, requests, cfg.policy.page_size))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, timeline, cfg, {"latency": latency.describe()})
+
+
+def latency_columns(cfg: SimConfig, latency) -> dict:
+    """Which calibration the run used, resolved (a bare config names no profile): the profile,
+    the attention backend, the constants that options override, and the page size the
+    kernel walks (1 where the backend runs page 1 inside the kernel: there --page-size is a
+    memory-only choice)."""
+    e = cfg.engine
+    if e.latency != "roofline":
+        return {"latency_profile": "", "attention_backend": "",
+                "kernel_page_size": cfg.policy.page_size}
+    return {"latency_profile": e.profile_name, "attention_backend": e.resolved_backend(),
+            "page_head_overhead_s": latency.page_head_overhead_s,
+            "iteration_overhead_s": latency.iteration_overhead_s,
+            "kernel_page_size": latency.kernel_page_size(cfg.policy.page_size)}
 
 
 def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
@@ -216,6 +233,9 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
         "ttft_p99_s": _pct(done.ttft_s, 99) if len(done) else float("nan"),
         "tpot_p50_s": _pct(done.tpot_s, 50) if len(done) else float("nan"),
         "tpot_p99_s": _pct(done.tpot_s, 99) if len(done) else float("nan"),
+        # inter-token latency as the benchmarks define it: every gap between consecutive
+        # output tokens of a request, pooled over requests
+        **dict(zip(("itl_p50_s", "itl_p99_s"), rec.itl_percentiles((50, 99)), strict=True)),
         "page_table_bytes": policy_page_table_bytes(policy),
         "block_table_entries": rec.page_entry_seconds / span if span > 0 else float("nan"),
         "sim_end_s": engine.env.now,

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, flag, spec_field
 from simulator import scheduler
 from simulator.admission import ADMISSIONS
-from simulator.latency import ITERATION_OVERHEAD_S, PAGE_HEAD_OVERHEAD_S
+from simulator.attention_backends import AttentionBackend, get_backend
+from simulator.latency_profiles import (
+    SIMULATOR_DEFAULT,
+    load_profile,
+    roofline_constants,
+)
 
 # the registered names (simulator/admission.py, simulator/scheduler.py)
 ADMISSION_MODES = tuple(ADMISSIONS.names())
@@ -47,6 +52,12 @@ def _evictions() -> list[str]:
     from kvcore.radix_node import EVICTION_PRIORITIES
 
     return list(EVICTION_PRIORITIES)
+
+
+def _backends() -> list[str]:
+    from simulator.attention_backends import BACKENDS
+
+    return list(BACKENDS)
 
 
 def _latencies() -> list[str]:
@@ -103,13 +114,25 @@ class EngineSpec:
     chunked_prefill_size: int = spec_field(8192, "prefill chunk size (0: no chunking)",
                                            domain=Domain(0, MAX_I32))
     latency: str = spec_field("roofline", "latency model", choices=_latencies)
-    # the roofline constants to calibrate to a GPU (docs/latency.md); defaults as calibrated
-    page_head_overhead_s: float = spec_field(
-        PAGE_HEAD_OVERHEAD_S, "roofline: attention cost per KV page touched, per KV head on a "
-        "rank, per layer (s)", domain=Domain(0, 1e-3))
-    iteration_overhead_s: float = spec_field(
-        ITERATION_OVERHEAD_S, "roofline: fixed cost of every iteration (s): scheduling, "
-        "kernel launches, host sync", domain=Domain(0, 10.0))
+    # which calibration of the roofline (simulator/latency_profiles.py, docs/latency.md)
+    latency_profile: str | None = spec_field(
+        None, "roofline calibration: vllm-paper-2023, vllm-hopper, sglang-hopper or a profile "
+        "file from `kvsim calibrate` (default: by --budget: vllm -> vllm-hopper, others -> "
+        "sglang-hopper)")
+    attention_backend: str | None = spec_field(
+        None, "attention kernel: its page cost and the page sizes it runs (default: the "
+        "profile's)", choices=_backends)
+    # overrides of the profile's constants (docs/latency.md, "Calibrating to your GPU")
+    page_head_overhead_s: float | None = spec_field(
+        None, "roofline: attention cost per KV page touched, per KV head on a rank, per layer "
+        "(s; default: the backend's)", domain=Domain(0, 1e-3))
+    iteration_overhead_s: float | None = spec_field(
+        None, "roofline: fixed cost of every iteration (s): scheduling, kernel launches, host "
+        "sync (default: the profile's)", domain=Domain(0, 10.0))
+    # the closed-loop load of `vllm bench serve --max-concurrency` / sglang.bench_serving
+    max_concurrency: int = spec_field(
+        0, "most requests in flight (0: no bound): a request arriving beyond it waits for one "
+        "to finish, as the engines' benchmark clients do", domain=Domain(0, MAX_I32))
     # measurement window (its end is the workload's --duration-s, when given)
     warmup_s: float = spec_field(0.0, "seconds after the first arrival excluded from averages",
                                  flags=("--warmup",), domain=Domain(0))
@@ -127,18 +150,44 @@ class EngineSpec:
         check_fields(self)
         check_device(self.device)
         if self.latency != "roofline":
-            for name, default in (("page_head_overhead_s", PAGE_HEAD_OVERHEAD_S),
-                                  ("iteration_overhead_s", ITERATION_OVERHEAD_S)):
-                if getattr(self, name) != default:
-                    raise ValueError(f"{flag(name)} is a constant of --latency roofline, not "
+            for name in ("latency_profile", "attention_backend", "page_head_overhead_s",
+                         "iteration_overhead_s"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{flag(name)} is an option of --latency roofline, not "
                                      f"of --latency {self.latency}")
+        elif self.latency_profile is not None:
+            load_profile(self.latency_profile)  # an unknown name or a bad file fails here
 
-    def latency_constants(self) -> dict[str, float]:
-        """The latency model's constants set by options (the roofline's calibration)."""
+    @property
+    def profile_name(self) -> str:
+        """The profile this spec runs (a bare spec, which knows no budget rule: the
+        simulator's default)."""
+        return self.latency_profile or SIMULATOR_DEFAULT
+
+    def latency_constants(self, page_size: int) -> dict[str, float]:
+        """The latency model's constants: the profile's with the backend's page cost, then the
+        overrides given; ValueError when the backend cannot run `page_size`."""
         if self.latency != "roofline":
             return {}
-        return {"page_head_overhead_s": self.page_head_overhead_s,
-                "iteration_overhead_s": self.iteration_overhead_s}
+        out = roofline_constants(load_profile(self.profile_name), self.attention_backend,
+                                 page_size)
+        for name in ("page_head_overhead_s", "iteration_overhead_s"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    def page_rules(self) -> tuple[str, AttentionBackend] | None:
+        """The engine whose page-size rules apply and the attention backend (None for a
+        latency model without one)."""
+        if self.latency != "roofline":
+            return None
+        return load_profile(self.profile_name).engine, get_backend(self.resolved_backend())
+
+    def resolved_backend(self) -> str:
+        """The attention backend this spec runs ("" for a latency model without one)."""
+        if self.latency != "roofline":
+            return ""
+        return self.attention_backend or load_profile(self.profile_name).attention_backend
 
 
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")

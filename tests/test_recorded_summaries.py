@@ -43,7 +43,7 @@ KEY = ["sweep", "policy", "page_size", "placement"]  # one row per key in every 
 ALL_POLICIES = "paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,contiguous-oracle"
 # options every recorded command shares (a sweep or the capacity search): pin here whatever a
 # change of default must not move (the latency model and its profile, ...)
-COMMON = ["--latency", "roofline"]
+COMMON = ["--latency", "roofline", "--latency-profile", "vllm-paper-2023"]
 SWEEP_ONLY = ["--no-progress", "--no-plot"]
 CHAT_TIGHT = ["--workload", "chat", "--num-requests", "48", "--kv-tokens", "3000",
               "--page-sizes", "16", "--max-context-len", "8192"]

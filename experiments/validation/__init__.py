@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.validation.closed_form import analytic_rows, prefix_rows
+from experiments.validation.latency_rows import latency_rows
 from experiments.validation.rows import MAX_CONTEXT_LEN
 from experiments.validation.sharing import FIG15_TOL, fig15_rows
 from experiments.validation.vllm_paper import fig2_rows, fig13_rows, fig18b_rows, table1_rows
@@ -68,6 +69,7 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
     if not quick:
         rows += fig18b_rows(notes, log)
     rows += fig15_rows(quick, notes, log)
+    rows += latency_rows(log)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     for col in ("reference", "kvsim"):  # mixed numbers and text: keep ints as ints
         df[col] = pd.Series([r[col] for r in rows], dtype=object)
@@ -81,6 +83,13 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
         f"prompt + output <= {MAX_CONTEXT_LEN}. Alpaca-like: independent lognormals at the paper's "
         "means 19.31 / 58.45 (sigma 0.6 / 0.9, ours: the paper publishes no spread). Poisson "
         "arrivals.")
+    notes["Latency"] = (
+        "The latency rows run the modern profiles (docs/latency.md) on Llama-3.1-8B / H100: "
+        "vllm-hopper / fa3 against vLLM v0.19.1's batch-1 ITL line (its calibration source, "
+        "hence identities) and sglang-hopper / fa3 against SGLang PR #4832 at pages 1, 64, 128 "
+        "(page 64 is its fit point; the PR does not state its GPU). Every other row uses "
+        "vllm-paper-2023, the 2023 calibration. Tolerances are justified in "
+        "experiments/validation/latency_rows.py.")
     notes["Categories"] = (
         "token states = token states; reservation = reserved; internal fragmentation = "
         "over-reservation (slots reserved beyond the final length); external fragmentation & "

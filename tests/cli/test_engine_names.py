@@ -62,10 +62,14 @@ def test_engine_spellings_on_the_command_line(tmp_path):
     row = json.loads((tmp_path / "seqs" / "config.json").read_text())["options"]
     assert (row["max_running_requests"], row["chunked_prefill_size"]) == (2, 512)
     cfg = tmp_path / "exp.toml"
-    cfg.write_text("gpu-memory-utilization = 0.7\nblock-size = 8\n")
+    cfg.write_text("gpu-memory-utilization = 0.7\nblock-size = 64\n")
     r = invoke("plan", "--config", str(cfg), "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["budget_rule"] == "vllm"
+    # vLLM's default backend (FLASH_ATTN) runs multiples of 16: block 8 is refused, one line
+    cfg.write_text("gpu-memory-utilization = 0.7\nblock-size = 8\n")
+    r = invoke("plan", "--config", str(cfg), "--json")
+    assert r.exit_code == 2 and "multiples of 16" in r.output, r.output
 
 
 def test_prefix_caching_switch_maps_onto_the_policy():
@@ -169,16 +173,18 @@ def test_out_under_a_file_fails_before_any_simulation(tmp_path):
 
 
 def test_latency_calibration_options():
+    # the overrides default to the profile's constants (sglang-hopper under the default rule)
     base = RunOptions()
-    assert base.engine.page_head_overhead_s == 1.5e-9
-    assert base.engine.iteration_overhead_s == 5e-3
+    assert base.engine.page_head_overhead_s is None and base.engine.iteration_overhead_s is None
+    assert base.engine_spec().latency_profile == "sglang-hopper"
     lm = make_latency_model("roofline", "llama-3.1-8b", "h100")
     assert (lm.page_head_overhead_s, lm.iteration_overhead_s) == (1.5e-9, 5e-3)
     slow = RunOptions.from_mapping({"iteration_overhead_s": 0.02, "page_head_overhead_s": 3e-9})
     assert slow.config_hash() != base.config_hash()
-    assert slow.engine.latency_constants() == {"page_head_overhead_s": 3e-9,
-                                               "iteration_overhead_s": 0.02}
-    with pytest.raises(ValueError, match="--iteration-overhead-s is a constant of --latency "
+    got = slow.engine_spec().latency_constants(16)
+    assert (got["page_head_overhead_s"], got["iteration_overhead_s"]) == (3e-9, 0.02)
+    assert got["mbu"] == 0.936  # the rest stays the profile's
+    with pytest.raises(ValueError, match="--iteration-overhead-s is an option of --latency "
                                          "roofline"):
         RunOptions.from_mapping({"latency": "constant", "iteration_overhead_s": 0.1})
     with pytest.raises(ValueError, match="--page-head-overhead-s must be in"):
@@ -224,7 +230,8 @@ def test_help_has_examples_and_a_panel_per_spec():
         assert panel in r.output, panel
     for flag in ("--block-size", "--gpu-memory-utilization", "--mem-fraction-static",
                  "--max-num-seqs", "--enable-prefix-caching", "--page-head-overhead-s",
-                 "--iteration-overhead-s", "1.5e-09"):
+                 "--iteration-overhead-s", "--latency-profile", "--attention-backend",
+                 "--max-concurrency"):
         assert flag in r.output, flag
     for cmd in ("sweep", "compare", "plan", "plot", "report"):
         assert "Examples:" in invoke(cmd, "--help").output, cmd
