@@ -543,7 +543,8 @@ def gpus() -> None:
     from kvcore.presets import GPUS
 
     for g in GPUS.values():
-        typer.echo(f"{g.id:<10} {g.name:<18} {g.mem_gb:5.0f} GB  {g.bandwidth_tb_s:5.2f} TB/s  "
+        typer.echo(f"{g.id:<10} {g.name:<18} {g.mem_gb:5.0f} GB ({g.mem_gib:6.2f} GiB to CUDA)  "
+                   f"{g.bandwidth_tb_s:5.2f} TB/s  "
                    f"{g.bf16_tflops:6.0f} TFLOPS bf16")
 
 
@@ -773,7 +774,8 @@ def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
 
 def _echo_probe(p: Any) -> None:
     """One capacity probe, on stderr as it finishes (each is a whole simulation)."""
-    verdict = "overloaded" if p.overloaded else "servable  "
+    verdict = ("servable  " if not p.overloaded else "misses SLO" if p.reason.startswith("SLO")
+               else "overloaded")
     typer.echo(f"  {verdict} at {p.flag_value:.4g} ({p.rate_req_s:.4g} req/s)", err=True)
 
 
@@ -784,16 +786,23 @@ def capacity(
     steps: int = typer.Option(4, "--steps", help="bisection steps after the bracket (each "
                               "halves the gap in log scale; 4: within 4.4 %)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    progress: Optional[bool] = typer.Option(  # noqa: UP045
+        None, "--progress/--no-progress", show_default="on a terminal, not with --json",
+        help="progress bar over each probe's requests", rich_help_panel="Output"),
 ) -> None:
     """The highest sustainable arrival rate for these options (model, GPU, pool, policy): a
     short bisection on --rate-scale (traces) or --rate, each probe one simulation judged by
-    the overload rule; reported as req/s and tokens/s."""
+    the overload rule (and the SLO, with --slo-ttft / --slo-tpot: goodput); reported as req/s
+    and tokens/s."""
     from experiments.capacity import check_steps, find_sustainable_rate
+    from experiments.runner import simulate_options
     from reports.overload_view import capacity_lines
 
     check_steps(steps)
     opts.sim_config()  # a user mistake before the first simulation
-    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else _echo_probe)
+    bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
+    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else _echo_probe,
+                                simulate=lambda o: simulate_options(o, progress=bar)[0])
     if as_json:
         typer.echo(json.dumps(cap.to_dict(), indent=2, default=str))
         return

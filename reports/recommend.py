@@ -78,7 +78,8 @@ def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendat
         raise ValueError("sweep rows are empty")
     check_tolerance(tolerance)
     tol = float(tolerance)
-    df = df.assign(_over=_bool_col(df, "overloaded"))
+    df = df.copy()  # consolidated: a column added to a wide frame must not warn
+    df["_over"] = _bool_col(df, "overloaded")
     cols = [*need[1:], *(c for c in _EXTRA if c in df.columns)]
     g = df.groupby("page_size", sort=True)
     means = g[cols].mean()

@@ -91,3 +91,40 @@ def test_kvsim_capacity_on_a_real_simulation(tmp_path):
     assert run.exit_code == 0 and "overloaded" not in run.output
     r = CliRunner().invoke(app, ["capacity", "--steps", "99"])
     assert r.exit_code == 2 and "--steps" in r.output
+
+
+def test_with_an_slo_capacity_is_goodput_and_names_the_binding_target():
+    """Servable (queue drains) up to 8 req/s, but TTFT p99 meets 2 s only up to 3 req/s: the
+    answer is the highest rate meeting the SLO, and the TTFT target binds."""
+    from experiments.options import RunOptions
+
+    opts = RunOptions.from_mapping({"rate": 4.0, "slo_ttft_p99": 2.0})
+    assert opts.output.slo_percentile == 99.0 and opts.output.slo_ttft == 2.0
+
+    def sim(o):
+        rate = o.workload.rate
+        met = rate <= 3.0
+        return {"rate_req_s": rate, "overloaded": rate > 8.0, "overload_reason": "queue",
+                "throughput_tok_s": 1.0, "slo_met": met, "slo_attainment": 0.995 if met else 0.9,
+                "slo_binding": None if met else "TTFT <= 2 s"}
+
+    cap = find_sustainable_rate(opts, steps=4, simulate=sim)
+    assert 3.0 * 2 ** (-1 / 16) <= cap.rate_req_s <= 3.0
+    assert cap.binding == "TTFT <= 2 s" and cap.slo == "99 % of requests: TTFT <= 2 s"
+    assert any("SLO missed" in p.reason for p in cap.probes)
+
+
+def test_slo_columns_count_every_request_and_name_the_binding_target():
+    import pandas as pd
+
+    from experiments.slo import slo_columns
+
+    req = pd.DataFrame({"status": ["completed"] * 3 + ["rejected"],
+                        "ttft_s": [0.5, 1.0, 3.0, float("nan")],
+                        "tpot_s": [0.01, float("nan"), 0.01, float("nan")]})
+    c = slo_columns(req, 2.0, 0.05, 50.0)
+    assert c["slo_ttft_attainment"] == 0.5 and c["slo_tpot_attainment"] == 0.75
+    assert c["slo_attainment"] == 0.5 and c["slo_met"] is True and c["slo_binding"] is None
+    c = slo_columns(req, 2.0, 0.05, 99.0)
+    assert c["slo_met"] is False and c["slo_binding"] == "TTFT <= 2 s"
+    assert slo_columns(req, None, None, 99.0)["slo_met"] is None

@@ -76,3 +76,21 @@ def test_when_no_page_size_meets_every_rule_each_failure_is_named():
     text = console.export_text()
     assert "No page size recommended" in text and "fails latency, hit rate" in text
     assert any("hit rate 0.04 < 0.22" in line for line in recommendation_notes(rec))
+
+
+def test_a_wide_summary_read_back_raises_no_performance_warning(tmp_path):
+    """A summary.csv of 150 columns (wider than pandas' 100-block threshold), read back and
+    recommended from, leaks no PerformanceWarning into plan / report (issue 26 item 8)."""
+    import warnings
+
+    from reports.io import read_csv_or_empty
+
+    wide = pd.DataFrame({"page_size": [16, 32], "normalized_latency_s": [1.0, 1.0],
+                         "prefix_hit_rate": [0.5, 0.5], "overloaded": [False, False],
+                         **{f"c{i}": ["x", 1.5] for i in range(150)}})
+    wide.to_csv(tmp_path / "summary.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)
+        df = read_csv_or_empty(tmp_path / "summary.csv")
+        df.assign(extra=1)
+        assert recommend_page_size(df, 0.02).page_size == 32
