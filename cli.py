@@ -625,7 +625,21 @@ def _plan_host_tier(ctx: typer.Context, opts: RunOptions, target: float, as_json
 
     if not (_from_user(ctx, "workload") or opts.workload.trace is not None):
         raise ValueError(f"--target-hit-rate {target} needs --trace or --workload to simulate")
+    if opts.output.out:
+        from reports.io import check_writable
+
+        check_writable(opts.output.out)
     res = size_host_tier(opts, target)
+    if opts.output.out:  # every probe's summary row, as a sweep writes them
+        import pandas as pd
+
+        from reports.io import write_csv_atomic
+
+        out = Path(opts.output.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv_atomic(out / "summary.csv", pd.DataFrame(list(res.rows)))
+    if res.overloaded:
+        _warn_overload(list(res.rows))
     if as_json:
         typer.echo(json.dumps(res.to_dict(), indent=2))
         return
@@ -639,6 +653,10 @@ def _plan_host_tier(ctx: typer.Context, opts: RunOptions, target: float, as_json
     else:
         typer.echo(f"host memory needed: {res.needed.host_gib:.2f} GiB per rank "
                    f"(--hicache-ratio {res.needed.ratio:g})")
+    for line in res.notes():
+        typer.echo(f"note: {line}")
+    if opts.output.out:
+        typer.echo(f"results: {opts.output.out}/summary.csv")
 
 
 @app.command(epilog=EXAMPLES["plan"])
