@@ -672,6 +672,8 @@ def plan(
                                     "within this fraction of the best"),
     page_sizes: str = typer.Option(DEFAULT_PAGE_SIZES, "--page-sizes",
                                    help="page sizes simulated with --trace / --workload"),
+    seeds: int = typer.Option(1, "--seeds", help="seeds per page size (from --seed): with "
+                              "2 or more the recommendation measures its noise band"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
     find_rate: bool = typer.Option(False, "--find-rate", help="also search the highest "
                                    "sustainable rate (as kvsim capacity) at --page-size"),
@@ -714,7 +716,9 @@ def plan(
     rec = None
     if study:
         bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
-        rec = _plan_study(opts, sizes, tolerance, jobs, bar, doc, lines)
+        if not 1 <= seeds <= 64:
+            raise ValueError(f"--seeds must be in [1, 64], got {seeds}")
+        rec = _plan_study(opts, sizes, tolerance, jobs, bar, doc, lines, seeds)
     if as_json:
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
@@ -756,7 +760,7 @@ def _plan_capacity(opts: RunOptions, doc: dict[str, Any], lines: list[str], step
 
 
 def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
-                progress: bool, doc: dict[str, Any], lines: list[str]):
+                progress: bool, doc: dict[str, Any], lines: list[str], seeds: int = 1):
     """plan --trace / --workload: the page-size study and its recommendation (None from an
     overloaded run: the lines say so and at which rate it ran)."""
     from experiments.planning import page_size_study
@@ -764,7 +768,7 @@ def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
     from reports.plots import plot_dir
     from reports.recommend import recommend_page_size
 
-    out, df = page_size_study(opts, sizes, jobs=jobs, progress=progress)
+    out, df = page_size_study(opts, sizes, jobs=jobs, progress=progress, seeds=seeds)
     rec = recommend_page_size(df, tolerance)
     figs = plot_dir(out, out / "figures")
     rates = df["rate_req_s"].astype(float)

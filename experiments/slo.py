@@ -51,9 +51,12 @@ def slo_columns(requests: pd.DataFrame, ttft: float | None, tpot: float | None,
     met = both >= percentile / 100.0
     binding = None
     if not met:
-        named = {f"TTFT <= {ttft:g} s": a_ttft, f"TPOT <= {tpot:g} s": a_tpot}
-        named = {k: v for k, v in named.items() if not math.isnan(v)}
-        binding = min(named, key=named.get) if named else None
+        named: dict[str, float] = {}
+        if ttft is not None:
+            named[f"TTFT <= {ttft:g} s"] = a_ttft
+        if tpot is not None:
+            named[f"TPOT <= {tpot:g} s"] = a_tpot
+        binding = min(named, key=lambda k: named[k])
     return {"slo_ttft_attainment": a_ttft, "slo_tpot_attainment": a_tpot,
             "slo_attainment": both, "slo_met": bool(met), "slo_binding": binding}
 

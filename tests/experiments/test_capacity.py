@@ -128,3 +128,5 @@ def test_slo_columns_count_every_request_and_name_the_binding_target():
     c = slo_columns(req, 2.0, 0.05, 99.0)
     assert c["slo_met"] is False and c["slo_binding"] == "TTFT <= 2 s"
     assert slo_columns(req, None, None, 99.0)["slo_met"] is None
+    only = slo_columns(req, 2.0, None, 99.0)  # one target: it binds, the other is NaN
+    assert only["slo_binding"] == "TTFT <= 2 s" and only["slo_tpot_attainment"] != 0.5
