@@ -707,8 +707,8 @@ def plan(
     check_tolerance(tolerance)
     sizes = parse_list(page_sizes, int, "--page-sizes") or []
     page_size_grid(opts, sizes)  # a bad page size is an error even for the static plan
-    result = static_plan(opts, context_len)
     study = _from_user(ctx, "workload") or opts.workload.trace is not None
+    result = static_plan(opts, context_len, with_workload=study)
     doc: dict[str, Any] = result.to_dict()
     lines: list[str] = []
     if find_rate or at_sustainable_rate:

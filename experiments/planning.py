@@ -18,11 +18,22 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def static_plan(opts: RunOptions, context_len: int | None = None) -> PlanResult:
+def static_plan(opts: RunOptions, context_len: int | None = None,
+                with_workload: bool = False) -> PlanResult:
     """The planner's figures for the options' memory, page size and batch limit;
-    `context_len` (default: the maximum context) sizes the page-table figure."""
+    `context_len` (default: the maximum context) sizes the page-table figure. With
+    `with_workload` (plan --trace / --workload) the per-page-size rounding and page-table
+    entries are taken over the workload's own final lengths (prompt + output of every request)
+    rather than the single maximum context, which rounds to 0.0 at every page size."""
+    lengths = None
+    if with_workload:
+        from workloads import build_workload
+
+        reqs = build_workload(opts.workload_spec()).nominal_requests()
+        lengths = [r.prompt_len + r.output_len for r in reqs] or None
     return plan(opts.memory, page_size=opts.policy.page_size,
-                max_running_requests=opts.engine.max_running_requests, context_len=context_len)
+                max_running_requests=opts.engine.max_running_requests, context_len=context_len,
+                lengths=lengths)
 
 
 def page_size_grid(opts: RunOptions, sizes: Sequence[int], seeds: int = 1) -> list[RunOptions]:

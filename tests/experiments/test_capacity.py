@@ -130,3 +130,19 @@ def test_slo_columns_count_every_request_and_name_the_binding_target():
     assert slo_columns(req, None, None, 99.0)["slo_met"] is None
     only = slo_columns(req, 2.0, None, 99.0)  # one target: it binds, the other is NaN
     assert only["slo_binding"] == "TTFT <= 2 s" and only["slo_tpot_attainment"] != 0.5
+
+
+def test_the_static_page_size_table_uses_the_workloads_lengths():
+    """plan --workload: the expected rounding per page size is over the workload's own
+    lengths, not the single maximum context (131,072 for Llama-3.1-8B rounds to 0.0 at every
+    power-of-two page) (issue 26 item 8; milliseconds: no simulation)."""
+    from experiments.options import RunOptions
+    from experiments.planning import static_plan
+
+    opts = RunOptions.from_mapping({"workload": "sharegpt", "num_requests": 50,
+                                    "model": "llama-3.1-8b", "gpu": "h100"})
+    plain = static_plan(opts).to_dict()["page_sizes"]
+    traced = static_plan(opts, with_workload=True).to_dict()["page_sizes"]
+    key = next(k for k in plain[0] if "frag" in k and "token" in k)
+    assert all(row[key] == 0 for row in plain)
+    assert any(row[key] > 0 for row in traced)
