@@ -424,12 +424,10 @@ def compare(
 
 def _print_reuse(con, rows: list[dict[str, Any]]) -> None:
     """The hit rate next to the ideal and where the gap went (reports.reuse_view)."""
-    from reports.reuse_view import reuse_sentence
+    from reports.reuse_view import reuse_lines
 
-    for row in rows:
-        line = reuse_sentence(row, str(row.get("policy", "")) if len(rows) > 1 else "")
-        if line is not None:
-            con.print(line, markup=False, highlight=False)
+    for line in reuse_lines(rows, [str(r.get("policy", "")) for r in rows]):
+        con.print(line, markup=False, highlight=False)
 
 
 def _print_deltas(con, rows: list[dict[str, Any]], names: list[str], base: int,
@@ -437,12 +435,14 @@ def _print_deltas(con, rows: list[dict[str, Any]], names: list[str], base: int,
     """compare: the deltas table on the terminal, and as out/deltas.csv."""
     import pandas as pd
 
-    from reports.deltas import delta_records, delta_table
+    from reports.deltas import admission_notes, delta_records, delta_table
     from reports.io import write_csv_atomic
 
     if len(rows) < 2:
         return
     con.print(delta_table(rows, names, base))
+    for line in admission_notes(rows, names, base):
+        con.print(line, markup=False, highlight=False)
     write_csv_atomic(out / "deltas.csv", pd.DataFrame(delta_records(rows, names, base)))
 
 

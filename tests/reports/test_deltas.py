@@ -71,3 +71,20 @@ def _render(table) -> str:
     con = Console(width=200, record=True)
     con.print(table)
     return con.export_text()
+
+
+def test_a_shared_reuse_sentence_is_told_once_and_a_capped_admission_is_explained():
+    from reports.deltas import admission_notes
+    from reports.reuse_view import reuse_lines
+
+    none = {"ideal_hit_rate": 0.0, "prefix_hit_rate": 0.0, "reuse_gap_alignment": 0.0,
+            "reuse_gap_not_arrived": 0.0, "reuse_gap_capacity": 0.0}
+    rows = [dict(none, policy=p) for p in ("paged", "vllm", "contiguous-max")]
+    lines = reuse_lines(rows, ["paged", "vllm", "contiguous-max"])
+    assert len(lines) == 1 and "all 3 runs alike" in lines[0]
+    differ = [dict(rows[0]), dict(rows[1], prefix_hit_rate=0.1, ideal_hit_rate=0.2)]
+    assert len(reuse_lines(differ, ["paged", "vllm"])) == 2
+    rows[0]["avg_batch_size"], rows[2]["avg_batch_size"] = 30.0, 6.0
+    notes = admission_notes(rows, ["paged", "vllm", "contiguous-max"])
+    assert len(notes) == 1 and notes[0].startswith("contiguous-max: admission reserves")
+    assert "avg 6.0 vs 30.0 for paged" in notes[0]
