@@ -209,3 +209,16 @@ def test_a_roomy_cache_loses_nothing_to_capacity():
     assert s["ideal_hit_rate"] > 0.3
     assert s["reuse_gap_capacity"] == pytest.approx(0, abs=1e-12)
     assert s["prefix_hit_rate"] == pytest.approx(s["ideal_hit_rate"] - s["reuse_gap_not_arrived"])
+
+
+def test_the_timeline_drops_to_what_is_held_across_an_idle_gap():
+    """Two requests 100 s apart: the timeline has rows at both ends of the gap with no token
+    states (only cache), so a step plot does not carry the busy sample across 100 idle s
+    (issue 26 item 6; tens of milliseconds)."""
+    res = run(identical(2, 100, 10, spacing_s=100.0), check_invariants=False)
+    tl = res.timeline
+    first_done = float(res.requests["finish_s"].min())
+    gap = tl[(tl["time_s"] >= first_done) & (tl["time_s"] <= 100.0)]
+    assert len(gap) >= 2, tl
+    assert (gap["token_states"] == 0).all() and (gap["running"] == 0).all()
+    assert gap["time_s"].max() == pytest.approx(100.0)
