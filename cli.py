@@ -427,12 +427,10 @@ def compare(
 
 def _print_reuse(con, rows: list[dict[str, Any]]) -> None:
     """The hit rate next to the ideal and where the gap went (reports.reuse_view)."""
-    from reports.reuse_view import reuse_sentence
+    from reports.reuse_view import reuse_lines
 
-    for row in rows:
-        line = reuse_sentence(row, str(row.get("policy", "")) if len(rows) > 1 else "")
-        if line is not None:
-            con.print(line, markup=False, highlight=False)
+    for line in reuse_lines(rows, [str(r.get("policy", "")) for r in rows]):
+        con.print(line, markup=False, highlight=False)
 
 
 def _print_deltas(con, rows: list[dict[str, Any]], names: list[str], base: int,
@@ -440,12 +438,14 @@ def _print_deltas(con, rows: list[dict[str, Any]], names: list[str], base: int,
     """compare: the deltas table on the terminal, and as out/deltas.csv."""
     import pandas as pd
 
-    from reports.deltas import delta_records, delta_table
+    from reports.deltas import admission_notes, delta_records, delta_table
     from reports.io import write_csv_atomic
 
     if len(rows) < 2:
         return
     con.print(delta_table(rows, names, base))
+    for line in admission_notes(rows, names, base):
+        con.print(line, markup=False, highlight=False)
     write_csv_atomic(out / "deltas.csv", pd.DataFrame(delta_records(rows, names, base)))
 
 
@@ -546,7 +546,8 @@ def gpus() -> None:
     from kvcore.presets import GPUS
 
     for g in GPUS.values():
-        typer.echo(f"{g.id:<10} {g.name:<18} {g.mem_gb:5.0f} GB  {g.bandwidth_tb_s:5.2f} TB/s  "
+        typer.echo(f"{g.id:<10} {g.name:<18} {g.mem_gb:5.0f} GB ({g.mem_gib:6.2f} GiB to CUDA)  "
+                   f"{g.bandwidth_tb_s:5.2f} TB/s  "
                    f"{g.bf16_tflops:6.0f} TFLOPS bf16")
 
 
@@ -627,7 +628,21 @@ def _plan_host_tier(ctx: typer.Context, opts: RunOptions, target: float, as_json
 
     if not (_from_user(ctx, "workload") or opts.workload.trace is not None):
         raise ValueError(f"--target-hit-rate {target} needs --trace or --workload to simulate")
+    if opts.output.out:
+        from reports.io import check_writable
+
+        check_writable(opts.output.out)
     res = size_host_tier(opts, target)
+    if opts.output.out:  # every probe's summary row, as a sweep writes them
+        import pandas as pd
+
+        from reports.io import write_csv_atomic
+
+        out = Path(opts.output.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv_atomic(out / "summary.csv", pd.DataFrame(list(res.rows)))
+    if res.overloaded:
+        _warn_overload(list(res.rows))
     if as_json:
         typer.echo(json.dumps(res.to_dict(), indent=2))
         return
@@ -641,6 +656,10 @@ def _plan_host_tier(ctx: typer.Context, opts: RunOptions, target: float, as_json
     else:
         typer.echo(f"host memory needed: {res.needed.host_gib:.2f} GiB per rank "
                    f"(--hicache-ratio {res.needed.ratio:g})")
+    for line in res.notes():
+        typer.echo(f"note: {line}")
+    if opts.output.out:
+        typer.echo(f"results: {opts.output.out}/summary.csv")
 
 
 @app.command(epilog=EXAMPLES["plan"])
@@ -656,6 +675,8 @@ def plan(
                                     "within this fraction of the best"),
     page_sizes: str = typer.Option(DEFAULT_PAGE_SIZES, "--page-sizes",
                                    help="page sizes simulated with --trace / --workload"),
+    seeds: int = typer.Option(1, "--seeds", help="seeds per page size (from --seed): with "
+                              "2 or more the recommendation measures its noise band"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
     find_rate: bool = typer.Option(False, "--find-rate", help="also search the highest "
                                    "sustainable rate (as kvsim capacity) at --page-size"),
@@ -691,8 +712,8 @@ def plan(
     page_sizes, size_notes = page_sizes_for(opts, page_sizes)
     sizes = parse_list(page_sizes, int, "--page-sizes") or []
     page_size_grid(opts, sizes)  # a bad page size is an error even for the static plan
-    result = static_plan(opts, context_len)
     study = _from_user(ctx, "workload") or opts.workload.trace is not None
+    result = static_plan(opts, context_len, with_workload=study)
     doc: dict[str, Any] = result.to_dict()
     lines: list[str] = list(size_notes) if study else []
     if find_rate or at_sustainable_rate:
@@ -700,7 +721,9 @@ def plan(
     rec = None
     if study:
         bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
-        rec = _plan_study(opts, sizes, tolerance, jobs, bar, doc, lines)
+        if not 1 <= seeds <= 64:
+            raise ValueError(f"--seeds must be in [1, 64], got {seeds}")
+        rec = _plan_study(opts, sizes, tolerance, jobs, bar, doc, lines, seeds)
     if as_json:
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
@@ -742,7 +765,7 @@ def _plan_capacity(opts: RunOptions, doc: dict[str, Any], lines: list[str], step
 
 
 def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
-                progress: bool, doc: dict[str, Any], lines: list[str]):
+                progress: bool, doc: dict[str, Any], lines: list[str], seeds: int = 1):
     """plan --trace / --workload: the page-size study and its recommendation (None from an
     overloaded run: the lines say so and at which rate it ran)."""
     from experiments.planning import page_size_study
@@ -750,7 +773,7 @@ def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
     from reports.plots import plot_dir
     from reports.recommend import recommend_page_size
 
-    out, df = page_size_study(opts, sizes, jobs=jobs, progress=progress)
+    out, df = page_size_study(opts, sizes, jobs=jobs, progress=progress, seeds=seeds)
     rec = recommend_page_size(df, tolerance)
     figs = plot_dir(out, out / "figures")
     rates = df["rate_req_s"].astype(float)
@@ -778,7 +801,8 @@ def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
 
 def _echo_probe(p: Any) -> None:
     """One capacity probe, on stderr as it finishes (each is a whole simulation)."""
-    verdict = "overloaded" if p.overloaded else "servable  "
+    verdict = ("servable  " if not p.overloaded else "misses SLO" if p.reason.startswith("SLO")
+               else "overloaded")
     typer.echo(f"  {verdict} at {p.flag_value:.4g} ({p.rate_req_s:.4g} req/s)", err=True)
 
 
@@ -789,16 +813,23 @@ def capacity(
     steps: int = typer.Option(4, "--steps", help="bisection steps after the bracket (each "
                               "halves the gap in log scale; 4: within 4.4 %)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    progress: Optional[bool] = typer.Option(  # noqa: UP045
+        None, "--progress/--no-progress", show_default="on a terminal, not with --json",
+        help="progress bar over each probe's requests", rich_help_panel="Output"),
 ) -> None:
     """The highest sustainable arrival rate for these options (model, GPU, pool, policy): a
     short bisection on --rate-scale (traces) or --rate, each probe one simulation judged by
-    the overload rule; reported as req/s and tokens/s."""
+    the overload rule (and the SLO, with --slo-ttft / --slo-tpot: goodput); reported as req/s
+    and tokens/s."""
     from experiments.capacity import check_steps, find_sustainable_rate
+    from experiments.runner import simulate_options
     from reports.overload_view import capacity_lines
 
     check_steps(steps)
     opts.sim_config()  # a user mistake before the first simulation
-    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else _echo_probe)
+    bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
+    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else _echo_probe,
+                                simulate=lambda o: simulate_options(o, progress=bar)[0])
     if as_json:
         typer.echo(json.dumps(cap.to_dict(), indent=2, default=str))
         return

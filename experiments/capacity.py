@@ -5,6 +5,9 @@ can take. The answer is a short geometric bisection on a load multiplier `m`: `-
 x m for a trace replayed at its timestamps, `--rate` x m for arrivals drawn at a rate
 (synthetic workloads, ShareGPT). Each probe is one ordinary simulation judged by the summary's
 `overloaded` column (simulator/overload.py), so the search and the warning never disagree.
+With an SLO (`--slo-ttft` / `--slo-tpot`, experiments/slo.py) a probe must also meet it: the
+answer is then DistServe's goodput, the highest rate at which the stated share of requests meets
+every target, and `binding` says what failed just above it (overload or which target).
 
 First `m` is doubled (servable at 1) or halved (overloaded at 1) until the verdict flips, then
 the bracket is bisected geometrically `steps` times: the answer is within a factor
@@ -32,7 +35,7 @@ class Probe:
     multiplier: float
     flag_value: float
     rate_req_s: float
-    overloaded: bool
+    overloaded: bool  # fails: overloaded, or (with an SLO) misses it
     reason: str
 
 
@@ -49,6 +52,8 @@ class CapacityResult:
     throughput_tok_s: float | None  # generated tokens per second the servable run achieved
     overloaded_at_start: bool
     probes: tuple[Probe, ...] = field(default_factory=tuple)
+    slo: str | None = None  # the SLO searched on ("99 % of requests: TTFT <= 2 s"), if any
+    binding: str | None = None  # what failed just above the answer: "overload" or a target
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "probes"}
@@ -104,8 +109,7 @@ def find_sustainable_rate(opts: RunOptions, *, steps: int = DEFAULT_STEPS,
         else:
             row = simulate(scaled(opts, flag, base[0] * m))
         rows[m] = row
-        p = Probe(m, base[0] * m, float(row["rate_req_s"]), bool(row["overloaded"]),
-                  str(row.get("overload_reason") or ""))
+        p = Probe(m, base[0] * m, float(row["rate_req_s"]), *_fails(row))
         probes.append(p)
         if on_probe is not None:
             on_probe(p)
@@ -135,14 +139,38 @@ def find_sustainable_rate(opts: RunOptions, *, steps: int = DEFAULT_STEPS,
                 hi = m
             else:
                 lo = m
+    slo = slo_text(opts)
+    above = [p for p in probes if p.overloaded and (lo is None or p.multiplier > lo)]
+    binding = None
+    if above:
+        first = rows[min(above, key=lambda p: p.multiplier).multiplier]
+        binding = "overload" if bool(first["overloaded"]) else first.get("slo_binding")
     if lo is None:
         return CapacityResult(flag, None, None, None, None, None, None, over_at_1,
-                              tuple(probes))
+                              tuple(probes), slo, binding)
     row = rows[lo]
     rate = float(row["rate_req_s"])
     mean_in, mean_out = _mean_lengths(scaled(opts, flag, base[0] * lo))
     return CapacityResult(flag, lo, base[0] * lo, rate, rate * mean_in, rate * mean_out,
-                          float(row["throughput_tok_s"]), over_at_1, tuple(probes))
+                          float(row["throughput_tok_s"]), over_at_1, tuple(probes), slo,
+                          binding)
+
+
+def slo_text(opts: RunOptions) -> str | None:
+    """The SLO the search holds the runs to, in words (None without a target)."""
+    o = opts.output
+    targets = [f"{name} <= {v:g} s" for name, v in (("TTFT", o.slo_ttft), ("TPOT", o.slo_tpot))
+               if v is not None]
+    return f"{o.slo_percentile:g} % of requests: {' and '.join(targets)}" if targets else None
+
+
+def _fails(row: dict[str, Any]) -> tuple[bool, str]:
+    """Whether a probe fails (overloaded, or it misses the SLO when one is given) and why."""
+    reasons = [str(row.get("overload_reason") or "")] if bool(row["overloaded"]) else []
+    if row.get("slo_met") is False:
+        reasons.append(f"SLO missed: {float(row['slo_attainment']):.1%} of requests met every "
+                       f"target ({row.get('slo_binding')} binds)")
+    return bool(reasons), "; ".join(r for r in reasons if r)
 
 
 def _mean_lengths(opts: RunOptions) -> tuple[float, float]:
@@ -157,4 +185,4 @@ def _mean_lengths(opts: RunOptions) -> tuple[float, float]:
 
 
 __all__ = ["DEFAULT_STEPS", "CapacityResult", "Probe", "check_steps", "find_sustainable_rate",
-           "scaled"]
+           "scaled", "slo_text"]

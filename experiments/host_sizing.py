@@ -11,12 +11,16 @@ anything runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from experiments.options import RunOptions
 
 GiB = 2**30
 BISECTIONS = 4
+#: host memory a typical 8-GPU server gives each GPU: NVIDIA DGX H100 datasheet, 2 TB of system
+#: memory for 8 H100s (the DGX H200 datasheet lists the same 2 TB), i.e. 250 GB = 232.8 GiB
+TYPICAL_HOST_GIB_PER_GPU = 2e12 / 8 / GiB
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class SizingStep:
     prefix_hit_rate: float
     host_hit_rate: float
     ttft_p50_s: float
+    overloaded: bool = False
 
 
 @dataclass(frozen=True)
@@ -40,11 +45,35 @@ class HostSizing:
     ideal_reuse: float
     needed: SizingStep | None
     steps: tuple[SizingStep, ...]
+    rows: tuple[dict[str, Any], ...] = field(default=(), repr=False)  # summary rows, in order
+
+    @property
+    def overloaded(self) -> bool:
+        """Some probe was overloaded: its hit rate measures a queue, not the tier."""
+        return any(s.overloaded for s in self.steps)
+
+    def notes(self) -> list[str]:
+        """Why the answer may not hold: overloaded probes, a host tier above what a server
+        gives one GPU (TYPICAL_HOST_GIB_PER_GPU)."""
+        out = []
+        n = sum(s.overloaded for s in self.steps)
+        if n:
+            out.append(f"{n} of {len(self.steps)} probes were overloaded (TTFT p50 up to "
+                       f"{max(s.ttft_p50_s for s in self.steps if s.overloaded):.3g} s): their "
+                       "hit rates measure the queue; find a servable rate with kvsim capacity "
+                       "and size the tier there")
+        if self.needed is not None and self.needed.host_gib > TYPICAL_HOST_GIB_PER_GPU:
+            out.append(f"the host tier needs {self.needed.host_gib:,.0f} GiB per rank, more "
+                       f"than the {TYPICAL_HOST_GIB_PER_GPU:.0f} GiB of host memory a typical "
+                       "8-GPU server gives each GPU (NVIDIA DGX H100: 2 TB for 8 GPUs); "
+                       "consider a storage tier (--storage-size) or more ranks")
+        return out
 
     def to_dict(self) -> dict:
         return {"target_hit_rate": self.target, "ideal_reuse": self.ideal_reuse,
                 "needed": None if self.needed is None else vars(self.needed),
-                "steps": [vars(s) for s in self.steps]}
+                "steps": [vars(s) for s in self.steps], "overloaded": self.overloaded,
+                "notes": self.notes()}
 
 
 def host_gib(opts: RunOptions, ratio: float) -> float:
@@ -71,25 +100,31 @@ def size_host_tier(opts: RunOptions, target: float) -> HostSizing:
     written = sum(r.prompt_len + r.output_len for r in workload.nominal_requests())
     unbounded = max(written / opts.resolved_kv_tokens(), 1.0)
     steps: list[SizingStep] = []
+    rows: list[dict[str, Any]] = []
 
     def run(ratio: float) -> SizingStep:
         cell = RunOptions.from_mapping({"hicache_ratio": ratio, "hicache_size": 0.0}, opts)
         row, _ = simulate_options(cell)
         step = SizingStep(ratio, host_gib(opts, ratio), float(row["prefix_hit_rate"]),
-                          float(row["host_hit_rate"]), float(row["ttft_p50_s"]))
+                          float(row["host_hit_rate"]), float(row["ttft_p50_s"]),
+                          bool(row["overloaded"]))
         steps.append(step)
+        rows.append(row)
         return step
+
+    def done(needed: SizingStep | None) -> HostSizing:
+        return HostSizing(target, ideal, needed, tuple(steps), tuple(rows))
 
     low = run(0.0)
     if low.prefix_hit_rate >= target:
-        return HostSizing(target, ideal, low, tuple(steps))
+        return done(low)
     ratio, high = 1.0, None
     while high is None:
         step = run(min(ratio, unbounded))
         if step.prefix_hit_rate >= target:
             high = step
         elif ratio >= unbounded:
-            return HostSizing(target, ideal, None, tuple(steps))
+            return done(None)
         else:
             low, ratio = step, ratio * 2
     for _ in range(BISECTIONS):
@@ -98,7 +133,7 @@ def size_host_tier(opts: RunOptions, target: float) -> HostSizing:
             high = mid
         else:
             low = mid
-    return HostSizing(target, ideal, high, tuple(steps))
+    return done(high)
 
 
-__all__ = ["HostSizing", "SizingStep", "host_gib", "size_host_tier"]
+__all__ = ["TYPICAL_HOST_GIB_PER_GPU", "HostSizing", "SizingStep", "host_gib", "size_host_tier"]

@@ -18,20 +18,35 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def static_plan(opts: RunOptions, context_len: int | None = None) -> PlanResult:
+def static_plan(opts: RunOptions, context_len: int | None = None,
+                with_workload: bool = False) -> PlanResult:
     """The planner's figures for the options' memory, page size and batch limit;
-    `context_len` (default: the maximum context) sizes the page-table figure."""
+    `context_len` (default: the maximum context) sizes the page-table figure. With
+    `with_workload` (plan --trace / --workload) the per-page-size rounding and page-table
+    entries are taken over the workload's own final lengths (prompt + output of every request)
+    rather than the single maximum context, which rounds to 0.0 at every page size."""
+    lengths = None
+    if with_workload:
+        from workloads import build_workload
+
+        reqs = build_workload(opts.workload_spec()).nominal_requests()
+        lengths = [r.prompt_len + r.output_len for r in reqs] or None
     return plan(opts.memory, page_size=opts.policy.page_size,
-                max_running_requests=opts.engine.max_running_requests, context_len=context_len)
+                max_running_requests=opts.engine.max_running_requests, context_len=context_len,
+                lengths=lengths)
 
 
-def page_size_grid(opts: RunOptions, sizes: Sequence[int]) -> list[RunOptions]:
-    """The options at each page size, every one validated."""
-    return cells(opts, {"page_size": list(sizes)})
+def page_size_grid(opts: RunOptions, sizes: Sequence[int], seeds: int = 1) -> list[RunOptions]:
+    """The options at each page size (and, with `seeds` > 1, each of that many seeds from
+    --seed on: the recommendation's noise band, reports/recommend.py), every one validated."""
+    axes: dict[str, list[int]] = {"page_size": list(sizes)}
+    if seeds > 1:
+        axes["seed"] = [opts.engine.seed + k for k in range(seeds)]
+    return cells(opts, axes)
 
 
 def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 1,
-                    progress: bool = True) -> tuple[Path, pd.DataFrame]:
+                    progress: bool = True, seeds: int = 1) -> tuple[Path, pd.DataFrame]:
     """Simulate the options at each page size into --out (default kvsim-plan); returns the
     directory and the study's rows (a resumed directory may hold other rows too). With one
     job the progress bar moves per simulated request, over every page size."""
@@ -43,7 +58,7 @@ def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 1,
     from reports.schema import SUMMARY_FILE
 
     out = Path(opts.output.out or "kvsim-plan")
-    grid = page_size_grid(opts, sizes)
+    grid = page_size_grid(opts, sizes, seeds)
     for c in grid:  # every user mistake before the first simulation
         c.sim_config()
     check_writable(out)

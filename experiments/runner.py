@@ -35,10 +35,13 @@ _SIM_KEYS = FLAT_FIELDS  # the engine's echo of its config
 
 
 def _rate(opts: RunOptions, workload: Workload) -> float:
-    if opts.workload.rate is not None:
+    """The arrival rate simulated: a replayed trace's count over its span (what `--rate`
+    rescaled it to, or what its own timestamps give), else the rate the arrivals were drawn
+    at."""
+    if opts.workload.rate is not None and workload.meta.get("arrival") != "trace":
         return float(opts.workload.rate)
     meta_rate = workload.meta.get("rate") if hasattr(workload, "meta") else None
-    if meta_rate:
+    if meta_rate and workload.meta.get("arrival") != "trace":
         return float(meta_rate)
     reqs = workload.nominal_requests()
     if len(reqs) < 2:
@@ -75,15 +78,22 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
                      ) -> tuple[dict[str, Any], SimResult]:
     """Build the workload and the engine config from `opts` and simulate; (row, result).
     `progress`: True for a bar of this run, or a RequestBar shared by several runs."""
+    from experiments.slo import slo_columns
     from simulator.run import simulate
     from workloads import build_workload
+    from workloads.registry import check_options_used
 
     cfg = opts.sim_config()
-    workload = build_workload(opts.workload_spec())
+    spec = opts.workload_spec()
+    workload = build_workload(spec)
+    check_options_used(spec, workload)
     tick = progress.start_run(workload.num_requests) if isinstance(progress, RequestBar) \
         else progress
     result = simulate(workload, cfg, progress=tick, event_sink=event_sink)
-    return summary_row(opts, result.summary, workload), result
+    row = summary_row(opts, result.summary, workload)
+    out = opts.output
+    row.update(slo_columns(result.requests, out.slo_ttft, out.slo_tpot, out.slo_percentile))
+    return row, result
 
 
 def run_cell(cell: Mapping[str, Any], progress: RequestBar | None = None) -> dict[str, Any]:

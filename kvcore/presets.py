@@ -318,8 +318,16 @@ class ModelPreset:
 
 @dataclass(frozen=True)
 class GpuPreset:
-    """One accelerator: memory (decimal GB, as vendors quote it), HBM bandwidth, dense bf16 FLOPs,
-    and the host link (GB/s, one direction) used when preempted KV is swapped out."""
+    """One accelerator: memory, HBM bandwidth, dense bf16 FLOPs, and the host link (GB/s, one
+    direction) used when preempted KV is swapped out.
+
+    Memory is what the device reports to CUDA (`torch.cuda.get_device_properties(i)
+    .total_memory`, the "total capacity" of PyTorch's out-of-memory message), in GiB: that is
+    the `total` every engine's budget rule starts from, and it is less than the datasheet's
+    decimal GB (an "80 GB" H100 reports 79.11 GiB, not 74.5). `mem_gb` keeps the datasheet
+    figure; `reported_gib` the device's, with `mem_source` saying where it was seen; a preset
+    without a public device report falls back to the datasheet GB converted to GiB (and says
+    so)."""
 
     id: str
     name: str
@@ -328,10 +336,13 @@ class GpuPreset:
     bf16_tflops: float
     host_link_gb_s: float = 32.0
     source: str = ""
+    reported_gib: float | None = None
+    mem_source: str = "datasheet decimal GB (no public device-reported total found)"
 
     @property
     def mem_bytes(self) -> float:
-        return self.mem_gb * GB
+        """Bytes the device reports to CUDA (the datasheet's GB where no report is known)."""
+        return self.reported_gib * GiB if self.reported_gib is not None else self.mem_gb * GB
 
     @property
     def mem_gib(self) -> float:
@@ -365,14 +376,14 @@ MODELS: dict[str, ModelPreset] = {p.id: p for p in [
 ]}
 
 GPUS: dict[str, GpuPreset] = {g.id: g for g in [
-    GpuPreset("a100-40gb", "A100-40GB SXM", mem_gb=40, bandwidth_tb_s=1.555, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16"),
-    GpuPreset("a100-80gb", "A100-80GB SXM", mem_gb=80, bandwidth_tb_s=2.039, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16"),
-    GpuPreset("h100", "H100-SXM", mem_gb=80, bandwidth_tb_s=3.35, bf16_tflops=989, host_link_gb_s=64, source="NVIDIA H100 datasheet (dense bf16); PCIe Gen5 x16"),
+    GpuPreset("a100-40gb", "A100-40GB SXM", mem_gb=40, bandwidth_tb_s=1.555, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16", reported_gib=39.50, mem_source="PyTorch OOM message on an A100 40GB: 'total capacity of 39.50 GiB' (github.com/TianheWu/CoSeR issue 10)"),
+    GpuPreset("a100-80gb", "A100-80GB SXM", mem_gb=80, bandwidth_tb_s=2.039, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16", reported_gib=79.25, mem_source="PyTorch OOM message on an A100 80GB: '79.25 GiB total capacity' (github.com/levihsu/OOTDiffusion issue 235)"),
+    GpuPreset("h100", "H100-SXM", mem_gb=80, bandwidth_tb_s=3.35, bf16_tflops=989, host_link_gb_s=64, source="NVIDIA H100 datasheet (dense bf16); PCIe Gen5 x16", reported_gib=79.11, mem_source="PyTorch OOM message on an H100 80GB under vLLM: 'total capacity of 79.11 GiB' (vllm-project/vllm issue 27508)"),
     GpuPreset("h200", "H200-SXM", mem_gb=141, bandwidth_tb_s=4.8, bf16_tflops=989, host_link_gb_s=64, source="NVIDIA H200 datasheet (dense bf16); PCIe Gen5 x16"),
     GpuPreset("gh200", "GH200 (H100 96 GB + Grace)", mem_gb=96, bandwidth_tb_s=4.0, bf16_tflops=989, host_link_gb_s=450, source="NVIDIA GH200 Grace Hopper datasheet (96 GB HBM3); NVLink-C2C 900 GB/s total, 450 GB/s each way"),
     GpuPreset("b200", "B200 (HGX)", mem_gb=180, bandwidth_tb_s=8.0, bf16_tflops=2250, host_link_gb_s=64, source="NVIDIA HGX B200 datasheet (dense bf16, 180 GB usable); PCIe Gen5 x16"),
     GpuPreset("l40s", "L40S", mem_gb=48, bandwidth_tb_s=0.864, bf16_tflops=362, host_link_gb_s=32, source="NVIDIA L40S datasheet (dense bf16); PCIe Gen4 x16"),
-    GpuPreset("rtx-4090", "GeForce RTX 4090", mem_gb=24, bandwidth_tb_s=1.008, bf16_tflops=165.2, host_link_gb_s=32, source="NVIDIA Ada architecture whitepaper (bf16, fp32 accumulate); PCIe Gen4 x16"),
+    GpuPreset("rtx-4090", "GeForce RTX 4090", mem_gb=24, bandwidth_tb_s=1.008, bf16_tflops=165.2, host_link_gb_s=32, source="NVIDIA Ada architecture whitepaper (bf16, fp32 accumulate); PCIe Gen4 x16", reported_gib=23.64, mem_source="PyTorch OOM message on an RTX 4090: 'total capacity of 23.64 GiB' (github.com/ali-vilab/VGen issue 104)"),
 ]}
 # fmt: on
 

@@ -5,6 +5,16 @@ two saved results directories, so both use the same metrics, signs and words. A 
 `value - baseline` in the metric's own unit, and relative to the baseline in percent; each
 metric says which direction is better, so the table can say "worse" rather than leave the sign
 of a latency delta to the reader.
+
+Two guards keep the words honest (issue 26):
+
+* **better / worse only at the same offered load**: a run fed more requests per second shows
+  more throughput whether or not it serves them better (an overloaded run's throughput is its
+  offered load); when the two rows' `rate_req_s` differ by more than `SAME_LOAD` (1 %) the
+  deltas are shown without a verdict and `load_note` says why;
+* **percent only of a base that is not near zero**: a delta is also shown in percent only when
+  the base is at least `NEAR_ZERO` (1 %) of the larger of the two values; otherwise (a hit
+  rate of 0.00001 against 0.02 reads "+189754 %") only the absolute delta is shown.
 """
 
 from __future__ import annotations
@@ -32,6 +42,53 @@ DELTA_METRICS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+SAME_LOAD = 0.01
+NEAR_ZERO = 0.01
+
+
+def same_load(row: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
+    """Both rows were offered the same arrival rate (within SAME_LOAD; True when a row has no
+    rate to compare)."""
+    r, b = _num(row.get("rate_req_s")), _num(base.get("rate_req_s"))
+    if not (math.isfinite(r) and math.isfinite(b)):
+        return True
+    return abs(r - b) <= SAME_LOAD * max(abs(r), abs(b))
+
+
+def load_note(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
+              baseline: int = 0) -> str | None:
+    """One sentence when some row was offered another load than the baseline (None if not)."""
+    base = rows[baseline]
+    other = [f"{lab} ({_num(r.get('rate_req_s')):.4g} req/s)" for lab, r in
+             zip(labels, rows, strict=True) if not same_load(r, base)]
+    if not other:
+        return None
+    return (f"not better or worse: {', '.join(other)} ran at another offered load than "
+            f"{labels[baseline]} ({_num(base.get('rate_req_s')):.4g} req/s), so their deltas "
+            "reflect the load as much as the configuration")
+
+
+#: policies whose admission reserves a request's whole maximum context up front, so the pool
+#: caps how many run at once (kvcore/policies: the contiguous baselines of the vLLM paper, s. 6)
+CAPPED_ADMISSION = ("contiguous-max", "contiguous-pow2")
+
+
+def admission_notes(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
+                    baseline: int = 0) -> list[str]:
+    """A line per compared policy whose admission caps the batch: its lower latency comes
+    from running fewer requests at once, not from a better allocator."""
+    base = rows[baseline]
+    out = []
+    for label, row in zip(labels, rows, strict=True):
+        if str(row.get("policy", "")) not in CAPPED_ADMISSION or row is base:
+            continue
+        out.append(f"{label}: admission reserves each request's maximum context, so the pool "
+                   f"caps the batch (avg {_num(row.get('avg_batch_size')):.1f} vs "
+                   f"{_num(base.get('avg_batch_size')):.1f} for {labels[baseline]}); a lower "
+                   "latency there means fewer requests ran at once, with more of them queued")
+    return out
+
+
 def _num(v: Any) -> float:
     try:
         f = float(v)
@@ -44,7 +101,9 @@ def delta(value: Any, base: Any) -> tuple[float, float]:
     """(value - base, the same in percent of base; NaN where base is 0 or missing)."""
     v, b = _num(value), _num(base)
     d = v - b
-    rel = d / abs(b) * 100.0 if b and math.isfinite(b) else math.nan
+    big = max(abs(v), abs(b)) if math.isfinite(v) else abs(b)
+    rel = (d / abs(b) * 100.0 if b and math.isfinite(b) and abs(b) >= NEAR_ZERO * big
+           else math.nan)
     return d, rel
 
 
@@ -62,17 +121,18 @@ def delta_records(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
     base = rows[baseline]
     out = []
     for label, row in zip(labels, rows, strict=True):
+        comparable = same_load(row, base)
         for _label, col, _, better in DELTA_METRICS:
             if col not in row and col not in base:
                 continue
             d, rel = delta(row.get(col), base.get(col))
             out.append({"label": label, "metric": col, "value": _num(row.get(col)),
                         "baseline": _num(base.get(col)), "delta": d, "delta_pct": rel,
-                        "verdict": verdict(d, better)})
+                        "verdict": verdict(d, better) if comparable else "other load"})
     return out
 
 
-def _cell(fmt: str, v: float, d: float, rel: float, better: str) -> str:
+def _cell(fmt: str, v: float, d: float, rel: float, better: str, judge: bool = True) -> str:
     if not math.isfinite(v):
         return "-"
     text = fmt.format(v)
@@ -80,7 +140,8 @@ def _cell(fmt: str, v: float, d: float, rel: float, better: str) -> str:
         return text
     sign = "+" if d > 0 else "-"
     pct = f", {rel:+.0f}%" if math.isfinite(rel) else ""
-    mark = {"better": "[green]", "worse": "[red]"}.get(verdict(d, better), "[dim]")
+    mark = ({"better": "[green]", "worse": "[red]"}.get(verdict(d, better), "[dim]") if judge
+            else "[dim]")
     return f"{text} {mark}({sign}{fmt.format(abs(d))}{pct})[/]"
 
 
@@ -101,8 +162,12 @@ def delta_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str], baseli
             d, rel = delta(row.get(col), base.get(col))
             v = _num(row.get(col))
             cells.append(fmt.format(v) if i == baseline and math.isfinite(v) else
-                         "-" if i == baseline else _cell(fmt, v, d, rel, better))
+                         "-" if i == baseline else
+                         _cell(fmt, v, d, rel, better, same_load(row, base)))
         t.add_row(name, *cells)
+    note = load_note(rows, labels, baseline)
+    if note is not None:
+        t.caption = note
     return t
 
 
@@ -117,5 +182,17 @@ def baseline_index(labels: Sequence[str], baseline: str | None, flag: str = "--b
     return list(labels).index(baseline)
 
 
-__all__ = ["DELTA_METRICS", "baseline_index", "delta", "delta_records", "delta_table",
-           "verdict"]
+__all__ = [
+    "CAPPED_ADMISSION",
+    "DELTA_METRICS",
+    "NEAR_ZERO",
+    "SAME_LOAD",
+    "admission_notes",
+    "baseline_index",
+    "delta",
+    "delta_records",
+    "delta_table",
+    "load_note",
+    "same_load",
+    "verdict",
+]

@@ -110,10 +110,13 @@ def save_figure_atomic(path: str | Path, fig: Any, **kwargs: Any) -> Path:
 
 
 def read_csv_or_empty(path: str | Path) -> pd.DataFrame:
+    """The CSV as a frame (empty when missing or empty), consolidated: the parser leaves a wide
+    summary.csv as one block per column, and the first `.assign` on it would print pandas'
+    PerformanceWarning into `plan` and `report` output."""
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
         return pd.DataFrame()
-    return pd.read_csv(p)
+    return pd.read_csv(p).copy()
 
 
 def append_rows_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

@@ -43,19 +43,32 @@ def overload_warning(rows: Iterable[Mapping[str, Any]]) -> str | None:
             "sustainable rate")
 
 
+def _verdict(p: Any) -> str:
+    if not p.overloaded:
+        return "servable"
+    return "misses the SLO" if p.reason.startswith("SLO") else "overloaded"
+
+
 def capacity_lines(cap: Any) -> list[str]:
     """The capacity search's answer (experiments.capacity.CapacityResult) in words."""
     lines = [f"probe {p.flag_value:.4g} ({cap.flag}): {p.rate_req_s:.4g} req/s "
-             f"{'overloaded' if p.overloaded else 'servable'}" for p in cap.probes]
+             f"{_verdict(p)}" for p in cap.probes]
     if cap.multiplier is None:
         smallest = min(p.flag_value for p in cap.probes)
         lines.append(f"no sustainable rate found: still overloaded at {cap.flag} {smallest:.4g}"
                      f" ({min(p.rate_req_s for p in cap.probes):.4g} req/s)")
         return lines
-    lines.append(f"highest sustainable rate: {cap.rate_req_s:.4g} req/s = "
+    slo = getattr(cap, "slo", None)
+    what = f"goodput ({slo})" if slo else "highest sustainable rate"
+    binding = getattr(cap, "binding", None)
+    binds = ""
+    if binding:
+        binds = ("; above it the GPU is overloaded" if binding == "overload"
+                 else f"; above it {binding} binds")
+    lines.append(f"{what}: {cap.rate_req_s:.4g} req/s = "
                  f"{cap.input_tok_s:,.0f} prompt + {cap.output_tok_s:,.0f} output tokens/s "
                  f"(use {cap.flag} {cap.flag_value:.4g}; generated {cap.throughput_tok_s:,.0f} "
-                 "tok/s)")
+                 f"tok/s){binds}")
     return lines
 
 

@@ -6,12 +6,23 @@ a candidate must meet three rules:
 
 * **servable**: its run is not overloaded (simulator/overload.py); an overloaded run measures
   the queue, not the page size, so its latency and hit rate say nothing about pages;
-* **latency**: normalized latency within `tolerance` of the best servable candidate's;
-* **hit rate**: prefix hit rate within `tolerance` of the best servable candidate's.
+* **latency**: normalized latency within the margin of the best servable candidate's;
+* **hit rate**: prefix hit rate within the margin of the best servable candidate's.
 
-The recommendation is the largest page size meeting all three, or **none**, with the rules
-each candidate fails: a page size that breaks a rule is never recommended anyway (the old
-fallback to the best-latency page size did exactly that). `reports.plan_view` renders it.
+A margin is the largest of three, so that page sizes within noise are *equivalent*:
+
+* relative: `tolerance` x the best (2 %);
+* absolute: `hit_abs` (0.005: half a point of prompt tokens) for the hit rate, and
+  `latency_abs_s` (0) for latency: 2 % of a 0.6 % hit rate is 0.00012, below what one
+  request more or less changes, so a near-zero quantity needs an absolute floor;
+* measured noise: with several rows per page size (seeds: `plan --seeds N`), twice the
+  standard error of a difference of two page sizes' means (2 x pooled SD x sqrt(2 / n)).
+
+From the equivalent set (every rule met) the tie-break is stated: the **largest** page size, the
+smallest page table and the fewest per-page costs (kvcore/planner.py's page-table bytes). When
+no page size meets every rule it recommends **none**, with the rules each candidate fails: a
+page size that breaks a rule by more than noise is never recommended anyway.
+`reports.plan_view` renders it.
 """
 
 from __future__ import annotations
@@ -43,6 +54,10 @@ class PageSizeRecommendation:
     rule: str
     reason: str  # why this page size, or why none
     rows: list[dict[str, Any]]  # per page size: figures, `fails` (rule names), reasons
+    latency_margin_s: float = 0.0  # the margins applied: max(relative, absolute, noise)
+    hit_margin: float = 0.0
+    noise_latency_s: float = 0.0  # the measured noise bands (0 with one row per page size)
+    noise_hit: float = 0.0
 
     @property
     def within_tolerance(self) -> bool:
@@ -66,7 +81,26 @@ def _bool_col(df: Any, name: str) -> np.ndarray:
     return df[name].map(lambda v: str(v).strip().lower() == "true").to_numpy(dtype=bool)
 
 
-def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendation:
+HIT_ABS = 0.005
+LATENCY_ABS_S = 0.0
+
+
+def noise_band(df: Any, column: str) -> float:
+    """Twice the standard error of the difference of two page sizes' means, from the spread of
+    the repeated rows (seeds) within each page size (pooled SD); 0 without repeats."""
+    g = df.groupby("page_size")[column]
+    n = g.count()
+    var = g.var(ddof=1)
+    keep = (n > 1) & var.notna()
+    if not keep.any():
+        return 0.0
+    dof = (n[keep] - 1).sum()
+    pooled = math.sqrt(float(((n[keep] - 1) * var[keep]).sum() / dof))
+    return 2.0 * pooled * math.sqrt(2.0 / float(n[keep].mean()))
+
+
+def recommend_page_size(df: Any, tolerance: float = 0.02, *, hit_abs: float = HIT_ABS,
+                        latency_abs_s: float = LATENCY_ABS_S) -> PageSizeRecommendation:
     """Pick from sweep rows (a pandas DataFrame with page_size, normalized_latency_s,
     prefix_hit_rate, and `overloaded` when the rows have it; several rows per page size, e.g.
     seeds, are averaged, and a page size is overloaded when any of its rows is)."""
@@ -78,12 +112,16 @@ def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendat
         raise ValueError("sweep rows are empty")
     check_tolerance(tolerance)
     tol = float(tolerance)
-    df = df.assign(_over=_bool_col(df, "overloaded"))
+    df = df.copy()  # consolidated: a column added to a wide frame must not warn
+    df["_over"] = _bool_col(df, "overloaded")
     cols = [*need[1:], *(c for c in _EXTRA if c in df.columns)]
     g = df.groupby("page_size", sort=True)
     means = g[cols].mean()
     over = g["_over"].any().to_numpy(dtype=bool)
     why = g["overload_reason"].first() if "overload_reason" in df.columns else None
+    servable = df[~df["_over"]]
+    noise_lat = noise_band(servable, "normalized_latency_s") if len(servable) else 0.0
+    noise_hit = noise_band(servable, "prefix_hit_rate") if len(servable) else 0.0
     ps = means.index.to_numpy(dtype=np.int64)
     lat = means["normalized_latency_s"].to_numpy(dtype=float)
     hit = means["prefix_hit_rate"].to_numpy(dtype=float)
@@ -92,11 +130,14 @@ def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendat
         i_lat = int(np.flatnonzero(ok_run)[np.argmin(lat[ok_run])])
         i_hit = int(np.flatnonzero(ok_run)[np.argmax(hit[ok_run])])
         best_lat, best_hit = float(lat[i_lat]), float(hit[i_hit])
-        lat_ok = ok_run & (lat <= best_lat * (1 + tol))
-        hit_ok = ok_run & (hit >= best_hit * (1 - tol))
+        lat_margin = max(best_lat * tol, latency_abs_s, noise_lat)
+        hit_margin = max(best_hit * tol, hit_abs, noise_hit)
+        lat_ok = ok_run & (lat <= best_lat + lat_margin)
+        hit_ok = ok_run & (hit >= best_hit - hit_margin)
     else:
         i_lat = i_hit = -1
         best_lat = best_hit = math.nan
+        lat_margin = hit_margin = math.nan
         lat_ok = hit_ok = np.zeros(len(ps), dtype=bool)
     ok = ok_run & lat_ok & hit_ok
     rows = []
@@ -110,21 +151,27 @@ def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendat
         else:
             if not lat_ok[i]:
                 fails.append("latency")
-                because.append(f"latency {lat[i]:.4g} s > {best_lat:.4g} x (1 + {tol:g})")
+                because.append(f"latency {lat[i]:.4g} s > {best_lat:.4g} + {lat_margin:.3g}")
             if not hit_ok[i]:
                 fails.append("hit rate")
-                because.append(f"hit rate {hit[i]:.3g} < {best_hit:.3g} x (1 - {tol:g})")
+                because.append(f"hit rate {hit[i]:.3g} < {best_hit:.3g} - {hit_margin:.3g}")
         row: dict[str, Any] = {"page_size": int(p), "normalized_latency_s": float(lat[i]),
                                "prefix_hit_rate": float(hit[i]), "overloaded": bool(over[i]),
                                "latency_within": bool(lat_ok[i]), "hit_within": bool(hit_ok[i]),
                                "fails": fails, "why": "; ".join(because)}
         row.update({c: float(means[c].iloc[i]) for c in _EXTRA if c in means.columns})
         rows.append(row)
-    rule = (f"largest page size whose run is not overloaded, with normalized latency <= the "
-            f"best x (1 + {tol:g}) and prefix hit rate >= the best x (1 - {tol:g})")
+    rule = (f"largest page size (smallest page table) of the equivalent set: runs not "
+            f"overloaded, normalized latency <= the best + max({tol:g} x best, "
+            f"{latency_abs_s:g} s, noise {noise_lat:.3g} s) and prefix hit rate >= the best - "
+            f"max({tol:g} x best, {hit_abs:g}, noise {noise_hit:.3g})")
     chosen = int(ps[ok].max()) if ok.any() else None
     if chosen is not None:
-        reason = (f"page size {chosen} is the largest that meets every rule (best latency "
+        n_eq = int(ok.sum())
+        reason = (f"page size {chosen} is the largest of {n_eq} equivalent page size"
+                  f"{'s' if n_eq > 1 else ''} ({', '.join(str(int(p)) for p in ps[ok])}: "
+                  "within tolerance and noise of the best; tie-break: the smallest page "
+                  "table) (best latency "
                   f"{best_lat:.4g} s at {int(ps[i_lat])}, best hit rate {best_hit:.3g} at "
                   f"{int(ps[i_hit])})")
     elif not ok_run.any():
@@ -139,7 +186,9 @@ def recommend_page_size(df: Any, tolerance: float = 0.02) -> PageSizeRecommendat
         all_overloaded=not bool(ok_run.any()), best_latency_s=best_lat,
         best_latency_page_size=int(ps[i_lat]) if i_lat >= 0 else None, best_hit_rate=best_hit,
         best_hit_page_size=int(ps[i_hit]) if i_hit >= 0 else None, rule=rule, reason=reason,
-        rows=rows)
+        rows=rows, latency_margin_s=lat_margin, hit_margin=hit_margin,
+        noise_latency_s=noise_lat, noise_hit=noise_hit)
 
 
-__all__ = ["RULES", "PageSizeRecommendation", "check_tolerance", "recommend_page_size"]
+__all__ = ["HIT_ABS", "LATENCY_ABS_S", "RULES", "PageSizeRecommendation", "check_tolerance",
+           "noise_band", "recommend_page_size"]

@@ -387,8 +387,13 @@ class Engine:
         t0, self._idle_since = self._idle_since, None
         if until > t0:
             b = self._breakdown()
-            self.rec.add_interval(t0, until, _parts(b), b.frag_index,
+            parts = _parts(b)
+            self.rec.add_interval(t0, until, parts, b.frag_index,
                                   self.policy.page_table_entries(), b.over_reservation)
+            # the timeline steps down to what is held while idle, at both ends of the gap:
+            # without these rows a plot carries the last busy sample across it
+            for t in (t0, until):
+                self.rec.sample(t, parts, 0, len(self.waiting), 0, force=True)
 
     def _iteration(self) -> Generator[simpy.Event, Any, None]:
         env = self.env

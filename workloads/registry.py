@@ -158,6 +158,50 @@ def _trace_options(spec: WorkloadSpec, rate: float | None, num: int | None) -> d
     )
 
 
+# generator knobs, by the built-in workloads that read them (every other workload ignores
+# them; `--lengths` and its parameters are read by every generator but by no trace)
+_KNOBS: dict[str, tuple[str, ...]] = {
+    "prefix_len": ("kshot",), "num_prefixes": ("kshot",), "question_len": ("kshot", "tot"),
+    "num_turns": ("chat",), "turn_input_min": ("chat",), "turn_input_max": ("chat",),
+    "think_time_s": ("chat",), "system_len": ("chat",),
+    "depth": ("tot",), "branching": ("tot",), "level_interval_s": ("tot",),
+    "num_samples": ("parallel-sampling",),
+}
+_LENGTH_KNOBS = ("lengths", "input_len", "output_len", "spread", "sigma")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
+    """WorkloadError for an option set away from its default that the workload `spec` built
+    would ignore: a silent no-op reads as an answer to a question nobody simulated. Called on
+    the user's path (experiments.runner.simulate_options), not by `build_workload` itself, so
+    a library caller may share one spec between generators."""
+    timestamps = workload.meta.get("arrival") == "trace"
+    is_trace = spec.trace is not None or spec.name in _TRACES
+    what = f"--trace {spec.trace}" if spec.trace is not None else f"--workload {spec.name}"
+    default = WorkloadSpec()
+
+    def changed(name: str) -> bool:
+        return getattr(spec, name) != getattr(default, name)
+
+    ignored = [n for n, users in _KNOBS.items()
+               if changed(n) and (is_trace or spec.name not in users)]
+    if is_trace:
+        ignored += [n for n in _LENGTH_KNOBS if changed(n)]
+    if not timestamps and changed("rate_scale"):
+        ignored.append("rate_scale")  # it speeds up recorded timestamps only
+    if (spec.arrival or ("trace" if timestamps else "poisson")) != "gamma" and changed("cv"):
+        ignored.append("cv")
+    if spec.trace is None and (changed("format") or changed("skip_bad_rows")):
+        ignored += [n for n in ("format", "skip_bad_rows") if changed(n)]
+    if ignored:
+        raise WorkloadError(f"{', '.join(_flag(n) for n in ignored)}: not used by {what} "
+                            "(it would be a silent no-op); drop it")
+
+
 def build_workload(spec: WorkloadSpec | None = None) -> Workload:
     """The workload a spec describes: a trace file, a bundled trace, or a generator."""
     spec = spec or WorkloadSpec()
@@ -196,4 +240,5 @@ def build_workload(spec: WorkloadSpec | None = None) -> Workload:
     return w
 
 
-__all__ = ["DEFAULT_WORKLOAD", "WorkloadSpec", "build_workload", "list_workloads"]
+__all__ = ["DEFAULT_WORKLOAD", "WorkloadSpec", "build_workload", "check_options_used",
+           "list_workloads"]

@@ -209,7 +209,7 @@ VALID: dict[str, st.SearchStrategy] = {
     "--chunked-prefill-size": _i(0, 4096), "--warmup-s": _f(0, 10),
     "--timeline-interval-s": st.sampled_from(["0", "0.01", "0.5"]), "--seed": _i(0, 2**32),
     "--slo-ttft": _f(0.01, 10),
-    "--slo-tpot": _f(0.01, 10), "--device": st.just("cpu"),
+    "--slo-tpot": _f(0.01, 10), "--slo-percentile": _f(1, 100), "--device": st.just("cpu"),
     "--page-head-overhead-s": _f(0, 1e-6), "--iteration-overhead-s": _f(0, 0.05),
     # host KV tier (docs/tiers.md): sizes that hold a page; storage needs a host tier, so alone
     # only its 0 is valid
@@ -253,9 +253,73 @@ def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
         extra = ["--budget", "vllm"]
     if option in ("--page-head-overhead-s", "--iteration-overhead-s"):
         extra = ["--latency", "roofline"]  # constants of the roofline model (BASE: constant)
-    args = ["run", *with_base(option, value), *extra]
+    args = ["run", *_where_used(option, value, with_base(option, value)), *extra]
     r = invoke(*args)
     assert_ok(r, args)
+
+
+# options read by only some workloads (workloads/registry.py check_options_used): a valid
+# value is valid where it is used, and an error elsewhere (test_an_ignored_option_is_an_error)
+_READ_BY = {"--prefix-len": "kshot", "--num-prefixes": "kshot", "--question-len": "kshot",
+            "--num-turns": "chat", "--turn-input-min": "chat", "--turn-input-max": "chat",
+            "--think-time-s": "chat", "--system-len": "chat", "--depth": "tot",
+            "--branching": "tot", "--level-interval-s": "tot", "--num-samples":
+            "parallel-sampling"}
+_LENGTH_FLAGS = ("--input-len", "--output-len", "--lengths", "--spread", "--sigma")
+_TRACE_ONLY = ("--rate-scale", "--format", "--skip-bad-rows", "--trace")
+
+
+def _where_used(option: str, value: str | None, args: list[str]) -> list[str]:
+    """`args` (BASE with the option) moved to a workload that reads the option."""
+    from workloads import list_workloads
+    from workloads.registry import _TRACES
+
+    def drop(flags: tuple[str, ...]) -> list[str]:
+        out: list[str] = []
+        skip = False
+        for a in args:
+            if skip:
+                skip = False
+                continue
+            if a in flags:
+                skip = True
+                continue
+            if a.split("=", 1)[0] in flags and a.split("=", 1)[0] != option:
+                continue
+            out.append(a)
+        return out
+
+    if option in _READ_BY:
+        return [*args, "--workload", _READ_BY[option]]
+    if option == "--cv":
+        return [*args, "--arrival", "gamma"]
+    if option in _TRACE_ONLY:
+        args = drop((*_LENGTH_FLAGS, "--rate"))
+        if option == "--format":  # the fixture is in one format: auto-detect it
+            args = [a for a in args if not a.startswith("--format")] + ["--format=auto"]
+        return args if option == "--trace" else [*args, "--trace",
+                                                  str(FIXTURES / "vidur_sample.csv")]
+    if option == "--workload" and value in _TRACES:
+        assert value in list_workloads()
+        return drop((*_LENGTH_FLAGS, "--rate"))  # 3 rows of a 3-s bucket span no time
+    return args
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--workload", "chat", "--prefix-len", "8"], "--prefix-len"),
+    (["--rate-scale", "2"], "--rate-scale"),  # drawn arrivals: nothing to speed up
+    (["--cv", "2"], "--cv"),  # Poisson arrivals have no cv
+    (["--workload", "azure-conv", "--input-len", "64"], "--input-len"),
+    (["--trace", str(FIXTURES / "vidur_sample.csv"), "--rate", "4", "--rate-scale", "2"],
+     "--rate-scale"),
+])
+def test_an_ignored_option_is_an_error(args, named):
+    """An option the workload would not read is a one-line error, never a silent no-op
+    (tens of milliseconds each: the error comes before any simulation)."""
+    base = ["--num-requests", "3", "--kv-tokens", "2048", "--latency", "constant",
+            "--max-context-len", "1024", "--gpu-mem-gib", "4096"]
+    r = invoke("run", *base, *args)
+    assert_user_error(r, ["run", *args], named)
 
 
 # -- sweep / compare / plan / trace stats own options ------------------------------------------

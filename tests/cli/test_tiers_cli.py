@@ -64,3 +64,31 @@ def test_plan_sizes_the_host_tier_for_a_target_hit_rate(invoke):
     assert r.exit_code == 2 and "ideal reuse" in r.stderr
     r = invoke("plan", "--target-hit-rate", "0.5")
     assert r.exit_code == 2 and "--trace or --workload" in r.stderr
+
+
+def test_plan_target_hit_rate_warns_on_overload_and_writes_out(invoke, tmp_path):
+    """Every probe of a k-shot stream at 500 req/s is overloaded: the sizing says so (the
+    one-line warning and a note), and --out gets every probe's summary row (issue 26 item 5;
+    a few seconds: about six small constant-latency simulations)."""
+    import pandas as pd
+
+    out = tmp_path / "host"
+    r = invoke("plan", "--workload", "kshot", "--num-requests", "60", "--rate", "500",
+               "--kv-tokens", "4096", "--latency", "constant", "--page-size", "16",
+               "--max-context-len", "2048", "--target-hit-rate", "0.3", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "warning: overloaded" in r.output and "probes were overloaded" in r.output
+    rows = pd.read_csv(out / "summary.csv")
+    assert len(rows) >= 1 and rows["overloaded"].all()
+    assert set(rows["hicache_ratio"]) >= {0.0}
+
+
+def test_a_host_tier_above_a_servers_memory_per_gpu_gets_a_note():
+    from experiments.host_sizing import TYPICAL_HOST_GIB_PER_GPU, HostSizing, SizingStep
+
+    big = SizingStep(64.0, 952.0, 0.5, 0.4, 0.1)
+    res = HostSizing(0.5, 0.6, big, (SizingStep(0.0, 0.0, 0.1, 0.0, 0.1), big))
+    assert abs(TYPICAL_HOST_GIB_PER_GPU - 232.8) < 0.1
+    assert any("952 GiB per rank, more than the 233 GiB" in n for n in res.notes())
+    small = HostSizing(0.5, 0.6, SizingStep(1.0, 10.0, 0.5, 0.4, 0.1), ())
+    assert small.notes() == [] and not small.overloaded

@@ -91,3 +91,58 @@ def test_kvsim_capacity_on_a_real_simulation(tmp_path):
     assert run.exit_code == 0 and "overloaded" not in run.output
     r = CliRunner().invoke(app, ["capacity", "--steps", "99"])
     assert r.exit_code == 2 and "--steps" in r.output
+
+
+def test_with_an_slo_capacity_is_goodput_and_names_the_binding_target():
+    """Servable (queue drains) up to 8 req/s, but TTFT p99 meets 2 s only up to 3 req/s: the
+    answer is the highest rate meeting the SLO, and the TTFT target binds."""
+    from experiments.options import RunOptions
+
+    opts = RunOptions.from_mapping({"rate": 4.0, "slo_ttft_p99": 2.0})
+    assert opts.output.slo_percentile == 99.0 and opts.output.slo_ttft == 2.0
+
+    def sim(o):
+        rate = o.workload.rate
+        met = rate <= 3.0
+        return {"rate_req_s": rate, "overloaded": rate > 8.0, "overload_reason": "queue",
+                "throughput_tok_s": 1.0, "slo_met": met, "slo_attainment": 0.995 if met else 0.9,
+                "slo_binding": None if met else "TTFT <= 2 s"}
+
+    cap = find_sustainable_rate(opts, steps=4, simulate=sim)
+    assert 3.0 * 2 ** (-1 / 16) <= cap.rate_req_s <= 3.0
+    assert cap.binding == "TTFT <= 2 s" and cap.slo == "99 % of requests: TTFT <= 2 s"
+    assert any("SLO missed" in p.reason for p in cap.probes)
+
+
+def test_slo_columns_count_every_request_and_name_the_binding_target():
+    import pandas as pd
+
+    from experiments.slo import slo_columns
+
+    req = pd.DataFrame({"status": ["completed"] * 3 + ["rejected"],
+                        "ttft_s": [0.5, 1.0, 3.0, float("nan")],
+                        "tpot_s": [0.01, float("nan"), 0.01, float("nan")]})
+    c = slo_columns(req, 2.0, 0.05, 50.0)
+    assert c["slo_ttft_attainment"] == 0.5 and c["slo_tpot_attainment"] == 0.75
+    assert c["slo_attainment"] == 0.5 and c["slo_met"] is True and c["slo_binding"] is None
+    c = slo_columns(req, 2.0, 0.05, 99.0)
+    assert c["slo_met"] is False and c["slo_binding"] == "TTFT <= 2 s"
+    assert slo_columns(req, None, None, 99.0)["slo_met"] is None
+    only = slo_columns(req, 2.0, None, 99.0)  # one target: it binds, the other is NaN
+    assert only["slo_binding"] == "TTFT <= 2 s" and only["slo_tpot_attainment"] != 0.5
+
+
+def test_the_static_page_size_table_uses_the_workloads_lengths():
+    """plan --workload: the expected rounding per page size is over the workload's own
+    lengths, not the single maximum context (131,072 for Llama-3.1-8B rounds to 0.0 at every
+    power-of-two page) (issue 26 item 8; milliseconds: no simulation)."""
+    from experiments.options import RunOptions
+    from experiments.planning import static_plan
+
+    opts = RunOptions.from_mapping({"workload": "sharegpt", "num_requests": 50,
+                                    "model": "llama-3.1-8b", "gpu": "h100"})
+    plain = static_plan(opts).to_dict()["page_sizes"]
+    traced = static_plan(opts, with_workload=True).to_dict()["page_sizes"]
+    key = next(k for k in plain[0] if "frag" in k and "token" in k)
+    assert all(row[key] == 0 for row in plain)
+    assert any(row[key] > 0 for row in traced)

@@ -91,15 +91,20 @@ def test_one_name_per_option_and_every_alias_is_an_old_or_engine_spelling():
     names = [o.name for o in OPTIONS.values()]
     assert len(names) == len(set(names))
     assert not set(ALIASES) & set(OPTIONS)
-    assert ALIASES == {"num_gpu_blocks_override": "num_pages", "duration": "duration_s",
-                       "think_time": "think_time_s", "level_interval": "level_interval_s",
-                       "warmup": "warmup_s", "timeline_interval": "timeline_interval_s",
-                       # the engines' own names (vLLM, SGLang)
-                       "block_size": "page_size", "max_num_seqs": "max_running_requests",
-                       "gpu_memory_utilization": "mem_fraction",
-                       "mem_fraction_static": "mem_fraction"}
-    assert IMPLIED == {"gpu_memory_utilization": {"budget": "vllm"},
-                       "mem_fraction_static": {"budget": "sglang"}}
+    expected = {"num_gpu_blocks_override": "num_pages", "duration": "duration_s",
+                "think_time": "think_time_s", "level_interval": "level_interval_s",
+                "warmup": "warmup_s", "timeline_interval": "timeline_interval_s",
+                # the engines' own names (vLLM, SGLang)
+                "block_size": "page_size", "max_num_seqs": "max_running_requests",
+                "gpu_memory_utilization": "mem_fraction",
+                "mem_fraction_static": "mem_fraction",
+                # SLO targets at a percentile (they imply --slo-percentile)
+                **{f"slo_{m}_p{p}": f"slo_{m}" for m in ("ttft", "tpot") for p in (99, 90, 50)}}
+    assert expected == ALIASES
+    assert {"gpu_memory_utilization": {"budget": "vllm"},
+                       "mem_fraction_static": {"budget": "sglang"},
+                       **{f"slo_{m}_p{p}": {"slo_percentile": float(p)}
+                          for m in ("ttft", "tpot") for p in (99, 90, 50)}} == IMPLIED
     assert list(SPECS) == ["workload", "policy", "memory", "engine", "tier", "output"]
 
 

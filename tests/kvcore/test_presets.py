@@ -102,3 +102,15 @@ def test_hf_config_defaults_and_spellings():
         ModelPreset.from_hf_config({"num_attention_heads": 4})
     with pytest.raises(ValueError, match="cannot be read"):
         ModelPreset.from_hf_config("/nonexistent/config.json")
+
+
+def test_gpu_memory_is_what_the_device_reports_in_gib():
+    """The budget rules start from the total the device reports to CUDA, in GiB: an "80 GB"
+    H100 reports 79.11 GiB (not 80e9 bytes = 74.51 GiB); each preset says where its figure
+    comes from."""
+    from kvcore.presets import GPUS, GiB
+
+    h100 = get_gpu("h100")
+    assert h100.mem_bytes == pytest.approx(79.11 * GiB) and h100.mem_gib == pytest.approx(79.11)
+    for g in GPUS.values():
+        assert g.mem_source and 0.9 * g.mem_gb * 1e9 / GiB < g.mem_gib <= g.mem_gb

@@ -80,3 +80,33 @@ def test_stats_keys(azure):
     assert s["rate"] == pytest.approx(5.530, abs=1e-3)
     assert s["input"]["p90"] == pytest.approx(2734.5) and s["output"]["max"] == 1000
     assert np.isfinite(s["input"]["mean"])
+
+
+def _mean_rate(w) -> float:
+    t = np.array([r.arrival_s for r in w.nominal_requests()])
+    return len(t) / (t.max() - t.min())
+
+
+def test_rate_rescales_a_traces_timestamps_like_the_matching_rate_scale():
+    """--rate R with a timestamped trace replays its own bursts at a mean of R req/s: the same
+    arrivals as --rate-scale R / native (it used to be ignored while summary.csv said R)."""
+    native = build_workload(WorkloadSpec(name="azure-conv", num_requests=300))
+    w = build_workload(WorkloadSpec(name="azure-conv", num_requests=300, rate=10.0))
+    assert _mean_rate(w) == pytest.approx(10.0)
+    same = build_workload(WorkloadSpec(name="azure-conv", num_requests=300,
+                                       rate_scale=10.0 / _mean_rate(native)))
+    assert np.allclose([r.arrival_s for r in w.requests], [r.arrival_s for r in same.requests])
+    assert w.meta["arrival"] == "trace"
+    with pytest.raises(WorkloadError, match="--rate 4 and --rate-scale 2"):
+        build_workload(WorkloadSpec(name="azure-conv", num_requests=30, rate=4.0,
+                                    rate_scale=2.0))
+
+
+def test_the_summary_reports_the_rate_simulated():
+    from experiments.options import RunOptions
+    from experiments.runner import _rate
+
+    for extra, want in (({"rate": 7.5}, 7.5), ({}, None)):
+        opts = RunOptions.from_mapping({"workload": "azure-conv", "num_requests": 200, **extra})
+        w = build_workload(opts.workload_spec())
+        assert _rate(opts, w) == pytest.approx(want or _mean_rate(w))

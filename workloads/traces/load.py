@@ -5,7 +5,8 @@ Decisions made here, once, for every format:
 * request ids are 0..n-1 in file order (after bad and failed rows are dropped);
 * a trace without prefix information gets unique prompt content per request
   (`unique_prompt(seed, request_id)`), so nothing is shared by accident;
-* arrivals: the trace's timestamps shifted to start at 0 and divided by `rate_scale`, or, when
+* arrivals: the trace's timestamps shifted to start at 0 and divided by `rate_scale` (or
+  rescaled to a mean `rate` when one is given: `rate_scale_for`), or, when
   `arrival` names a synthetic process (always for a trace with no timestamps), fresh times from
   that process, keeping the rows' order;
 * `max_new_tokens`: the trace's column where it has one, else the `max_new_tokens` option, else
@@ -57,6 +58,20 @@ def load_trace(path: str | Path, **options) -> Workload:
     return load_trace_bytes(data, str(path), **options)
 
 
+def rate_scale_for(stamps: list[float], rate: float, num_requests: int | None,
+                   source: str) -> float:
+    """The `rate_scale` that replays the trace's timestamps at a mean of `rate` requests per
+    second: `--rate R` with a timestamped trace is `--rate-scale R / native`, where native is
+    the kept rows' count over their span (the rows `--num-requests` keeps; the same
+    count-over-span summary.csv reports as `rate_req_s`), so the burst shape is kept and only
+    the clock runs faster or slower."""
+    kept = stamps if num_requests is None else stamps[:num_requests]
+    span = (max(kept) - min(kept)) if len(kept) > 1 else 0.0
+    if span <= 0:  # all at one instant: every scale replays the same arrivals
+        return 1.0
+    return rate / (len(kept) / span)
+
+
 def load_trace_bytes(
     data: bytes,
     source: str = "<trace>",
@@ -76,8 +91,9 @@ def load_trace_bytes(
 ) -> Workload:
     """Parse trace bytes into a Workload. Raises only `WorkloadError` for bad input.
 
-    `arrival=None` replays the trace's timestamps when it has them (`"trace"`) and otherwise
-    needs `rate` for a Poisson process; `"poisson" | "gamma" | "fixed"` replace the timestamps.
+    `arrival=None` replays the trace's timestamps when it has them (`"trace"`; a `rate` then
+    rescales them to that mean rate, see `rate_scale_for`) and otherwise needs `rate` for a
+    Poisson process; `"poisson" | "gamma" | "fixed"` replace the timestamps.
     `num_requests` keeps the first rows, `duration_s` the rows arriving before it (after
     scaling). Bad and failed row counts land in `meta`.
     """
@@ -101,9 +117,13 @@ def load_trace_bytes(
     if kind == "trace":
         if rows and not has_times:
             raise WorkloadError(f"{fmt} trace has no timestamps: choose an arrival process", source)
-        times = trace_arrivals(
-            [r.arrival_s for r in rows], rate_scale, num_requests, duration_s
-        )
+        stamps = [r.arrival_s for r in rows]
+        if rate is not None:
+            if rate_scale != 1.0:
+                raise WorkloadError(f"--rate {rate:g} and --rate-scale {rate_scale:g} both "
+                                    "rescale the trace's timestamps; give one", source)
+            rate_scale = rate_scale_for(stamps, rate, num_requests, source)
+        times = trace_arrivals(stamps, rate_scale, num_requests, duration_s)
     else:
         if rate is None:
             raise WorkloadError(
@@ -149,6 +169,7 @@ def load_trace_bytes(
             "format": fmt,
             "arrival": kind,
             "rate_scale": rate_scale,
+            "requested_rate": rate if kind == "trace" else None,
             "rows_read": len(rows),
             "bad_rows": sink.bad_rows,
             "first_bad_row": sink.first_bad,
