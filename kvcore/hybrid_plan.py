@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvcore.layers import CHUNKED, FULL, KIND_LABELS, SLIDING, HybridLayout, LayerGroup
+from kvcore.validation import cdiv
 
 VLLM_BLOCK_ALIGNMENT = 16  # vLLM v0.11 HybridAttentionMambaModelConfig: FA/FlashInfer blocks
 VLLM_DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE
@@ -42,10 +43,6 @@ VLLM_DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE
 VLLM_MAX_NUM_BATCHED_TOKENS = 8192
 SGLANG_SWA_FULL_TOKENS_RATIO = 0.8  # sglang server_args.py --swa-full-tokens-ratio default
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.py --mamba-full-memory-ratio default
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
