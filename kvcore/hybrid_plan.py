@@ -102,7 +102,7 @@ class HybridPlan:
     pools: list[Pool]
     baseline_tokens: int
     baseline_max_concurrency: float
-    max_running_requests: int | None = None
+    running_request_cap: int | None = None  # SGLang: min(state slots, limit)
     log: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

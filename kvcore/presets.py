@@ -61,7 +61,7 @@ def weight_dtype_from_quant(quant: object, default: str, where: str = "model con
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and int(bits or 4) == 4:
         return "int4"
     warnings.warn(f"{where}: quantization method {method or quant!r} is unknown to kvsim; "
-                  f"weights counted as {default}", stacklevel=2)
+                  f"weights counted as {default}", stacklevel=3)
     return default
 
 
@@ -241,8 +241,9 @@ class ModelPreset:
         qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank, sliding_window,
         max_position_embeddings. An fp8 `quantization_config` makes the weights fp8.
         """
+        where = "model config"
         if not isinstance(config, Mapping):
-            path = os.fspath(config)
+            path = where = os.fspath(config)
             try:
                 with open(path, encoding="utf-8") as f:
                     config = json.load(f)
@@ -279,7 +280,8 @@ class ModelPreset:
             head_dim = hidden // heads
         dtype_name = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16").lower()
         weight_dtype = _HF_DTYPES.get(dtype_name.replace("torch.", ""), "bf16")
-        weight_dtype = weight_dtype_from_quant(c.get("quantization_config"), weight_dtype)
+        weight_dtype = weight_dtype_from_quant(c.get("quantization_config"), weight_dtype,
+                                               where)
         experts = int(c.get("num_local_experts") or c.get("n_routed_experts")
                       or c.get("num_experts") or 0)
         moe_inter = int(c.get("moe_intermediate_size") or 0)

@@ -91,8 +91,8 @@ def render_hybrid(result: PlanResult) -> Table | None:
     t.add_row("[bold]engine[/]", "", f"block {h.block_size}", "",
               f"{h.kv_cache_tokens:,}",
               f"max concurrency {h.max_concurrency:.2f}x @ {h.context_len:,} tokens"
-              + (f"; running cap {h.max_running_requests:,}"
-                 if h.max_running_requests is not None else ""))
+              + (f"; running cap {h.running_request_cap:,}"
+                 if h.running_request_cap is not None else ""))
     t.add_row("[bold]all as full attention[/]", "", "", "", f"{h.baseline_tokens:,}",
               f"max concurrency {h.baseline_max_concurrency:.2f}x (pre-hybrid baseline)")
     return t

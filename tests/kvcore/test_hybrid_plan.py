@@ -83,7 +83,7 @@ def test_sglang_swa_and_mamba_pools_by_hand():
     # qwen3.5-4b: a state pool of 10 GiB x 0.9 / 1.9 bytes in requests of 24 x 2,146,304 B
     q = sglang_plan(LAYOUTS["qwen3.5-4b"], GIB10, 8192, max_running_requests=1000)
     slots = int(GIB10 * 0.9 / 1.9 // (24 * 2_146_304))
-    assert q.pools[0].pages == slots == q.max_running_requests
+    assert q.pools[0].pages == slots == q.running_request_cap
     assert q.kv_cache_tokens == int((GIB10 - slots * 24 * 2_146_304) // (8 * 4096))
     fixed = sglang_plan(LAYOUTS["qwen3.5-4b"], GIB10, 8192, max_mamba_cache_size=10)
     assert fixed.pools[0].pages == 10
@@ -107,6 +107,8 @@ def test_planner_json_fields_for_hybrids_only():
     assert d["layer_mix"] == "24 linear-attention (GDN) + 8 full"
     s = plan(MemorySpec(model="gpt-oss-20b", gpu="h100", budget="sglang")).to_dict()
     assert s["hybrid_engine"] == "sglang" and {p["kind"] for p in s["pools"]} == {SLIDING, FULL}
+    assert s["max_running_requests"] == 256  # the plan's batch limit, not overwritten
+    assert d["max_running_requests"] == 256 and d["running_request_cap"] is None
     full = plan(MemorySpec(model="llama-3.1-8b", gpu="h100", budget="vllm")).to_dict()
     assert not {"block_size", "pools", "kv_cache_tokens", "layer_mix", "hybrid"} & set(full)
 
