@@ -1,6 +1,7 @@
 """How vLLM and SGLang lay out the KV memory of a hybrid model, from a per-rank KV budget.
 
-vLLM (v0.11.0; vllm/model_executor/models/config.py `HybridAttentionMambaModelConfig`,
+vLLM (v0.11.0, commit 0144dd5, plus the grouping fix of #29303;
+vllm/model_executor/models/config.py `HybridAttentionMambaModelConfig`,
 vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py):
 
 * attention + Mamba / linear attention: the attention block size is raised to
@@ -8,9 +9,12 @@ vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py):
   user's block size is already larger, then the Mamba page (one layer's conv + recurrent state)
   is padded to the attention page ("Padding mamba page size by X%");
 * layers are grouped by kind into KV cache groups of `group_size` layers (the smallest kind's
-  count, or the largest when it is under 1.25 x the smallest), padding the last group of a
-  kind; every group has the same page size in bytes and all draw block ids from one pool of
-  `num_blocks = budget // (page_bytes * group_size)` blocks;
+  count, or the largest when it is under 1.25 x the smallest: the special case of vllm #29303,
+  merged 2025-11-24, for gpt-oss + EAGLE's 19 full + 18 sliding layers), padding the last group
+  of a kind and warning "Add N padding layers, may waste at most X% KV cache memory" with X =
+  N / that kind's layers (the figures quoted in #29303); every group has the same page size
+  in bytes and all draw block ids from one pool of `num_blocks = budget // (page_bytes *
+  group_size)` blocks;
 * "GPU KV cache size: N tokens" = num_blocks // number of groups * smallest block size;
 * "Maximum concurrency for L tokens per request: X" = num_blocks / cdiv(sum over groups of one
   request's worst-case bytes, page_bytes), the worst case being cdiv(L, block) pages for full
@@ -146,20 +150,23 @@ def vllm_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
     group_size = min(counts)
     if max(counts) < group_size * 1.25:
         group_size = max(counts)
-    padding = sum(cdiv(n, group_size) * group_size - n for n in counts)
-    if padding:
-        log.append(f"Add {padding} padding layers, may waste at most "
-                   f"{100.0 * padding / (sum(counts) + padding):.2f}% KV cache memory")
+    for n in counts:  # vLLM warns per kind: padding / that kind's layers
+        padding = cdiv(n, group_size) * group_size - n
+        if padding:
+            log.append(f"Add {padding} padding layers, may waste at most "
+                       f"{100.0 * padding / n:.2f}% KV cache memory")
     num_blocks = int(budget_bytes // (page * group_size))
     n_groups = sum(cdiv(n, group_size) for n in counts)
     block_sizes = []
     pools = []
     worst = 0
     for g in kinds.values():
-        gbs = 1 if g.is_state else bs * page // (bs * g.kv_bytes_per_token_layer(kv_dtype, tp))
+        # an attention kind with fewer bytes per token gets a larger block, one page in bytes
+        # (vLLM unify_kv_cache_spec_page_size); a state kind's page is one request's state
+        gbs = bs if g.is_state else page // g.kv_bytes_per_token_layer(kv_dtype, tp)
         if not g.is_state and gbs * g.kv_bytes_per_token_layer(kv_dtype, tp) != page:
             raise ValueError(f"{g.label}: its page does not divide the largest attention page")
-        block_sizes.append(gbs if not g.is_state else bs)
+        block_sizes.append(gbs)
         worst += cdiv(g.layers, group_size) * _worst_case_pages(g, gbs, context_len,
                                                                  max_num_batched_tokens)
         pools.append(Pool(g.kind, g.layers, page, num_blocks,
