@@ -528,13 +528,15 @@ def diff(
 # -- listings -------------------------------------------------------------------------------------
 @app.command()
 def models() -> None:
-    """Model presets, one line each."""
+    """Model presets, one line each (hybrids: their layer mix)."""
+    from kvcore.hybrid_presets import LAYOUTS
     from kvcore.presets import MODELS
 
     for m in MODELS.values():
         extra = " MLA" if m.is_mla else ""
         extra += f" MoE {m.num_experts}x" if m.is_moe else ""
-        typer.echo(f"{m.id:<14} {m.num_params / 1e9:7.1f}B  {m.num_layers:3d} layers  "
+        extra += f"  [{LAYOUTS[m.id].mix}]" if m.id in LAYOUTS else ""
+        typer.echo(f"{m.id:<19} {m.num_params / 1e9:7.1f}B  {m.num_layers:3d} layers  "
                    f"{m.num_kv_heads:3d} KV heads x {m.head_dim}  "
                    f"{m.kv_bytes_per_token():>9,} B/token KV  max ctx {m.max_position:,}"
                    f"{extra}")

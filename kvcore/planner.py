@@ -31,7 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from kvcore.hybrid_plan import HybridPlan, sglang_plan, vllm_plan
+from kvcore.hybrid_presets import LAYOUTS
+from kvcore.layers import HybridLayout
 from kvcore.memory import BUDGET_RULES, MemorySpec
+from kvcore.model_config import layout_from_hf_config
 from kvcore.presets import GiB, GpuPreset, ModelPreset, get_gpu
 
 PAGE_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -73,13 +77,32 @@ class PlanResult:
     page_sizes: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    layer_mix: str = ""
+    hybrid: HybridPlan | None = None  # hybrids only: what the engine prints at start-up
 
     @property
     def kv_budget_gib(self) -> float:
         return self.kv_budget_bytes / GiB
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON form; a hybrid's engine figures (block_size, kv_cache_tokens,
+        max_concurrency, pools, ...) are top-level keys, a full-attention model has none."""
+        d = asdict(self)
+        h = d.pop("hybrid")
+        if not h:
+            d.pop("layer_mix")
+            return d
+        d["hybrid_engine"] = h.pop("engine")
+        d.update(h)
+        return d
+
+
+def model_layout(memory: MemorySpec, model: ModelPreset) -> HybridLayout | None:
+    """The layout of a hybrid model (a preset in kvcore.hybrid_presets or a --model-config
+    with more than one layer kind), else None: full-attention plans stay as they were."""
+    layout: HybridLayout | None = (layout_from_hf_config(memory.model_config)
+                                   if memory.model_config else LAYOUTS.get(model.id))
+    return layout if layout is not None and layout.is_hybrid else None
 
 
 # -- pieces ----------------------------------------------------------------------------------
@@ -149,6 +172,7 @@ def plan(
     concurrency_contexts: Sequence[int] | None = None,
     lengths: np.ndarray | Sequence[int] | None = None,
     page_sizes: Sequence[int] = PAGE_SIZES,
+    engine_figures: bool = True,
 ) -> PlanResult:
     """Plan the KV pool that `memory` describes (model on `tp` GPUs, a direct size or a budget
     rule; see kvcore.memory).
@@ -157,7 +181,10 @@ def plan(
     64; 1 for the direct sizes). `context_len` defaults to the spec's maximum context (the
     model's max_position unless it sets one). `lengths` (final KV lengths of a workload) feed
     the per-page-size fragmentation table; without them the table uses `context_len`. A
-    budget below one page raises ValueError saying how many GiB are missing.
+    budget below one page raises ValueError saying how many GiB are missing. For a hybrid
+    model (kvcore.hybrid_presets, or a --model-config with several layer kinds)
+    `engine_figures` adds what the engine prints at start-up (kvcore.hybrid_plan: SGLang's
+    pools under the sglang rule, vLLM's KV cache groups otherwise).
     """
     m = memory.model_preset()
     g = get_gpu(memory.gpu)
@@ -227,7 +254,18 @@ def plan(
             "block_table_bytes_per_request": INT32_BYTES * -(-ctx // p),
         })
     notes = []
-    if m.sliding_window:
+    layout = model_layout(memory, m)
+    hybrid = None
+    if layout is not None and engine_figures:
+        if b.rule != "sglang":  # vLLM's layout for every other rule and the direct sizes
+            hybrid = vllm_plan(layout, b.per_rank, ctx, kv_dtype=memory.kv_dtype, tp=tp)
+        else:
+            hybrid = sglang_plan(layout, b.per_rank, ctx, kv_dtype=memory.kv_dtype, tp=tp,
+                                 page_size=ps, max_running_requests=mrr)
+    if layout is not None:
+        notes.append(f"hybrid: {layout.mix}; the headline KV tokens above store every layer "
+                     "as full attention (the pre-hybrid baseline)")
+    elif m.sliding_window:
         notes.append(f"{m.id} uses a sliding window of {m.sliding_window} tokens; kvsim "
                      "models full attention, so KV per request is not capped by the window")
     if m.is_moe:
@@ -256,6 +294,7 @@ def plan(
         max_running_requests=mrr, context_len=ctx,
         req_to_token_bytes=(mrr + 1) * ctx * INT32_BYTES,
         concurrency=concurrency, page_sizes=rows, notes=notes, warnings=warnings,
+        layer_mix=layout.mix if layout is not None else "", hybrid=hybrid,
     )
 
 
@@ -263,4 +302,4 @@ def resolve_kv_tokens(memory: MemorySpec, page_size: int = 1) -> int:
     """The slot count (a multiple of `page_size`) the simulator's pool gets for `memory`; the
     same number `plan` reports as `kv_tokens`. ValueError if nothing fits."""
     return plan(memory, page_size=page_size, context_len=1, concurrency_contexts=(1,),
-                page_sizes=(page_size,)).kv_tokens
+                page_sizes=(page_size,), engine_figures=False).kv_tokens

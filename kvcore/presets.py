@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,6 +22,12 @@ GB = 10**9  # vendors quote decimal gigabytes
 GiB = 2**30
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# Weight formats below one byte, in bytes per parameter with their block scales: MXFP4 is 4-bit
+# E2M1 plus one 8-bit E8M0 scale per 32 values (OCP MX spec v1.0), 4.25 bits; NVFP4 is 4-bit
+# E2M1 plus one fp8 scale per 16 values (NVIDIA ModelOpt), 4.5 bits; int4 (AWQ / GPTQ, group
+# size 128) is 4 bits plus an fp16 scale and a 4-bit zero per 128 values, 4.16 bits.
+WEIGHT_DTYPE_BYTES: dict[str, float] = {**DTYPE_BYTES, "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8,
+                                        "int4": (4 + 20 / 128) / 8}
 
 # Hugging Face dtype names -> ours
 _HF_DTYPES: dict[str, str] = {
@@ -28,7 +35,34 @@ _HF_DTYPES: dict[str, str] = {
     "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "fp8": "fp8",
 }
 _TO_HF_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
-                                "fp8": "bfloat16"}
+                                "fp8": "bfloat16", "mxfp4": "bfloat16", "nvfp4": "bfloat16",
+                                "int4": "float16"}
+_TO_HF_QUANT: dict[str, dict[str, Any]] = {
+    "fp8": {"quant_method": "fp8"}, "mxfp4": {"quant_method": "mxfp4"},
+    "nvfp4": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+    "int4": {"quant_method": "awq", "bits": 4}}
+
+
+def weight_dtype_from_quant(quant: object, default: str, where: str = "model config") -> str:
+    """The weight format a Hugging Face `quantization_config` names (fp8, MXFP4, NVFP4, AWQ /
+    GPTQ int4); `default` (the torch dtype) when there is none, with a warning for a method
+    kvsim does not know (its weights are then counted at `default`)."""
+    if not isinstance(quant, Mapping) or not quant:
+        return default
+    method = str(quant.get("quant_method", "")).lower()
+    algo = str(quant.get("quant_algo", "") or quant.get("format", "")).lower()
+    bits = quant.get("bits") or quant.get("w_bit")
+    if "fp8" in method or (method == "modelopt" and "fp8" in algo):
+        return "fp8"
+    if method == "mxfp4":
+        return "mxfp4"
+    if "nvfp4" in method or (method == "modelopt" and "nvfp4" in algo):
+        return "nvfp4"
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and int(bits or 4) == 4:
+        return "int4"
+    warnings.warn(f"{where}: quantization method {method or quant!r} is unknown to kvsim; "
+                  f"weights counted as {default}", stacklevel=3)
+    return default
 
 
 def dtype_bytes(name: str) -> int:
@@ -37,6 +71,14 @@ def dtype_bytes(name: str) -> int:
     if key not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPE_BYTES)}")
     return DTYPE_BYTES[key]
+
+
+def weight_dtype_bytes(name: str) -> float:
+    """Bytes per parameter of a weight format (the KV dtypes plus mxfp4, nvfp4, int4)."""
+    key = name.lower()
+    if key not in WEIGHT_DTYPE_BYTES:
+        raise ValueError(f"unknown weight dtype {name!r}; known: {', '.join(WEIGHT_DTYPE_BYTES)}")
+    return WEIGHT_DTYPE_BYTES[key]
 
 
 @dataclass(frozen=True)
@@ -122,7 +164,7 @@ class ModelPreset:
     # -- weights --------------------------------------------------------------------------
     def weight_bytes(self, tp: int = 1) -> float:
         """Resident weight bytes on one rank (all experts; weights split evenly over tp)."""
-        return self.num_params * dtype_bytes(self.weight_dtype) / tp
+        return self.num_params * weight_dtype_bytes(self.weight_dtype) / tp
 
     @property
     def expert_intermediate_size(self) -> int:
@@ -199,8 +241,9 @@ class ModelPreset:
         qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank, sliding_window,
         max_position_embeddings. An fp8 `quantization_config` makes the weights fp8.
         """
+        where = "model config"
         if not isinstance(config, Mapping):
-            path = os.fspath(config)
+            path = where = os.fspath(config)
             try:
                 with open(path, encoding="utf-8") as f:
                     config = json.load(f)
@@ -209,6 +252,9 @@ class ModelPreset:
             if not isinstance(config, Mapping):
                 raise ValueError(f"model config {path!r} is not a JSON object")
         c = dict(config)
+        text = c.get("text_config")
+        if isinstance(text, Mapping):  # multimodal wrappers nest the language model
+            c = {**{k: v for k, v in c.items() if k != "text_config"}, **text}
         model_type = str(c.get("model_type", "")).lower()
 
         def need(*keys: str) -> int:
@@ -234,9 +280,8 @@ class ModelPreset:
             head_dim = hidden // heads
         dtype_name = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16").lower()
         weight_dtype = _HF_DTYPES.get(dtype_name.replace("torch.", ""), "bf16")
-        quant = c.get("quantization_config") or {}
-        if isinstance(quant, Mapping) and "fp8" in str(quant.get("quant_method", "")).lower():
-            weight_dtype = "fp8"
+        weight_dtype = weight_dtype_from_quant(c.get("quantization_config"), weight_dtype,
+                                               where)
         experts = int(c.get("num_local_experts") or c.get("n_routed_experts")
                       or c.get("num_experts") or 0)
         moe_inter = int(c.get("moe_intermediate_size") or 0)
@@ -296,8 +341,8 @@ class ModelPreset:
         }
         if self.arch == "opt":
             cfg["ffn_dim"] = self.intermediate_size
-        if self.weight_dtype == "fp8":
-            cfg["quantization_config"] = {"quant_method": "fp8"}
+        if self.weight_dtype in _TO_HF_QUANT:
+            cfg["quantization_config"] = dict(_TO_HF_QUANT[self.weight_dtype])
         if self.is_moe:
             key = "n_routed_experts" if self.arch == "deepseek_v3" else "num_local_experts"
             cfg[key] = self.num_experts
@@ -374,6 +419,33 @@ MODELS: dict[str, ModelPreset] = {p.id: p for p in [
     ModelPreset("mixtral-8x7b", "Mixtral-8x7B-v0.1", num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096, intermediate_size=14336, vocab_size=32000, max_position=32768, num_params=46.70e9, active_params=12.88e9, num_experts=8, experts_per_token=2, source="mistralai/Mixtral-8x7B-v0.1 config.json (all experts resident)"),
     ModelPreset("deepseek-v3", "DeepSeek-V3", num_layers=61, num_heads=128, num_kv_heads=128, head_dim=192, hidden_size=7168, intermediate_size=18432, vocab_size=129280, max_position=163840, num_params=671e9, active_params=37e9, weight_dtype="fp8", kv_lora_rank=512, qk_rope_head_dim=64, num_experts=256, experts_per_token=8, arch="deepseek_v3", moe_intermediate_size=2048, num_shared_experts=1, first_k_dense=3, q_lora_rank=1536, v_head_dim=128, source="deepseek-ai/DeepSeek-V3 config.json; arXiv 2412.19437 (671B / 37B active, fp8 weights)"),
 ]}
+
+# -- current models, hybrids included (issue 27). Layer layouts (which layers are full, sliding,
+# chunked, linear attention or Mamba) live in kvcore.hybrid_presets under the same id;
+# num_layers is the config's num_hidden_layers. Parameter counts are the published totals.
+HYBRID_ERA_MODELS: list[ModelPreset] = [
+    ModelPreset("gpt-oss-20b", "gpt-oss-20b", num_layers=24, num_heads=64, num_kv_heads=8, head_dim=64, hidden_size=2880, intermediate_size=2880, vocab_size=201088, max_position=131072, num_params=20.9e9, active_params=3.6e9, weight_dtype="mxfp4", sliding_window=128, num_experts=32, experts_per_token=4, source="openai/gpt-oss-20b config.json; model card (20.9B / 3.6B active, MXFP4 experts)"),
+    ModelPreset("gpt-oss-120b", "gpt-oss-120b", num_layers=36, num_heads=64, num_kv_heads=8, head_dim=64, hidden_size=2880, intermediate_size=2880, vocab_size=201088, max_position=131072, num_params=116.8e9, active_params=5.1e9, weight_dtype="mxfp4", sliding_window=128, num_experts=128, experts_per_token=4, source="openai/gpt-oss-120b config.json; model card (116.8B / 5.1B active, MXFP4 experts)"),
+    ModelPreset("gemma-3-27b", "gemma-3-27b-it", num_layers=62, num_heads=32, num_kv_heads=16, head_dim=128, hidden_size=5376, intermediate_size=21504, vocab_size=262208, max_position=131072, num_params=27.4e9, sliding_window=1024, tie_word_embeddings=True, source="google/gemma-3-27b-it config.json (text_config)"),
+    ModelPreset("llama-4-scout", "Llama-4-Scout-17B-16E", num_layers=48, num_heads=40, num_kv_heads=8, head_dim=128, hidden_size=5120, intermediate_size=8192, vocab_size=202048, max_position=10485760, num_params=109e9, active_params=17e9, num_experts=16, experts_per_token=1, source="meta-llama/Llama-4-Scout-17B-16E config.json (text_config; attention_chunk_size 8192)"),
+    ModelPreset("qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B-Instruct", num_layers=48, num_heads=16, num_kv_heads=2, head_dim=256, hidden_size=2048, intermediate_size=5120, vocab_size=151936, max_position=262144, num_params=80e9, active_params=3e9, num_experts=512, experts_per_token=10, moe_intermediate_size=512, source="Qwen/Qwen3-Next-80B-A3B-Instruct config.json"),
+    ModelPreset("qwen3.5-4b", "Qwen3.5-4B", num_layers=32, num_heads=16, num_kv_heads=4, head_dim=256, hidden_size=2560, intermediate_size=9216, vocab_size=248320, max_position=262144, num_params=4.66e9, tie_word_embeddings=True, source="Qwen/Qwen3.5-4B config.json (text_config; mamba_ssm_dtype float32)"),
+    ModelPreset("qwen3.5-27b", "Qwen3.5-27B", num_layers=64, num_heads=24, num_kv_heads=4, head_dim=256, hidden_size=5120, intermediate_size=17408, vocab_size=248320, max_position=262144, num_params=27.8e9, source="Qwen/Qwen3.5-27B config.json (text_config; mamba_ssm_dtype float32)"),
+    ModelPreset("nemotron-nano-9b-v2", "NVIDIA-Nemotron-Nano-9B-v2", num_layers=56, num_heads=40, num_kv_heads=8, head_dim=128, hidden_size=4480, intermediate_size=15680, vocab_size=131072, max_position=131072, num_params=8.89e9, source="nvidia/NVIDIA-Nemotron-Nano-9B-v2 config.json (hybrid_override_pattern: 27 M, 4 *, 25 -)"),
+    ModelPreset("qwen3-8b", "Qwen3-8B", num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096, intermediate_size=12288, vocab_size=151936, max_position=40960, num_params=8.19e9, source="Qwen/Qwen3-8B config.json"),
+    ModelPreset("qwen3-32b", "Qwen3-32B", num_layers=64, num_heads=64, num_kv_heads=8, head_dim=128, hidden_size=5120, intermediate_size=25600, vocab_size=151936, max_position=40960, num_params=32.8e9, source="Qwen/Qwen3-32B config.json"),
+    ModelPreset("llama-3.3-70b", "Llama-3.3-70B-Instruct", num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, hidden_size=8192, intermediate_size=28672, vocab_size=128256, max_position=131072, num_params=70.55e9, source="meta-llama/Llama-3.3-70B-Instruct config.json"),
+    ModelPreset("gemma-2-9b", "gemma-2-9b", num_layers=42, num_heads=16, num_kv_heads=8, head_dim=256, hidden_size=3584, intermediate_size=14336, vocab_size=256000, max_position=8192, num_params=9.24e9, sliding_window=4096, tie_word_embeddings=True, source="google/gemma-2-9b config.json (odd layers full, even layers sliding)"),
+    ModelPreset("ministral-8b", "Ministral-8B-Instruct-2410", num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096, intermediate_size=12288, vocab_size=131072, max_position=32768, num_params=8.02e9, sliding_window=32768, source="mistralai/Ministral-8B-Instruct-2410 config.json (interleaved window: 3 sliding, 1 full; vllm #9464)"),
+]
+MODELS.update({p.id: p for p in HYBRID_ERA_MODELS})
+# Presets whose architecture `ModelPreset.count_params` does not describe (gated delta net and
+# Mamba-2 layers, MLP-only layers, attention sinks and o_proj widths unlike hidden_size, vision
+# towers, Llama 4's shared expert): their num_params is the published total, not a count, and
+# a config.json round trip recounts them differently.
+PUBLISHED_PARAMS_ONLY: frozenset[str] = frozenset({
+    "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b", "llama-4-scout", "qwen3-next-80b-a3b",
+    "qwen3.5-4b", "qwen3.5-27b", "nemotron-nano-9b-v2"})
 
 GPUS: dict[str, GpuPreset] = {g.id: g for g in [
     GpuPreset("a100-40gb", "A100-40GB SXM", mem_gb=40, bandwidth_tb_s=1.555, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16", reported_gib=39.50, mem_source="PyTorch OOM message on an A100 40GB: 'total capacity of 39.50 GiB' (github.com/TianheWu/CoSeR issue 10)"),

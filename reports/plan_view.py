@@ -75,9 +75,34 @@ def render_page_sizes(result: PlanResult) -> Table:
     return t
 
 
+def render_hybrid(result: PlanResult) -> Table | None:
+    """A hybrid model's pools as the engine lays them out, its start-up lines, and the
+    full-attention baseline; None for a full-attention model."""
+    h = result.hybrid
+    if h is None:
+        return None
+    t = Table(title=f"{h.engine} layout of {result.model}: {result.layer_mix}",
+              caption="\n".join(h.log))
+    for col in ("pool", "layers", "page bytes (1 layer)", "pages / slots", "tokens", "note"):
+        t.add_column(col, justify="left" if col in ("pool", "note") else "right")
+    for p in h.pools:
+        t.add_row(p.kind, str(p.layers), f"{p.page_bytes:,}", f"{p.pages:,}",
+                  f"{p.tokens:,}" if p.tokens else "-", p.note)
+    t.add_row("[bold]engine[/]", "", f"block {h.block_size}", "",
+              f"{h.kv_cache_tokens:,}",
+              f"max concurrency {h.max_concurrency:.2f}x @ {h.context_len:,} tokens"
+              + (f"; running cap {h.running_request_cap:,}"
+                 if h.running_request_cap is not None else ""))
+    t.add_row("[bold]all as full attention[/]", "", "", "", f"{h.baseline_tokens:,}",
+              f"max concurrency {h.baseline_max_concurrency:.2f}x (pre-hybrid baseline)")
+    return t
+
+
 def render_plan_all(result: PlanResult) -> Group:
-    """Both tables, for printing with a rich Console."""
-    return Group(render_plan(result), render_page_sizes(result))
+    """Both tables (and a hybrid's layout), for printing with a rich Console."""
+    hybrid = render_hybrid(result)
+    parts = [render_plan(result)] + ([hybrid] if hybrid is not None else [])
+    return Group(*parts, render_page_sizes(result))
 
 
 def _pct(v: object) -> str:

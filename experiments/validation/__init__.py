@@ -8,7 +8,8 @@ repository's docs/validation.md and `--check` fails when a fresh run drifts from
 The checks, by source: vllm_paper.py (Fig. 2 memory shares, Fig. 13 batch sizes, Fig. 18b best
 block sizes, Table 1 slot counts), sharing.py (Fig. 15 sharing savings, beam search through
 beam.py), closed_form.py (prefix-cache hit rates, fragmentation and concurrency against
-formulas); rows.py holds the row and its kinds. Every row has a kind (KINDS), because agreement
+formulas), hybrid_rows.py (vLLM's hybrid block sizes, RFC #11382's sliding-window waste);
+rows.py holds the row and its kinds. Every row has a kind (KINDS), because agreement
 means different things: only a `reproduced` row is a published number the simulation could
 have missed, and the counts keep the kinds apart so the headline only claims what the
 simulation earned. Each paper row's band has its reason beside it (rows.Tolerance: reading
@@ -26,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.validation.closed_form import analytic_rows, prefix_rows
+from experiments.validation.hybrid_rows import hybrid_rows
 from experiments.validation.latency_rows import latency_rows
 from experiments.validation.rows import MAX_CONTEXT_LEN
 from experiments.validation.sharing import FIG15_TOL, fig15_rows
@@ -70,6 +72,7 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
         rows += fig18b_rows(notes, log)
     rows += fig15_rows(quick, notes, log)
     rows += latency_rows(log)
+    rows += hybrid_rows()
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     for col in ("reference", "kvsim"):  # mixed numbers and text: keep ints as ints
         df[col] = pd.Series([r[col] for r in rows], dtype=object)

@@ -1,0 +1,262 @@
+"""How vLLM and SGLang lay out the KV memory of a hybrid model, from a per-rank KV budget.
+
+vLLM (v0.11.0, commit 0144dd5, plus the grouping fix of #29303;
+vllm/model_executor/models/config.py `HybridAttentionMambaModelConfig`,
+vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py):
+
+* attention + Mamba / linear attention: the attention block size is raised to
+  `16 * cdiv(mamba_page, 16 * attn_page_1_token)` (16: the kernels' block alignment) unless the
+  user's block size is already larger, then the Mamba page (one layer's conv + recurrent state)
+  is padded to the attention page ("Padding mamba page size by X%");
+* layers are grouped by kind into KV cache groups of `group_size` layers (the smallest kind's
+  count, or the largest when it is under 1.25 x the smallest: the special case of vllm #29303,
+  merged 2025-11-24, for gpt-oss + EAGLE's 19 full + 18 sliding layers), padding the last group
+  of a kind and warning "Add N padding layers, may waste at most X% KV cache memory" with X =
+  N / that kind's layers (the figures quoted in #29303); every group has the same page size
+  in bytes and all draw block ids from one pool of `num_blocks = budget // (page_bytes *
+  group_size)` blocks;
+* "GPU KV cache size: N tokens" = num_blocks // number of groups * smallest block size;
+* "Maximum concurrency for L tokens per request: X" = num_blocks / cdiv(sum over groups of one
+  request's worst-case bytes, page_bytes), the worst case being cdiv(L, block) pages for full
+  attention, cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1 for a sliding
+  window, cdiv(min(chunk + max_num_batched_tokens, L), block) for chunked local attention and
+  one page for a Mamba group (mamba_cache_mode "none").
+
+SGLang (v0.5; python/sglang/srt/model_executor/model_runner.py and pool_configurator.py):
+
+* sliding window (and chunked local, which SGLang serves through the same SWA pool): with
+  r = --swa-full-tokens-ratio (0.8), full_tokens = budget // (full bytes/token + r x SWA
+  bytes/token), swa_tokens = r x full_tokens;
+* Mamba / linear attention: a state pool of budget x m / (1 + m) bytes, m =
+  --mamba-full-memory-ratio (0.9), or --max-mamba-cache-size slots; the rest is full-attention
+  KV; the running-request cap is the state pool's slot count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kvcore.layers import CHUNKED, FULL, KIND_LABELS, SLIDING, HybridLayout, LayerGroup
+from kvcore.validation import cdiv
+
+VLLM_BLOCK_ALIGNMENT = 16  # vLLM v0.11 HybridAttentionMambaModelConfig: FA/FlashInfer blocks
+VLLM_DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE
+# vLLM v0.11 EngineArgs usage-context default of max_num_batched_tokens for `vllm serve` on a
+# GPU with >= 70 GiB (H100 / H200 class); it sizes the sliding-window worst case.
+VLLM_MAX_NUM_BATCHED_TOKENS = 8192
+SGLANG_SWA_FULL_TOKENS_RATIO = 0.8  # sglang server_args.py --swa-full-tokens-ratio default
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.py --mamba-full-memory-ratio default
+
+
+@dataclass(frozen=True)
+class BlockSizeRule:
+    """vLLM's block size for a hybrid: the attention block, one attention page and one Mamba
+    page (before padding), and the padding that makes them equal (0 without state layers)."""
+
+    block_size: int
+    attn_page_bytes: int
+    mamba_page_bytes: int
+    padding_pct: float
+    raised: bool  # vLLM logs "Setting attention block size to N tokens ..."
+
+
+def vllm_block_size(layout: HybridLayout, kv_dtype: str = "bf16", tp: int = 1,
+                    requested: int | None = None,
+                    alignment: int = VLLM_BLOCK_ALIGNMENT) -> BlockSizeRule:
+    """The attention block size vLLM picks (see the module notes)."""
+    attn = layout.attention_groups()
+    base = requested or VLLM_DEFAULT_BLOCK_SIZE
+    if not attn:
+        raise ValueError("the layout has no attention layer to size blocks for")
+    per_token = max(g.kv_bytes_per_token_layer(kv_dtype, tp) for g in attn)
+    states = layout.state_groups()
+    if not states:
+        return BlockSizeRule(base, base * per_token, 0, 0.0, False)
+    mamba = max(g.state_bytes_layer(kv_dtype, tp) for g in states)
+    needed = alignment * cdiv(mamba, alignment * per_token)
+    raised = requested is None or requested < needed
+    bs = needed if raised else base
+    page = bs * per_token
+    return BlockSizeRule(bs, page, mamba, 100.0 * (page - mamba) / mamba, raised)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool or KV cache group: its kind, layers, page bytes (one layer), pages, tokens."""
+
+    kind: str
+    layers: int
+    page_bytes: int
+    pages: int
+    tokens: int
+    note: str = ""
+
+
+@dataclass
+class HybridPlan:
+    """What the engine prints at start-up for a hybrid model, and the full-attention
+    baseline (every layer stored as full attention). `to_dict()` is the JSON form."""
+
+    engine: str
+    block_size: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    context_len: int
+    pools: list[Pool]
+    baseline_tokens: int
+    baseline_max_concurrency: float
+    running_request_cap: int | None = None  # SGLang: min(state slots, limit)
+    log: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _spec_key(g: LayerGroup) -> tuple[str, int, int]:
+    return (g.kind, g.window, g.chunk)
+
+
+def _worst_case_pages(g: LayerGroup, bs: int, ctx: int, batched: int) -> int:
+    """Pages one request of `ctx` tokens may need in one group (vLLM max_memory_usage_bytes)."""
+    if g.is_state:
+        return 1
+    if g.kind == SLIDING:
+        return cdiv(min(g.window - 1 + batched, ctx), bs) + 1
+    if g.kind == CHUNKED:
+        return cdiv(min(g.chunk + batched, ctx), bs)
+    return cdiv(ctx, bs)
+
+
+def vllm_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
+              kv_dtype: str = "bf16", tp: int = 1, block_size: int | None = None,
+              max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS) -> HybridPlan:
+    """vLLM's KV cache groups, block count and start-up figures for a per-rank budget."""
+    rule = vllm_block_size(layout, kv_dtype, tp, block_size)
+    bs, page = rule.block_size, rule.attn_page_bytes
+    log = []
+    if rule.raised and layout.state_groups():
+        log.append(f"Setting attention block size to {bs} tokens to ensure that attention "
+                   "page size is >= mamba page size.")
+    if rule.padding_pct:
+        log.append(f"Padding mamba page size by {rule.padding_pct:.2f}% to ensure that mamba "
+                   "page size and attention page size are exactly equal.")
+    kinds: dict[tuple[str, int, int], LayerGroup] = {}
+    for g in layout.groups:  # one spec per kind (window / chunk distinguish specs)
+        k = _spec_key(g)
+        kinds[k] = g if k not in kinds else LayerGroup(**{**asdict(g), "layers":
+                                                           kinds[k].layers + g.layers})
+    counts = [g.layers for g in kinds.values()]
+    group_size = min(counts)
+    if max(counts) < group_size * 1.25:
+        group_size = max(counts)
+    for n in counts:  # vLLM warns per kind: padding / that kind's layers
+        padding = cdiv(n, group_size) * group_size - n
+        if padding:
+            log.append(f"Add {padding} padding layers, may waste at most "
+                       f"{100.0 * padding / n:.2f}% KV cache memory")
+    num_blocks = int(budget_bytes // (page * group_size))
+    n_groups = sum(cdiv(n, group_size) for n in counts)
+    block_sizes = []
+    pools = []
+    worst = 0
+    for g in kinds.values():
+        # an attention kind with fewer bytes per token gets a larger block, one page in bytes
+        # (vLLM unify_kv_cache_spec_page_size); a state kind's page is one request's state
+        gbs = bs if g.is_state else page // g.kv_bytes_per_token_layer(kv_dtype, tp)
+        if not g.is_state and gbs * g.kv_bytes_per_token_layer(kv_dtype, tp) != page:
+            raise ValueError(f"{g.label}: its page does not divide the largest attention page")
+        block_sizes.append(gbs)
+        worst += cdiv(g.layers, group_size) * _worst_case_pages(g, gbs, context_len,
+                                                                 max_num_batched_tokens)
+        pools.append(Pool(g.kind, g.layers, page, num_blocks,
+                          0 if g.is_state else num_blocks * gbs,
+                          note=f"{cdiv(g.layers, group_size)} group(s) of {group_size}"))
+    tokens = num_blocks // n_groups * min(block_sizes)
+    log.append(f"GPU KV cache size: {tokens:,} tokens")
+    conc = num_blocks / worst
+    log.append(f"Maximum concurrency for {context_len:,} tokens per request: {conc:.2f}x")
+    base_tokens, base_conc = _baseline(layout, budget_bytes, context_len, kv_dtype, tp,
+                                       VLLM_DEFAULT_BLOCK_SIZE)
+    return HybridPlan("vllm", bs, tokens, conc, context_len, pools, base_tokens, base_conc,
+                      None, log)
+
+
+def _baseline(layout: HybridLayout, budget: float, ctx: int, kv_dtype: str, tp: int,
+              page: int) -> tuple[int, float]:
+    """Tokens and requests of `ctx` tokens if every layer were stored as full attention."""
+    per_token = max(g.kv_bytes_per_token_layer(kv_dtype, tp) for g in layout.attention_groups())
+    pages = int(budget // (page * per_token * layout.num_layers))
+    return pages * page, pages / cdiv(ctx, page)
+
+
+def sglang_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
+                kv_dtype: str = "bf16", tp: int = 1, page_size: int = 1,
+                max_running_requests: int | None = None,
+                swa_full_tokens_ratio: float = SGLANG_SWA_FULL_TOKENS_RATIO,
+                mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO,
+                max_mamba_cache_size: int | None = None) -> HybridPlan:
+    """SGLang's full / SWA / state pools for a per-rank budget (see the module notes)."""
+    if not 0 < swa_full_tokens_ratio <= 1:
+        raise ValueError(f"swa_full_tokens_ratio must be in (0, 1], got {swa_full_tokens_ratio}")
+    if mamba_full_memory_ratio <= 0:
+        raise ValueError(f"mamba_full_memory_ratio must be > 0, got {mamba_full_memory_ratio}")
+    full_bpt = sum(g.kv_bytes_per_token(kv_dtype, tp) for g in layout.groups if g.kind == FULL)
+    swa_bpt = sum(g.kv_bytes_per_token(kv_dtype, tp) for g in layout.groups
+                  if g.kind in (SLIDING, CHUNKED))
+    state = layout.state_bytes_per_request(kv_dtype, tp)
+    pools: list[Pool] = []
+    log: list[str] = []
+    budget = float(budget_bytes)
+    slots = None
+    if state:
+        if max_mamba_cache_size is not None:
+            slots = int(max_mamba_cache_size)
+        else:
+            slots = int(budget * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)
+                        // state)
+        budget -= slots * state
+        if budget <= 0:
+            raise ValueError(f"{slots} state slots of {state:,} B leave no memory for KV")
+        for g in layout.state_groups():
+            pools.append(Pool(g.kind, g.layers, g.state_bytes_layer(kv_dtype, tp), slots, 0,
+                              note="state slots"))
+        log.append(f"mamba state: {slots:,} slots x {state:,} B")
+    cell = full_bpt + swa_full_tokens_ratio * swa_bpt
+    full_tokens = int(budget // cell) // page_size * page_size
+    swa_tokens = int(full_tokens * swa_full_tokens_ratio) // page_size * page_size
+    for g in layout.attention_groups():
+        t = full_tokens if g.kind == FULL else swa_tokens
+        pools.append(Pool(g.kind, g.layers, page_size * g.kv_bytes_per_token_layer(kv_dtype, tp),
+                          t // page_size, t))
+    log.append(f"max_total_num_tokens={full_tokens}" + (
+        f", full_max_total_num_tokens={full_tokens}, swa_max_total_num_tokens={swa_tokens}"
+        if swa_bpt else ""))
+    per_req_full = context_len if full_bpt else 0
+    caps = []
+    if per_req_full:
+        caps.append(full_tokens / per_req_full)
+    for g in layout.attention_groups():
+        if g.kind != FULL:
+            caps.append(swa_tokens / min(context_len, (g.window or g.chunk) + page_size))
+    if slots is not None:
+        caps.append(float(slots))
+    conc = min(caps) if caps else 0.0
+    cap = slots if max_running_requests is None else (
+        max_running_requests if slots is None else min(slots, max_running_requests))
+    base_tokens, base_conc = _baseline(layout, budget_bytes, context_len, kv_dtype, tp,
+                                       page_size)
+    return HybridPlan("sglang", page_size, full_tokens, conc, context_len, pools, base_tokens,
+                      base_conc, cap, log)
+
+
+def kv_waste_as_full(layout: HybridLayout, context_len: int, kv_dtype: str = "bf16") -> float:
+    """Share of KV memory wasted at `context_len` when every attention layer is stored as full
+    attention (vLLM RFC #11382's figure): 1 - (bytes the layout needs) / (bytes as full)."""
+    need = sum(g.bytes_for_length(context_len, kv_dtype) for g in layout.attention_groups())
+    full = sum(context_len * g.kv_bytes_per_token(kv_dtype) for g in layout.attention_groups())
+    return 1.0 - need / full
+
+
+__all__ = ["KIND_LABELS", "BlockSizeRule", "HybridPlan", "Pool", "kv_waste_as_full",
+           "sglang_plan", "vllm_block_size", "vllm_plan"]

@@ -1,0 +1,52 @@
+"""Layer layouts of the preset models that are not all full attention, one line each.
+
+Keys are ids of kvcore.presets.MODELS; values are the groups `kvcore.model_config` reads from
+the same config.json (sources on the ModelPreset line). A model absent here is all full
+attention (`layout_of` builds that layout), so every earlier result is unchanged.
+"""
+
+from __future__ import annotations
+
+from kvcore.layers import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
+from kvcore.presets import ModelPreset
+
+
+def _attn(kind: str, n: int, kvh: int, hd: int, window: int = 0, chunk: int = 0) -> LayerGroup:
+    return LayerGroup(kind, n, kv_heads=kvh, head_dim=hd, window=window, chunk=chunk)
+
+
+def _gdn(n: int, kh: int, vh: int, kd: int, vd: int, kernel: int, state: str) -> LayerGroup:
+    return LayerGroup(LINEAR, n, num_k_heads=kh, num_v_heads=vh, k_head_dim=kd, v_head_dim=vd,
+                      conv_kernel=kernel, state_dtype=state)
+
+
+def _mamba2(n: int, heads: int, hd: int, state: int, groups: int, kernel: int) -> LayerGroup:
+    return LayerGroup(MAMBA, n, num_v_heads=heads, v_head_dim=hd, k_head_dim=state,
+                      n_groups=groups, conv_kernel=kernel)
+
+
+# fmt: off
+LAYOUTS: dict[str, HybridLayout] = {
+    "gpt-oss-20b": HybridLayout((_attn(SLIDING, 12, 8, 64, window=128), _attn(FULL, 12, 8, 64))),
+    "gpt-oss-120b": HybridLayout((_attn(SLIDING, 18, 8, 64, window=128), _attn(FULL, 18, 8, 64))),
+    "gemma-3-27b": HybridLayout((_attn(SLIDING, 52, 16, 128, window=1024), _attn(FULL, 10, 16, 128))),
+    "llama-4-scout": HybridLayout((_attn(CHUNKED, 36, 8, 128, chunk=8192), _attn(FULL, 12, 8, 128))),
+    "qwen3-next-80b-a3b": HybridLayout((_gdn(36, 16, 32, 128, 128, 4, "fp32"), _attn(FULL, 12, 2, 256))),
+    "qwen3.5-4b": HybridLayout((_gdn(24, 16, 32, 128, 128, 4, "fp32"), _attn(FULL, 8, 4, 256))),
+    "qwen3.5-27b": HybridLayout((_gdn(48, 16, 48, 128, 128, 4, "fp32"), _attn(FULL, 16, 4, 256))),
+    "nemotron-nano-9b-v2": HybridLayout((_mamba2(27, 128, 80, 128, 8, 4), _attn(FULL, 4, 8, 128))),
+    "gemma-2-9b": HybridLayout((_attn(SLIDING, 21, 8, 256, window=4096), _attn(FULL, 21, 8, 256))),
+    "ministral-8b": HybridLayout((_attn(SLIDING, 27, 8, 128, window=32768), _attn(FULL, 9, 8, 128))),
+}
+# fmt: on
+
+
+def layout_of(model: ModelPreset) -> HybridLayout:
+    """The preset's layout: its LAYOUTS entry, else every layer full attention (MLA models too:
+    one latent per token and layer, see ModelPreset.kv_bytes_per_token_layer)."""
+    if model.id in LAYOUTS:
+        return LAYOUTS[model.id]
+    return HybridLayout((_attn(FULL, model.num_layers, model.num_kv_heads, model.head_dim),))
+
+
+__all__ = ["LAYOUTS", "layout_of"]

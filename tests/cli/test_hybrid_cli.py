@@ -1,0 +1,25 @@
+"""`kvsim models` shows hybrids' layer mix; `kvsim plan` on a hybrid prints the engine's
+start-up figures and carries them in --json. About 2 s."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_models_show_the_layer_mix(invoke):
+    r = invoke("models")
+    assert r.exit_code == 0
+    lines = {ln.split()[0]: ln for ln in r.output.splitlines()}
+    assert "[24 linear-attention (GDN) + 8 full]" in lines["qwen3.5-4b"]
+    assert "[27 Mamba-2 + 4 full]" in lines["nemotron-nano-9b-v2"]
+    assert "[" not in lines["llama-3.1-8b"]  # full attention: no mix
+
+
+def test_plan_prints_and_writes_the_hybrid_layout(invoke):
+    r = invoke("plan", "--model", "qwen3.5-4b", "--gpu", "h100", "--budget", "vllm")
+    assert r.exit_code == 0, r.output
+    assert "Setting attention block size to 528 tokens" in r.output.replace("\n", " ")
+    j = invoke("plan", "--model", "nemotron-nano-9b-v2", "--gpu", "h100", "--budget", "vllm",
+               "--json")
+    d = json.loads(j.output)
+    assert d["block_size"] == 672 and d["pools"][0]["kind"] == "mamba"

@@ -1,0 +1,122 @@
+"""vLLM's and SGLang's layouts of hybrid models (kvcore.hybrid_plan) and the planner's hybrid
+fields: the block-size rule as a property, worked examples by hand. About 2 s."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvcore.hybrid_plan import kv_waste_as_full, sglang_plan, vllm_block_size, vllm_plan
+from kvcore.hybrid_presets import LAYOUTS
+from kvcore.layers import FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
+from kvcore.memory import MemorySpec
+from kvcore.planner import plan
+from kvcore.presets import GiB
+
+GIB10 = 10 * GiB
+
+
+def test_published_block_sizes():
+    q = vllm_block_size(LAYOUTS["qwen3.5-4b"])
+    # attention 2 x 4 x 256 x 2 = 4,096 B per token; GDN page 2,146,304 B -> 16 x 33 = 528
+    assert (q.block_size, q.attn_page_bytes, q.mamba_page_bytes) == (528, 2_162_688, 2_146_304)
+    assert round(q.padding_pct, 2) == 0.76
+    n = vllm_block_size(LAYOUTS["nemotron-nano-9b-v2"])
+    assert n.block_size == 672 and n.raised  # 2,695,168 / 4,096 = 658.0 -> 672
+    assert vllm_block_size(LAYOUTS["nemotron-nano-9b-v2"], requested=1024).block_size == 1024
+    assert not vllm_block_size(LAYOUTS["gpt-oss-20b"]).raised  # no state: 16 stays
+
+
+@given(st.integers(1, 64), st.integers(1, 512), st.integers(2, 6), st.integers(1, 64),
+       st.sampled_from([8, 16, 32, 64]), st.none() | st.integers(1, 4096))
+def test_block_rule_attention_page_covers_mamba_page_minimally(kvh, hd, kernel, heads, align,
+                                                                requested):
+    layout = HybridLayout((
+        LayerGroup(FULL, 1, kv_heads=kvh, head_dim=hd),
+        LayerGroup(MAMBA, 3, num_v_heads=heads, v_head_dim=16, k_head_dim=16, n_groups=1,
+                   conv_kernel=kernel)))
+    r = vllm_block_size(layout, requested=requested, alignment=align)
+    per_token = 2 * kvh * hd * 2
+    assert r.attn_page_bytes == r.block_size * per_token >= r.mamba_page_bytes
+    assert r.padding_pct == pytest.approx(
+        100 * (r.attn_page_bytes - r.mamba_page_bytes) / r.mamba_page_bytes)
+    if r.raised:  # a multiple of the alignment, and the smallest one that covers the state
+        assert r.block_size % align == 0
+        assert (r.block_size - align) * per_token < r.mamba_page_bytes
+    else:
+        assert r.block_size == requested
+
+
+def test_vllm_groups_by_hand():
+    # gpt-oss-20b: 12 SWA (w=128) + 12 full, 8 KV heads x 64: page 16 x 2,048 = 32,768 B,
+    # group size 12, 10 GiB // (32,768 x 12) = 27,306 blocks; 2 groups -> 27,306 // 2 x 16
+    p = vllm_plan(LAYOUTS["gpt-oss-20b"], GIB10, 8192, max_num_batched_tokens=8192)
+    assert p.block_size == 16 and p.pools[0].pages == 27_306
+    assert p.kv_cache_tokens == 27_306 // 2 * 16 == 218_448
+    # a request of 8,192: full 512 pages + sliding cdiv(min(127 + 8,192, 8,192), 16) + 1 = 513
+    assert p.max_concurrency == pytest.approx(27_306 / 1025)
+    assert "GPU KV cache size: 218,448 tokens" in p.log
+    # every layer as full attention: 10 GiB // (16 x 2,048 x 24) pages of 16
+    assert p.baseline_tokens == GIB10 // (16 * 2048 * 24) * 16
+
+
+def test_vllm_padding_layers_and_state_pages():
+    p = vllm_plan(LAYOUTS["nemotron-nano-9b-v2"], GIB10, 4096)
+    # 27 Mamba + 4 full: group size 4, 7 Mamba groups (1 padding layer) + 1 full group
+    assert "Add 1 padding layers, may waste at most 3.70% KV cache memory" in p.log
+    blocks = GIB10 // (672 * 4096 * 4)
+    assert p.pools[0].pages == blocks and p.kv_cache_tokens == blocks // 8 * 672
+    # per request: 7 Mamba groups x 1 page + cdiv(4,096, 672) = 7 full pages
+    assert p.max_concurrency == pytest.approx(blocks / 14)
+
+
+def test_sglang_swa_and_mamba_pools_by_hand():
+    # gemma-2-9b: full 21 x 8,192 B, SWA 21 x 8,192 B per token; r = 0.8
+    p = sglang_plan(LAYOUTS["gemma-2-9b"], GIB10, 8192)
+    cell = 21 * 8192 + 0.8 * 21 * 8192
+    full = int(GIB10 // cell)
+    assert p.kv_cache_tokens == full
+    assert [x.tokens for x in p.pools] == [int(full * 0.8), full]
+    # qwen3.5-4b: a state pool of 10 GiB x 0.9 / 1.9 bytes in requests of 24 x 2,146,304 B
+    q = sglang_plan(LAYOUTS["qwen3.5-4b"], GIB10, 8192, max_running_requests=1000)
+    slots = int(GIB10 * 0.9 / 1.9 // (24 * 2_146_304))
+    assert q.pools[0].pages == slots == q.running_request_cap
+    assert q.kv_cache_tokens == int((GIB10 - slots * 24 * 2_146_304) // (8 * 4096))
+    fixed = sglang_plan(LAYOUTS["qwen3.5-4b"], GIB10, 8192, max_mamba_cache_size=10)
+    assert fixed.pools[0].pages == 10
+    with pytest.raises(ValueError, match="swa_full_tokens_ratio"):
+        sglang_plan(LAYOUTS["gemma-2-9b"], GIB10, 8192, swa_full_tokens_ratio=0)
+
+
+def test_rfc_11382_waste():
+    assert kv_waste_as_full(LAYOUTS["gemma-2-9b"], 8192) == 0.25  # half the layers, half ctx
+    assert kv_waste_as_full(LAYOUTS["ministral-8b"], 131_072) == 0.5625  # 3/4 x 3/4
+    assert kv_waste_as_full(LAYOUTS["ministral-8b"], 32_768) == 0.0  # window = context
+
+
+def test_planner_json_fields_for_hybrids_only():
+    r = plan(MemorySpec(model="qwen3.5-4b", gpu="h100", budget="vllm"))
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["block_size"] == 528 and d["hybrid_engine"] == "vllm"
+    assert d["kv_cache_tokens"] > 0 and d["max_concurrency"] > 0
+    assert {p["kind"] for p in d["pools"]} == {LINEAR, FULL}
+    assert set(d["pools"][0]) == {"kind", "layers", "page_bytes", "pages", "tokens", "note"}
+    assert d["layer_mix"] == "24 linear-attention (GDN) + 8 full"
+    s = plan(MemorySpec(model="gpt-oss-20b", gpu="h100", budget="sglang")).to_dict()
+    assert s["hybrid_engine"] == "sglang" and {p["kind"] for p in s["pools"]} == {SLIDING, FULL}
+    assert s["max_running_requests"] == 256  # the plan's batch limit, not overwritten
+    assert d["max_running_requests"] == 256 and d["running_request_cap"] is None
+    full = plan(MemorySpec(model="llama-3.1-8b", gpu="h100", budget="vllm")).to_dict()
+    assert not {"block_size", "pools", "kv_cache_tokens", "layer_mix", "hybrid"} & set(full)
+
+
+def test_planner_reads_a_hybrid_model_config(tmp_path):
+    from tests.kvcore.test_layers import QWEN35_4B_CONFIG
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN35_4B_CONFIG))
+    r = plan(MemorySpec(model_config=str(path), gpu="h100", budget="vllm"))
+    assert r.hybrid is not None and r.hybrid.block_size == 528
