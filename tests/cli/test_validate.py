@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from experiments import validation
 from reports.validation_report import render_validation_markdown, summary_line
+
+# the full validation run is a session fixture (about 4 minutes of one core): under
+# `-n` (pyproject addopts) both of its users share one worker, so it is computed once
+pytestmark = pytest.mark.xdist_group("validation")
 
 
 def test_validate_writes_nothing_in_the_cwd_by_default(invoke, validation_run: pd.DataFrame,
