@@ -62,7 +62,7 @@ def page_sizes_for(opts: RunOptions, text: str | None) -> tuple[str, list[str]]:
     the page size a memory-only choice: the notes say so."""
     rules = opts.engine_spec().page_rules()
     if rules is None:
-        return text or DEFAULT_PAGE_SIZES, []
+        return (DEFAULT_PAGE_SIZES if text is None else text), []  # '' stays an error
     engine, backend = rules
     notes: list[str] = []
     if text is None or text == DEFAULT_PAGE_SIZES:

@@ -221,6 +221,11 @@ VALID: dict[str, st.SearchStrategy] = {
 for _name in CHOICE:
     VALID[flag(_name)] = st.sampled_from(allowed_values(_name))
 VALID["--arrival"] = st.sampled_from(["poisson", "gamma", "fixed"])  # 'trace' needs a trace
+VALID["--max-concurrency"] = _i(1, 4)
+VALID["--latency-profile"] = st.sampled_from(["vllm-paper-2023", "vllm-hopper", "sglang-hopper"])
+# options of the roofline model (BASE runs the constant one)
+ROOFLINE_ONLY = ("--page-head-overhead-s", "--iteration-overhead-s", "--attention-backend",
+                 "--latency-profile")
 BOOLS = [flag(name) for name in OPTIONS if field_type(name) is bool]
 
 
@@ -251,8 +256,10 @@ def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
     extra = []
     if option in ("--mem-fraction",):
         extra = ["--budget", "vllm"]
-    if option in ("--page-head-overhead-s", "--iteration-overhead-s"):
-        extra = ["--latency", "roofline"]  # constants of the roofline model (BASE: constant)
+    if option in ROOFLINE_ONLY:
+        extra = ["--latency", "roofline"]
+    if option == "--attention-backend" and value == "fa2":
+        extra += ["--page-size", "256"]  # upstream FA2 runs only multiples of 256
     args = ["run", *_where_used(option, value, with_base(option, value)), *extra]
     r = invoke(*args)
     assert_ok(r, args)

@@ -32,10 +32,6 @@ from reports.validation_report import (
     write_validation_report,
 )
 
-# the full validation run is a session fixture (about 4 minutes of one core): under
-# `-n` (pyproject addopts) both of its users share one worker, so it is computed once
-pytestmark = pytest.mark.xdist_group("validation")
-
 # Every row's expected verdict, one line each: section, name (together the row's id), kind and
 # pass. A row that flips fails here, on purpose or not: change its line in the same commit.
 VERDICTS = Path(__file__).parents[1] / "data" / "validation_verdicts.csv"
