@@ -62,7 +62,7 @@ PUBLISHED: dict[str, tuple[str, dict]] = {
         "vocab_size": 151936, "max_position_embeddings": 262144, "full_attention_interval": 4,
         "linear_num_value_heads": 32, **GDN_FIELDS, "tie_word_embeddings": False,
         "torch_dtype": "bfloat16"}),
-    "qwen3.5-4b": ("Qwen/Qwen3.5-4B", {  # tie_word_embeddings: not found in a stored copy
+    "qwen3.5-4b": ("Qwen/Qwen3.5-4B", {
         "model_type": "qwen3_5", "tie_word_embeddings": True, "text_config": {
             "model_type": "qwen3_5_text", "num_hidden_layers": 32, "hidden_size": 2560,
             "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256,
