@@ -3,6 +3,11 @@
 Keys are ids of kvcore.presets.MODELS; values are the groups `kvcore.model_config` reads from
 the same config.json (sources on the ModelPreset line). A model absent here is all full
 attention (`layout_of` builds that layout), so every earlier result is unchanged.
+
+Recurrent-state dtype: Qwen3.5's config.json says `mamba_ssm_dtype: float32`, and vLLM takes it
+from there (vllm/model_executor/models/config.py, the Qwen3.5 `mamba_ssm_cache_dtype` rewrite);
+Qwen3-Next's config.json has no such field, so its state is in the KV dtype (None), as vLLM's
+`--mamba-ssm-cache-dtype auto` keeps it. Nemotron Nano v2's likewise.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ def _attn(kind: str, n: int, kvh: int, hd: int, window: int = 0, chunk: int = 0)
     return LayerGroup(kind, n, kv_heads=kvh, head_dim=hd, window=window, chunk=chunk)
 
 
-def _gdn(n: int, kh: int, vh: int, kd: int, vd: int, kernel: int, state: str) -> LayerGroup:
+def _gdn(n: int, kh: int, vh: int, kd: int, vd: int, kernel: int, state: str | None
+         ) -> LayerGroup:
     return LayerGroup(LINEAR, n, num_k_heads=kh, num_v_heads=vh, k_head_dim=kd, v_head_dim=vd,
                       conv_kernel=kernel, state_dtype=state)
 
@@ -31,7 +37,7 @@ LAYOUTS: dict[str, HybridLayout] = {
     "gpt-oss-120b": HybridLayout((_attn(SLIDING, 18, 8, 64, window=128), _attn(FULL, 18, 8, 64))),
     "gemma-3-27b": HybridLayout((_attn(SLIDING, 52, 16, 128, window=1024), _attn(FULL, 10, 16, 128))),
     "llama-4-scout": HybridLayout((_attn(CHUNKED, 36, 8, 128, chunk=8192), _attn(FULL, 12, 8, 128))),
-    "qwen3-next-80b-a3b": HybridLayout((_gdn(36, 16, 32, 128, 128, 4, "fp32"), _attn(FULL, 12, 2, 256))),
+    "qwen3-next-80b-a3b": HybridLayout((_gdn(36, 16, 32, 128, 128, 4, None), _attn(FULL, 12, 2, 256))),
     "qwen3.5-4b": HybridLayout((_gdn(24, 16, 32, 128, 128, 4, "fp32"), _attn(FULL, 8, 4, 256))),
     "qwen3.5-27b": HybridLayout((_gdn(48, 16, 48, 128, 128, 4, "fp32"), _attn(FULL, 16, 4, 256))),
     "nemotron-nano-9b-v2": HybridLayout((_mamba2(27, 128, 80, 128, 8, 4), _attn(FULL, 4, 8, 128))),
