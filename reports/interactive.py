@@ -68,7 +68,8 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     f = raw / mag
     step = (1 if f <= 1 else 2 if f <= 2 else 5 if f <= 5 else 10) * mag
     first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
-    return [float(f"{k * step:.12g}") for k in range(first, last + 1)]
+    digits = max(1 - math.floor(math.log10(step)), 0)  # the step's decimals, one spare
+    return [round(k * step, digits) + 0.0 for k in range(first, last + 1)]
 
 
 def x_column(summary: pd.DataFrame) -> str:
@@ -160,7 +161,8 @@ function niceTicks(lo, hi, n) {
   const step = niceStep(hi - lo, n);
   const out = [];
   for (let k = Math.floor(lo / step + 1e-9); k <= Math.ceil(hi / step - 1e-9); k++)
-    out.push(Number((k * step).toPrecision(12)));
+    out.push(Number((k * step).toFixed(Math.min(Math.max(1 - Math.floor(Math.log10(step)), 0),
+                                                 100))));
   return out;
 }
 function scale(lo, hi, a, b, f) {
