@@ -192,3 +192,15 @@ def test_page_marks_overloaded_points_and_uses_nice_ticks():
     assert "niceTicks(ylo, yhi, 5)" in page and "p[2] ? '#fff'" in page
     payload = re.search(r"id='kvsim-data'>(.*?)</script>", page).group(1)
     assert json.loads(payload) == data
+
+
+def test_report_md_names_the_off_scale_point(tmp_path):
+    """build_report passes what the figures left off-scale into the summary. About 2 s."""
+    from reports.report import build_report
+
+    sweep().to_csv(tmp_path / "summary.csv", index=False)
+    md, _ = build_report(tmp_path)
+    text = md.read_text()
+    summary = text[text.index("## Summary"):text.index("## Setup")]
+    assert "figure normalized_latency_s_vs_page_size.png: off-scale" in summary
+    assert "paged at page 256 (13)" in summary and "hollow" in summary
