@@ -10,6 +10,7 @@ axis edge, and a note under the axis (and in the report summary) names it.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from reports.interactive import fmt_number
 OVERLOADED_LABEL = "overloaded (hollow)"
 LOG_SPAN = 100.0  # two decades or more go on a log axis (as reports.plots)
 MAX_NAMED = 4  # off-scale points named in a figure's note; the rest are counted
+NOTE_WIDTH = 70  # characters per line of the note (a 6-inch axis at 8 pt)
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,10 @@ def draw_line(ax: Axes, x: Sequence[float], y: Sequence[float], over: Sequence[b
     line, = ax.plot(xa, ya, marker=marker, linestyle=linestyle, label=name, markevery=ok, **kw)
     color = line.get_color()
     if oa.any():
-        ax.plot(xa[oa], ya[oa], linestyle="none", marker=marker, markerfacecolor="none",
-                markeredgecolor=color, markeredgewidth=1.5, gid="overloaded")
+        # an explicit color: the hollow markers must not advance the axes' color cycle
+        ax.plot(xa[oa], ya[oa], linestyle="none", marker=marker, color=color,
+                markerfacecolor="none", markeredgecolor=color, markeredgewidth=1.5,
+                gid="overloaded")
     return Drawn(name, xa, ya, oa, to_hex(color), marker)
 
 
@@ -101,14 +105,16 @@ def fit_servable(ax: Axes, drawn: Sequence[Drawn], *, from_zero: bool = False,
                 continue
             up = yi > hi
             ax.plot([xi], [hi if up else lo], linestyle="none", marker="^" if up else "v",
+                    color=d.color,
                     markersize=9, markerfacecolor="none", markeredgecolor=d.color,
                     markeredgewidth=1.5, clip_on=False, gid="off-scale")
             off.append(f"{d.name} at {x_fmt(xi)} ({fmt_number(float(yi))})")
     if off:
         named = "; ".join(off[:MAX_NAMED]) + (f"; {len(off) - MAX_NAMED} more"
                                               if len(off) > MAX_NAMED else "")
-        ax.set_xlabel(f"{ax.get_xlabel()}\noff-scale, overloaded (arrow at the edge): {named}",
-                      fontsize=8)
+        note = textwrap.fill(f"off-scale, overloaded (arrow at the edge): {named}",
+                             NOTE_WIDTH)
+        ax.set_xlabel(f"{ax.get_xlabel()}\n{note}", fontsize=8)
     return off
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from matplotlib.colors import to_hex
 
 from reports.interactive import nice_ticks, page_data, render_page
 from reports.offscale import OVERLOADED_LABEL
@@ -125,6 +126,9 @@ def test_host_tier_figure_hit_rate_from_zero_and_ttft_fitted():
     hit, ttft = fig.axes
     assert hit.get_ylim()[0] == 0.0 and hit.get_ylim()[1] >= 0.6
     assert any(ln.get_label() == "ideal reuse (trace)" for ln in hit.get_lines())
+    colors = {ln.get_label(): to_hex(ln.get_color()) for ln in hit.get_lines()}
+    assert [colors["total"], colors["device"], colors["host"]] == [
+        to_hex("C0"), to_hex("C1"), to_hex("C2")]  # hollow markers do not shift the cycle
     assert ttft.get_ylim()[1] < 10 and ttft.get_yscale() == "linear"
     assert OVERLOADED_LABEL in legend_texts(ttft)
     assert notes == ["TTFT p50 at host x0 (2,000)", "TTFT p99 at host x0 (2,600)"]
