@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from tests.cli.conftest import TINY
@@ -106,3 +108,22 @@ def test_diff_words_at_another_load_and_near_zero_base(invoke, tmp_path):
     assert d.loc["prefix_hit_rate", "verdict"] == "better"  # same load: judged
     assert pd.isna(d.loc["prefix_hit_rate", "delta_pct"])
     assert "better" not in set(d.drop(index="prefix_hit_rate")["verdict"].dropna())
+
+
+def test_compare_zero_base_prints_an_absolute_delta(invoke, tmp_path):
+    """Issue 26 item 7 through `kvsim compare`: against a baseline that caches nothing (hit
+    rate 0) a policy's hit rate delta is absolute only, no percent of zero; the runs share
+    one offered load, so they are judged and no load caption is printed. About 2 s."""
+    out = tmp_path / "cmp"
+    r = invoke("compare", *TINY, "--workload", "chat", "--policies", "contiguous-max,paged",
+               "--out", out)
+    assert r.exit_code == 0, r.output
+    # the row, which the test terminal's width may wrap onto a second line
+    deltas = r.stdout[r.stdout.index("Deltas against contiguous-max"):]
+    row_text = deltas[deltas.index("prefix hit rate"):deltas.index("token states")]
+    assert re.search(r"\(\+0\.\d{3}\)", row_text) and "%" not in row_text
+    assert "not better or worse" not in r.stdout
+    d = pd.read_csv(out / "deltas.csv").set_index(["label", "metric"])
+    row = d.loc[("paged", "prefix_hit_rate")]
+    assert row["baseline"] == 0 and row["delta"] > 0 and pd.isna(row["delta_pct"])
+    assert row["verdict"] == "better"
