@@ -8,7 +8,9 @@ would be a new dependency of the package for one page. Everything, data included
 so the file works offline and can be mailed around like the HTML report.
 
 The lines are grouped and ordered as the PNGs are (reports.series); numbers use the report's
-one format (`fmt_number`, mirrored in the script).
+one format (`fmt_number`, mirrored in the script), ticks sit at round values (`nice_ticks`,
+mirrored too), and overloaded points are hollow and left out of the fitted range, as on the
+PNGs.
 """
 
 from __future__ import annotations

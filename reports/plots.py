@@ -4,7 +4,9 @@ Every function takes DataFrames and returns the figure; `plot_dir` draws whateve
 data supports and writes the PNGs atomically, with the interactive page (reports.interactive)
 beside them. Nothing here re-simulates. Lines are grouped and rows ordered by reports.series
 (the swept axes, never a resolved column such as the pool size); a metric that is zero in
-every run gets no figure (`left_out` says which and why, for the report).
+every run gets no figure (`left_out` says which and why, for the report). Overloaded runs are
+drawn hollow and kept from setting an axis (reports.offscale); hit-rate axes start at 0 with the
+trace's ideal as a reference line.
 """
 
 from __future__ import annotations
