@@ -4,7 +4,9 @@ Every function takes DataFrames and returns the figure; `plot_dir` draws whateve
 data supports and writes the PNGs atomically, with the interactive page (reports.interactive)
 beside them. Nothing here re-simulates. Lines are grouped and rows ordered by reports.series
 (the swept axes, never a resolved column such as the pool size); a metric that is zero in
-every run gets no figure (`left_out` says which and why, for the report).
+every run gets no figure (`left_out` says which and why, for the report). Overloaded runs are
+drawn hollow and kept from setting an axis (reports.offscale); hit-rate axes start at 0 with the
+trace's ideal as a reference line.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from reports.interactive import write_interactive
+from reports.interactive import fmt_number, write_interactive
 from reports.io import read_csv_or_empty, save_figure_atomic
+from reports.offscale import draw_line, fit_servable
 from reports.schema import CONFIG_FILE, REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
 from reports.schema import PARTS_PCT as PART_COLUMNS
-from reports.series import label, ordered, series_keys, with_axis_values
+from reports.series import label, ordered, overloaded_mask, series_keys, with_axis_values
 
 Axes_ = Mapping[str, Sequence[Any]] | None
 PART_LABELS = ("token states", "cached (prefix)", "reserved", "internal frag.",
@@ -110,20 +113,45 @@ def breakdown_figure(summary: pd.DataFrame, title: str = "KV memory breakdown",
     return fig
 
 
-def vs_page_size_figure(summary: pd.DataFrame, metric: str, axes: Axes_ = None) -> Figure:
+def _over_by(g: pd.DataFrame, x: str) -> pd.Series:
+    """Per x value: is any run there overloaded (a seed average that includes a backlog is
+    drawn hollow too)."""
+    return overloaded_mask(g).groupby(g[x]).any()
+
+
+def _ideal(summary: pd.DataFrame) -> float | None:
+    """The trace's ideal hit rate (infinite cache; `ideal_hit_rate`, else the older
+    `ideal_reuse` column), None when the summary has neither."""
+    for col in ("ideal_hit_rate", "ideal_reuse"):
+        if col in summary.columns:
+            v = pd.to_numeric(summary[col], errors="coerce").dropna()
+            if len(v):
+                return float(v.max())
+    return None
+
+
+def vs_page_size_figure(summary: pd.DataFrame, metric: str, axes: Axes_ = None,
+                        notes: list[str] | None = None) -> Figure:
     """`metric` against page size (log2 axis), one line per policy (and per other swept
-    axis); seeds averaged; a log y axis when the values span decades."""
+    axis); seeds averaged. Overloaded points are hollow and the y range (log when the values
+    span decades) comes from the servable ones; a hit rate starts at 0 with the trace's ideal
+    as a dashed line. Off-scale points are appended to `notes`."""
     summary = ordered(with_axis_values(summary, axes), axes)
     keys = series_keys(summary, "page_size", axes)
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     groups = summary.groupby(keys, sort=False) if keys else [((), summary)]
+    drawn = []
     for i, (_key, g) in enumerate(groups):
         s = g.groupby("page_size")[metric].mean().sort_index()
-        row = g.iloc[0]
-        ax.plot(s.index, s.values, marker=MARKERS[i % len(MARKERS)],
-                linestyle=LINESTYLES[i // len(MARKERS) % len(LINESTYLES)] if i else "-",
-                label=label(row, keys), alpha=0.85)
-    _log_if_wide(ax, summary[metric])
+        over = _over_by(g, "page_size").reindex(s.index, fill_value=False)
+        drawn.append(draw_line(ax, s.index, s.values, over.to_numpy(),
+                               marker=MARKERS[i % len(MARKERS)],
+                               linestyle=LINESTYLES[i // len(MARKERS) % len(LINESTYLES)]
+                               if i else "-", name=label(g.iloc[0], keys), alpha=0.85))
+    hit = metric == "prefix_hit_rate"
+    ideal = _ideal(summary) if hit else None
+    if ideal is not None:
+        ax.axhline(ideal, color="k", linestyle="--", linewidth=1, label="ideal (trace)")
     ax.set_xscale("log", base=2)
     ticks = sorted(summary["page_size"].unique())
     ax.set_xticks(ticks, [str(int(t)) for t in ticks])
@@ -133,6 +161,10 @@ def vs_page_size_figure(summary: pd.DataFrame, metric: str, axes: Axes_ = None) 
     ax.set_title(f"{VS_PAGE_SIZE.get(metric, metric)} vs page size")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    off = fit_servable(ax, drawn, from_zero=hit, ref=ideal, top=1.02 if hit else None,
+                       x_fmt=lambda v: f"page {int(v)}")
+    if notes is not None:
+        notes.extend(off)
     return fig
 
 
@@ -151,28 +183,35 @@ def max_rate_meeting(g: pd.DataFrame, slo_ttft: float | None,
 
 
 def latency_vs_rate_figure(summary: pd.DataFrame, slo_ttft: float | None = None,
-                           slo_tpot: float | None = None, axes: Axes_ = None) -> Figure:
+                           slo_tpot: float | None = None, axes: Axes_ = None,
+                           notes: list[str] | None = None) -> Figure:
     """Normalized latency against request rate, one line per policy (and other swept axis);
-    the highest rate that meets the TTFT / TPOT targets (p99) is marked on each line."""
+    the highest rate that meets the TTFT / TPOT targets (p99) is marked on each line.
+    Overloaded rates are hollow and do not set the y range (off-scale ones go to `notes`)."""
     summary = ordered(with_axis_values(summary, axes), axes)
     keys = series_keys(summary, "rate_req_s", axes) or ["policy"]
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+    drawn = []
     for _, g in summary.groupby(keys, sort=False):
         s = g.groupby("rate_req_s")["normalized_latency_s"].mean().sort_index()
-        line, = ax.plot(s.index, s.values, marker="o", label=label(g.iloc[0], keys))
+        over = _over_by(g, "rate_req_s").reindex(s.index, fill_value=False)
+        d = draw_line(ax, s.index, s.values, over.to_numpy(), name=label(g.iloc[0], keys))
+        drawn.append(d)
         best = max_rate_meeting(g, slo_ttft, slo_tpot)
         if best is not None:
-            ax.axvline(best, color=line.get_color(), linestyle="--", alpha=0.6)
-            ax.plot([best], [s.loc[best]], marker="*", markersize=14, color=line.get_color())
+            ax.axvline(best, color=d.color, linestyle="--", alpha=0.6)
+            ax.plot([best], [s.loc[best]], marker="*", markersize=14, color=d.color)
     target = ", ".join(t for t in (f"TTFT p99 <= {slo_ttft:g} s" if slo_ttft else "",
                                    f"TPOT p99 <= {slo_tpot:g} s" if slo_tpot else "") if t)
-    _log_if_wide(ax, summary["normalized_latency_s"])
     ax.set_xlabel("request rate (req / s)")
     ax.set_ylabel("normalized latency (s / output token)")
     ax.set_title("latency vs rate" + (f" (star: max rate with {target})" if target else ""),
                  fontsize=9 if target else None)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    off = fit_servable(ax, drawn, x_fmt=lambda v: f"{fmt_number(float(v))} req/s")
+    if notes is not None:
+        notes.extend(off)
     return fig
 
 
@@ -210,33 +249,43 @@ def cdf_figure(requests: pd.DataFrame, label_of: dict[str, str]) -> Figure:
     return fig
 
 
-def host_tier_figure(summary: pd.DataFrame) -> Figure:
-    """Hit rate (total and its device / host / storage parts) and TTFT p50 against the host
+def host_tier_figure(summary: pd.DataFrame, notes: list[str] | None = None) -> Figure:
+    """Hit rate (total and its device / host / storage parts) and TTFT against the host
     tier's size (x the device pool), one panel each, with the trace's ideal reuse as a line:
-    how much host memory a hit rate needs, and what the loads cost in time to first token."""
+    how much host memory a hit rate needs, and what the loads cost in time to first token.
+    The hit-rate axis starts at 0; overloaded sizes are hollow and do not set the TTFT range
+    (off-scale ones go to `notes`)."""
     s = summary.groupby("hicache_ratio").mean(numeric_only=True).sort_index()
+    over = _over_by(summary, "hicache_ratio").reindex(s.index, fill_value=False).to_numpy()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
-    x = s.index.to_numpy()
+    x = s.index.to_numpy(dtype=float)
+    drawn = []
     for col, tier_name, marker in (("prefix_hit_rate", "total", "o"),
                                      ("device_hit_rate", "device", "s"),
                                      ("host_hit_rate", "host", "^"),
                                      ("storage_hit_rate", "storage", "D")):
         if col in s.columns and (col == "prefix_hit_rate" or s[col].any()):
-            ax.plot(x, s[col].to_numpy(), marker=marker, label=tier_name, alpha=0.85)
-    if "ideal_reuse" in s.columns and s["ideal_reuse"].notna().any():
-        ax.axhline(float(s["ideal_reuse"].max()), color="k", linestyle="--", linewidth=1,
-                   label="ideal reuse (trace)")
+            drawn.append(draw_line(ax, x, s[col].to_numpy(), over, marker=marker,
+                                   name=tier_name, alpha=0.85))
+    ideal = _ideal(summary)
+    if ideal is not None:
+        ax.axhline(ideal, color="k", linestyle="--", linewidth=1, label="ideal reuse (trace)")
     ax.set_xlabel("host tier (x device pool)")
     ax.set_ylabel("prefix hit rate")
     ax.set_title("hit rate vs host-tier size")
     ax.legend(fontsize=8)
-    bx.plot(x, s["ttft_p50_s"].to_numpy(), marker="o", label="TTFT p50")
+    fit_servable(ax, drawn, from_zero=True, ref=ideal, top=1.02)
+    lat = [draw_line(bx, x, s["ttft_p50_s"].to_numpy(), over, name="TTFT p50")]
     if "ttft_p99_s" in s.columns:
-        bx.plot(x, s["ttft_p99_s"].to_numpy(), marker="s", linestyle="--", label="TTFT p99")
+        lat.append(draw_line(bx, x, s["ttft_p99_s"].to_numpy(), over, marker="s",
+                             linestyle="--", name="TTFT p99"))
     bx.set_xlabel("host tier (x device pool)")
     bx.set_ylabel("seconds")
     bx.set_title("TTFT vs host-tier size")
     bx.legend(fontsize=8)
+    off = fit_servable(bx, lat, x_fmt=lambda v: f"host x{v:g}")
+    if notes is not None:
+        notes.extend(off)
     for a in (ax, bx):
         if len(x) > 2 and x.max() >= 8 * max(x[x > 0].min(), 1e-9):  # sizes spread by powers
             a.set_xscale("symlog", base=2, linthresh=max(float(x[x > 0].min()), 1e-3))
@@ -255,9 +304,13 @@ def _save(fig: Figure, path: Path, written: list[Path]) -> None:
 def plot_results(summary: pd.DataFrame, out: str | Path, *,
                  requests: pd.DataFrame | None = None, timeline: pd.DataFrame | None = None,
                  slo_ttft: float | None = None, slo_tpot: float | None = None,
-                 axes: Axes_ = None) -> list[Path]:
+                 axes: Axes_ = None, off_scale: dict[str, list[str]] | None = None
+                 ) -> list[Path]:
     """Every figure the data supports, into `out`, and the interactive page beside them
-    (`axes`: the sweep's axes, which decide the lines); returns the paths written."""
+    (`axes`: the sweep's axes, which decide the lines); returns the paths written.
+    `off_scale`, when given, receives figure name -> the overloaded points drawn at an axis
+    edge (for the report's summary)."""
+    off_scale = {} if off_scale is None else off_scale
     out = Path(out)
     written: list[Path] = []
     if summary.empty:
@@ -268,11 +321,14 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
         for metric in VS_PAGE_SIZE:
             name = f"{metric}_vs_page_size.png"
             if metric in summary.columns and name not in skipped:
-                _save(vs_page_size_figure(summary, metric, axes), out / name, written)
+                notes = off_scale.setdefault(name, [])
+                _save(vs_page_size_figure(summary, metric, axes, notes), out / name, written)
     if "hicache_ratio" in summary.columns and summary["hicache_ratio"].nunique() > 1:
-        _save(host_tier_figure(summary), out / "hit_rate_ttft_vs_host_tier.png", written)
+        name = "hit_rate_ttft_vs_host_tier.png"
+        _save(host_tier_figure(summary, off_scale.setdefault(name, [])), out / name, written)
     if "rate_req_s" in summary.columns and summary["rate_req_s"].nunique() > 1:
-        _save(latency_vs_rate_figure(summary, slo_ttft, slo_tpot, axes),
+        _save(latency_vs_rate_figure(summary, slo_ttft, slo_tpot, axes,
+                                     off_scale.setdefault("latency_vs_rate.png", [])),
               out / "latency_vs_rate.png", written)
     named = with_axis_values(summary, axes)
     keys = bar_keys(named, axes) or ["policy"]
@@ -289,6 +345,8 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
             tl, title = timeline, "KV memory over time"
         _save(timeline_figure(tl, title), out / "memory_timeline.png", written)
     written.append(write_interactive(out / "interactive.html", summary, axes))
+    for name in [n for n, v in off_scale.items() if not v]:
+        del off_scale[name]
     return written
 
 

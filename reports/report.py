@@ -65,10 +65,11 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
         raise ValueError(f"DIR {str(d)!r} has no summary.csv with rows (expected the --out "
                          "directory of kvsim run / sweep / compare)")
     axes = saved_axes(d)
-    written = plot_dir(d, d / "figures", axes=axes, **plot_kw)
+    off_scale: dict[str, list[str]] = {}
+    written = plot_dir(d, d / "figures", axes=axes, off_scale=off_scale, **plot_kw)
     figs = [f for f in written if f.suffix == ".png"]
     page = next((f for f in written if f.suffix == ".html"), None)
-    summary = summary_lines(df, axes, left_out(df))
+    summary = summary_lines(df, axes, left_out(df), off_scale)
     facts = _facts(d, df)
     cols, rows = table(df, axes)
     title = f"kvsim report: {d.name}"

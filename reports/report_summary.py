@@ -15,7 +15,7 @@ import pandas as pd
 
 from reports.interactive import fmt_number
 from reports.recommend import recommend_page_size
-from reports.series import label, ordered, series_keys, with_axis_values
+from reports.series import label, ordered, overloaded_mask, series_keys, truthy, with_axis_values
 
 # summary column -> table heading, in table order (columns absent from a summary are skipped)
 FRIENDLY: dict[str, str] = {
@@ -31,18 +31,6 @@ FRIENDLY: dict[str, str] = {
 }
 IDENTITY = ("policy", "page_size", "placement", "workload", "rate", "kv_tokens", "seed")
 TOLERANCE = 0.02  # the plan command's default
-
-
-def _truthy(v: Any) -> bool:
-    """A bool read back from CSV (True / 'True' / 1)."""
-    return str(v).strip().lower() in ("true", "1", "yes")
-
-
-def overloaded_mask(df: pd.DataFrame) -> pd.Series:
-    """Rows the run flagged as overloaded (all False when the summary has no such column)."""
-    if "overloaded" not in df.columns:
-        return pd.Series(False, index=df.index)
-    return df["overloaded"].map(_truthy).astype(bool)
 
 
 def _reason(row: pd.Series) -> str:
@@ -88,8 +76,10 @@ def best_page_sizes(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None =
 
 
 def summary_lines(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None,
-                  left_out: Mapping[str, str]) -> list[str]:
-    """The report's opening bullets (Markdown)."""
+                  left_out: Mapping[str, str],
+                  off_scale: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """The report's opening bullets (Markdown); `off_scale`: figure -> the overloaded points
+    it marked at an axis edge instead of letting them set the range (reports.offscale)."""
     named = with_axis_values(df, axes)
     lines = best_page_sizes(named, axes)
     over = overloaded_mask(named)
@@ -102,8 +92,14 @@ def summary_lines(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None,
                      .iterrows()]
             lines.append(f"**overloaded** ({len(cells)} of {len(named)} runs; their latency "
                          f"is the backlog, not the page size): " + "; ".join(cells))
+            lines.append("the figures draw overloaded points hollow and take their axis "
+                         "ranges from the servable runs")
         else:
             lines.append("no run is overloaded")
+    for fig, points in (off_scale or {}).items():
+        if points:
+            lines.append(f"figure {fig}: off-scale (overloaded, an arrow at the axis edge): "
+                         + "; ".join(points))
     for fig, why in left_out.items():
         lines.append(f"figure {fig} left out: {why}")
     return lines or [f"{len(df)} run(s); one page size, so no page-size recommendation"]
@@ -116,7 +112,7 @@ def table(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None = None
     df = ordered(with_axis_values(df, axes), axes)
     cols = [c for c in FRIENDLY if c in df.columns
             and (c not in IDENTITY or c == "policy" or df[c].astype(str).nunique() > 1)]
-    rows = [[fmt_number(v) if c != "overloaded" else ("yes" if _truthy(v) else "no")
+    rows = [[fmt_number(v) if c != "overloaded" else ("yes" if truthy(v) else "no")
              for c, v in zip(cols, r, strict=True)]
             for r in df[cols].itertuples(index=False)]
     return [FRIENDLY[c] for c in cols], rows

@@ -77,6 +77,19 @@ def label(row: Mapping[str, Any], keys: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
+def truthy(v: Any) -> bool:
+    """A bool read back from CSV (True / 'True' / 1)."""
+    return str(v).strip().lower() in ("true", "1", "yes")
+
+
+def overloaded_mask(df: pd.DataFrame) -> pd.Series:
+    """Rows the run flagged as overloaded (all False when the summary has no such column):
+    the figures draw them hollow and keep them from setting an axis, the report names them."""
+    if "overloaded" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["overloaded"].map(truthy).astype(bool)
+
+
 def ordered(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None = None) -> pd.DataFrame:
     """Rows by policy (in the axes' order when given, else alphabetical), then page size,
     then the other axes' values in their listed order, then seed."""
@@ -104,4 +117,5 @@ def ordered(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None = None) -
     return df.sort_values(sort_cols, key=key, kind="stable").reset_index(drop=True)
 
 
-__all__ = ["CHOSEN", "DERIVED", "label", "ordered", "series_keys", "with_axis_values"]
+__all__ = ["CHOSEN", "DERIVED", "label", "ordered", "overloaded_mask", "series_keys", "truthy",
+           "with_axis_values"]

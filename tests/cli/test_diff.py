@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from tests.cli.conftest import TINY
@@ -69,3 +71,59 @@ def test_diff_errors_name_the_argument(invoke, tmp_path):
     empty.mkdir()
     r = invoke("diff", a, empty, "--out", tmp_path / "d")
     assert r.exit_code == 2 and "RUN_B" in r.output and "summary.csv" in r.output
+
+
+def test_diff_words_at_another_load_and_near_zero_base(invoke, tmp_path):
+    """Issue 26 item 7 end to end: runs offered another load get no better / worse (the
+    table's caption says why and diff.csv says "other load"), and a delta of a near-zero base
+    prints absolute only (no "+189754 %"). Two tiny runs, about 3 s."""
+    import shutil
+
+    a, b = tmp_path / "slow", tmp_path / "fast"
+    for d, rate in ((a, "2"), (b, "8")):
+        r = invoke("run", *TINY, "--rate", rate, "--out", d)
+        assert r.exit_code == 0, r.output
+    r = invoke("diff", a, b, "--out", tmp_path / "d1")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())  # the caption wraps at the terminal's width
+    assert "not better or worse: fast (8 req/s) ran at another offered load than slow " \
+        "(2 req/s)" in text
+    d = pd.read_csv(tmp_path / "d1" / "diff.csv")
+    moved = d[d["delta"].fillna(0) != 0]
+    assert len(moved) and set(moved["verdict"]) == {"other load"}  # no better / worse
+
+    # the same load, a hit rate of 0.00001 against 0.019: the delta is absolute only
+    lo, hi = tmp_path / "lo", tmp_path / "hi"
+    for d, hit in ((lo, 0.00001), (hi, 0.019)):
+        shutil.copytree(a, d)
+        s = pd.read_csv(d / "summary.csv")
+        s["prefix_hit_rate"] = hit
+        s.to_csv(d / "summary.csv", index=False)
+    r = invoke("diff", lo, hi, "--out", tmp_path / "d2")
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.stdout.splitlines() if "prefix hit rate" in ln)
+    assert "0.019 (+0.019)" in line and "%" not in line
+    assert "not better or worse" not in r.stdout
+    d = pd.read_csv(tmp_path / "d2" / "diff.csv").set_index("metric")
+    assert d.loc["prefix_hit_rate", "verdict"] == "better"  # same load: judged
+    assert pd.isna(d.loc["prefix_hit_rate", "delta_pct"])
+    assert "better" not in set(d.drop(index="prefix_hit_rate")["verdict"].dropna())
+
+
+def test_compare_zero_base_prints_an_absolute_delta(invoke, tmp_path):
+    """Issue 26 item 7 through `kvsim compare`: against a baseline that caches nothing (hit
+    rate 0) a policy's hit rate delta is absolute only, no percent of zero; the runs share
+    one offered load, so they are judged and no load caption is printed. About 2 s."""
+    out = tmp_path / "cmp"
+    r = invoke("compare", *TINY, "--workload", "chat", "--policies", "contiguous-max,paged",
+               "--out", out)
+    assert r.exit_code == 0, r.output
+    # the row, which the test terminal's width may wrap onto a second line
+    deltas = r.stdout[r.stdout.index("Deltas against contiguous-max"):]
+    row_text = deltas[deltas.index("prefix hit rate"):deltas.index("token states")]
+    assert re.search(r"\(\+0\.\d{3}\)", row_text) and "%" not in row_text
+    assert "not better or worse" not in r.stdout
+    d = pd.read_csv(out / "deltas.csv").set_index(["label", "metric"])
+    row = d.loc[("paged", "prefix_hit_rate")]
+    assert row["baseline"] == 0 and row["delta"] > 0 and pd.isna(row["delta_pct"])
+    assert row["verdict"] == "better"

@@ -122,3 +122,36 @@ def test_page_renders_toggles_and_hovers(tmp_path, browser):
     assert page.locator("g.series").count() == 0
     assert "no policy selected" in lat.text_content()
     assert errors == []
+
+
+def test_ticks_are_round_and_overloaded_points_hollow(tmp_path, browser):
+    """Issue 26: the page printed ticks such as 0.06321, 173.3 and 57.76 (a fifth of the
+    range) and let an overloaded run squash the axis; now the linear y ticks and a rate x axis
+    step by 1 / 2 / 5 x 10^k (reports.interactive.nice_ticks), and an overloaded point is
+    hollow, off the fitted range, at the edge, with its value on hover. About 1 s."""
+    from reports.interactive import fmt_number, nice_ticks
+
+    rows = [{"policy": "paged", "rate_req_s": r, "normalized_latency_s": lat,
+             "throughput_tok_s": 173.3 * r / 4.1, "overloaded": r > 5}
+            for r, lat in ((0.5173, 0.01), (1.3, 0.03), (2.71, 0.05), (4.1, 0.06321),
+                           (6.3, 13.0))]
+    path = write_interactive(tmp_path / "interactive.html", pd.DataFrame(rows))
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    lat = page.locator(".chart[data-metric='normalized_latency_s']")
+    y = lat.locator("text.ytick").all_text_contents()
+    assert y == [fmt_number(v) for v in nice_ticks(0.0, 0.06321)] == \
+        ["0", "0.02", "0.04", "0.06", "0.08"]  # 13 s/token (overloaded) left off the range
+    x = lat.locator("text.xtick").all_text_contents()
+    assert x == ["0", "2", "4", "6", "8"]  # not the measured rates 0.5173, 1.3, ...
+    thr = page.locator(".chart[data-metric='throughput_tok_s'] text.ytick").all_text_contents()
+    assert thr == ["0", "50", "100", "150", "200"]  # 173.3 servable at the top
+    hollow = lat.locator("circle[data-overloaded='1']")
+    assert hollow.count() == 1 and hollow.get_attribute("fill") == "#fff"
+    assert float(hollow.get_attribute("cy")) == min(
+        float(lat.locator("circle").nth(i).get_attribute("cy")) for i in range(5))  # the edge
+    hollow.hover()
+    assert page.locator("#tip").text_content().endswith("13 (overloaded)")
+    assert errors == []
