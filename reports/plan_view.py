@@ -36,7 +36,8 @@ def render_plan(result: PlanResult) -> Table:
     t.add_column("value", justify="right")
     t.add_column("note")
     per_rank = " per GPU" if r.tp > 1 else ""
-    t.add_row("GPU memory", _gib(r.gpu_mem_bytes) + per_rank, "decimal GB as the vendor quotes")
+    t.add_row("GPU memory", _gib(r.gpu_mem_bytes) + per_rank,
+              "total the device reports to CUDA (sources: kvsim gpus)")
     t.add_row("budget rule", r.budget_rule, r.budget_formula)
     t.add_row("activation peak", _gib(r.activation_peak_bytes) + per_rank,
               f"input (default {DEFAULT_ACTIVATION_PEAK_GIB:g} GiB)")
