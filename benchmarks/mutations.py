@@ -128,10 +128,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/simulator/test_edge_cases.py::"
          "test_decode_out_of_memory_preempts_by_the_engines_rule",)),
     Mutation(
-        "overload-backlog-inverted", "simulator/overload.py",
+        "overload-backlog-inverted", "simulator/overload.py",  # the no-rows fallback
         "if backlog > max(th.backlog_min, th.backlog_share * total):",
         "if backlog < max(th.backlog_min, th.backlog_share * total):",
-        ("tests/simulator/test_overload.py::test_a_light_run_is_not_overloaded",)),
+        ("tests/simulator/test_overload.py::test_without_rows_the_backlog_at_the_end_decides",)),
+    Mutation(
+        "overload-floor-trend-inverted", "simulator/overload.py",  # the steady-state rule
+        "growth > th.growth_share * arrival_rate",
+        "growth < th.growth_share * arrival_rate",
+        ("tests/simulator/test_overload.py::test_sustained_overload_fires_both_signals",
+         "tests/simulator/test_overload.py::test_backlog_floor_threshold_both_sides")),
     Mutation(
         "stretch-runs-past-arrival", "simulator/stretch.py",
         "k = min(k, int(hit[0]) + 1)",
