@@ -212,8 +212,10 @@ def check_list(root: Path, mutations: tuple[Mutation, ...]) -> None:
 def run_pytest(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, str]:
     """('passed' | 'failed' | 'timeout', the first failing test id or the output's tail)."""
     env = {**os.environ, "PYTHONPATH": str(root), "CI": "true", "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rfE",
-           "--no-header", *tests]
+    # -n 0: a mutation runs a few tests; the suite's `-n auto` (pyproject addopts) would start
+    # a worker per core for each of them (about 20 s a mutation instead of 5)
+    cmd = [sys.executable, "-m", "pytest", "-n", "0", "-x", "-q", "-p", "no:cacheprovider",
+           "-rfE", "--no-header", *tests]
     try:
         p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
                            timeout=timeout)
