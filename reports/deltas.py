@@ -68,24 +68,31 @@ def load_note(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
             "reflect the load as much as the configuration")
 
 
-#: policies whose admission reserves a request's whole maximum context up front, so the pool
-#: caps how many run at once (kvcore/policies: the contiguous baselines of the vLLM paper, s. 6)
-CAPPED_ADMISSION = ("contiguous-max", "contiguous-pow2")
+#: policies whose admission reserves more than a request holds, so the pool caps how many run at
+#: once (kvcore/policies/contiguous.py: the contiguous baselines of the vLLM paper, s. 6), and
+#: what each reserves
+CAPPED_ADMISSION = {"contiguous-max": "each request's maximum context",
+                    "contiguous-pow2": "each prompt plus the next power of two of its output"}
 
 
 def admission_notes(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
                     baseline: int = 0) -> list[str]:
-    """A line per compared policy whose admission caps the batch: its lower latency comes
-    from running fewer requests at once, not from a better allocator."""
+    """A line per compared policy whose admission capped the batch: its lower latency comes
+    from running fewer requests at once, not from a better allocator. Only where the cap
+    showed (a smaller average batch than the baseline's): a reservation the pool could afford
+    for every request capped nothing, and saying so would blame the wrong cause."""
     base = rows[baseline]
     out = []
     for label, row in zip(labels, rows, strict=True):
-        if str(row.get("policy", "")) not in CAPPED_ADMISSION or row is base:
+        what = CAPPED_ADMISSION.get(str(row.get("policy", "")))
+        if what is None or row is base:
             continue
-        out.append(f"{label}: admission reserves each request's maximum context, so the pool "
-                   f"caps the batch (avg {_num(row.get('avg_batch_size')):.1f} vs "
-                   f"{_num(base.get('avg_batch_size')):.1f} for {labels[baseline]}); a lower "
-                   "latency there means fewer requests ran at once, with more of them queued")
+        batch, base_batch = _num(row.get("avg_batch_size")), _num(base.get("avg_batch_size"))
+        if not batch < base_batch:
+            continue
+        out.append(f"{label}: admission reserves {what}, so the pool caps the batch (avg "
+                   f"{batch:.1f} vs {base_batch:.1f} for {labels[baseline]}); a lower latency "
+                   "there means fewer requests ran at once, with more of them queued")
     return out
 
 

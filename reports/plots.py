@@ -228,19 +228,43 @@ def timeline_figure(timeline: pd.DataFrame, title: str = "KV memory over time") 
     return fig
 
 
-def cdf_figure(requests: pd.DataFrame, label_of: dict[str, str]) -> Figure:
-    """TTFT and TPOT CDFs of completed requests, one line per run."""
+def cdf_figure(requests: pd.DataFrame, label_of: dict[str, str],
+               overloaded: frozenset[str] = frozenset(), notes: list[str] | None = None
+               ) -> Figure:
+    """TTFT and TPOT CDFs of completed requests, one line per run. Runs whose config hash is in
+    `overloaded` are drawn dashed and marked, and their latencies (the backlog they built) do
+    not set the x range nor the log scale while a servable run exists; what falls beyond the
+    servable range is named in `notes` (reports/offscale.py does the same for the other
+    figures)."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
     done = requests[requests["status"] == "completed"]
-    groups = done.groupby("config_hash", sort=False) if "config_hash" in done.columns else [
-        ("run", done)]
+    keyed = "config_hash" in done.columns
+    groups = done.groupby("config_hash", sort=False) if keyed else [("run", done)]
+    over_rows = (done["config_hash"].astype(str).isin(overloaded) if keyed and overloaded
+                 else pd.Series(False, index=done.index))
+    servable = done[~over_rows]
     for h, g in groups:
+        over = str(h) in overloaded
+        name = label_of.get(str(h), str(h)) + (" (overloaded)" if over else "")
+        style = {"linestyle": "--", "alpha": 0.7} if over else {}
         for ax, col in zip(axes, ("ttft_s", "tpot_s"), strict=True):
             v = np.sort(g[col].dropna().to_numpy(dtype=float))
             if len(v):
-                ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label_of.get(h, str(h)))
+                ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name, **style)
     for ax, name, col in zip(axes, ("TTFT (s)", "TPOT (s)"), ("ttft_s", "tpot_s"), strict=True):
-        _log_if_wide(ax, done[col], axis="x")
+        ref = servable[col].dropna()
+        if len(ref) and over_rows.any():
+            _log_if_wide(ax, ref, axis="x")
+            hi = float(ref.max())
+            beyond = done.loc[over_rows, col].dropna()
+            if len(beyond) and float(beyond.max()) > hi > 0:
+                ax.set_xlim(right=hi * (1.5 if ax.get_xscale() == "log" else 1.05))
+                if notes is not None:
+                    notes.append(f"{name.split()[0]} CDF: overloaded runs reach "
+                                 f"{fmt_number(float(beyond.max()))} s, beyond the servable "
+                                 f"runs' {fmt_number(hi)} s (off-scale)")
+        else:
+            _log_if_wide(ax, done[col], axis="x")
         ax.set_xlabel(name)
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{name.split()[0]} CDF")
@@ -335,7 +359,10 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
     label_of = {str(r["config_hash"]): label(r, keys) for _, r in named.iterrows()
                 if "config_hash" in named.columns}
     if requests is not None and len(requests):
-        _save(cdf_figure(requests, label_of), out / "latency_cdf.png", written)
+        over = (frozenset(summary.loc[overloaded_mask(summary), "config_hash"].astype(str))
+                if "config_hash" in summary.columns else frozenset())
+        _save(cdf_figure(requests, label_of, over, off_scale.setdefault("latency_cdf.png", [])),
+              out / "latency_cdf.png", written)
     if timeline is not None and len(timeline):
         if "config_hash" in timeline.columns:
             first = str(timeline["config_hash"].iloc[0])

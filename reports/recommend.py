@@ -15,8 +15,15 @@ A margin is the largest of three, so that page sizes within noise are *equivalen
 * absolute: `hit_abs` (0.005: half a point of prompt tokens) for the hit rate, and
   `latency_abs_s` (0) for latency: 2 % of a 0.6 % hit rate is 0.00012, below what one
   request more or less changes, so a near-zero quantity needs an absolute floor;
-* measured noise: with several rows per page size (seeds: `plan --seeds N`), twice the
-  standard error of a difference of two page sizes' means (2 x pooled SD x sqrt(2 / n)).
+* measured noise, two ways, the larger applies:
+  - across seeds: with several rows per page size (`plan --seeds N`), twice the standard error
+    of a difference of two page sizes' means (2 x pooled SD x sqrt(2 / n));
+  - within each run, so one seed has a band too: every run reports the standard error of its
+    mean latency and hit rate by batch means (simulator/batch_means.py; the columns
+    `normalized_latency_se_s`, `prefix_hit_rate_se`), and a candidate is compared with the
+    best within twice the standard error of their difference, 2 x sqrt(se_c^2 + se_best^2)
+    (each page size's SE divided by sqrt(rows) when it has several). This band is per
+    candidate, so the margins are reported per row.
 
 From the equivalent set (every rule met) the tie-break is stated: the **largest** page size, the
 smallest page table and the fewest per-page costs (kvcore/planner.py's page-table bytes). When
@@ -54,7 +61,7 @@ class PageSizeRecommendation:
     rule: str
     reason: str  # why this page size, or why none
     rows: list[dict[str, Any]]  # per page size: figures, `fails` (rule names), reasons
-    latency_margin_s: float = 0.0  # the margins applied: max(relative, absolute, noise)
+    latency_margin_s: float = 0.0  # max(relative, absolute, seed noise); rows: with run noise
     hit_margin: float = 0.0
     noise_latency_s: float = 0.0  # the measured noise bands (0 with one row per page size)
     noise_hit: float = 0.0
@@ -99,6 +106,21 @@ def noise_band(df: Any, column: str) -> float:
     return 2.0 * pooled * math.sqrt(2.0 / float(n[keep].mean()))
 
 
+_SE_COLUMNS = {"normalized_latency_s": "normalized_latency_se_s",
+               "prefix_hit_rate": "prefix_hit_rate_se"}
+
+
+def run_noise(df: Any, column: str) -> np.ndarray:
+    """Per page size (sorted), the standard error of its mean `column` from the runs' own
+    batch-means SE column (mean SE / sqrt(rows)); 0 where the rows lack it or it is NaN."""
+    se_col = _SE_COLUMNS[column]
+    g = df.groupby("page_size", sort=True)
+    if se_col not in df.columns:
+        return np.zeros(g.ngroups)
+    se = g[se_col].mean() / np.sqrt(g[se_col].count().clip(lower=1))
+    return np.nan_to_num(se.to_numpy(dtype=float), nan=0.0)
+
+
 def recommend_page_size(df: Any, tolerance: float = 0.02, *, hit_abs: float = HIT_ABS,
                         latency_abs_s: float = LATENCY_ABS_S) -> PageSizeRecommendation:
     """Pick from sweep rows (a pandas DataFrame with page_size, normalized_latency_s,
@@ -126,18 +148,23 @@ def recommend_page_size(df: Any, tolerance: float = 0.02, *, hit_abs: float = HI
     lat = means["normalized_latency_s"].to_numpy(dtype=float)
     hit = means["prefix_hit_rate"].to_numpy(dtype=float)
     ok_run = ~over & np.isfinite(lat)
+    se_lat, se_hit = run_noise(df, "normalized_latency_s"), run_noise(df, "prefix_hit_rate")
     if ok_run.any():
         i_lat = int(np.flatnonzero(ok_run)[np.argmin(lat[ok_run])])
         i_hit = int(np.flatnonzero(ok_run)[np.argmax(hit[ok_run])])
         best_lat, best_hit = float(lat[i_lat]), float(hit[i_hit])
         lat_margin = max(best_lat * tol, latency_abs_s, noise_lat)
         hit_margin = max(best_hit * tol, hit_abs, noise_hit)
-        lat_ok = ok_run & (lat <= best_lat + lat_margin)
-        hit_ok = ok_run & (hit >= best_hit - hit_margin)
+        # per candidate: twice the SE of its difference from the best, from the runs' own noise
+        lat_margins = np.maximum(lat_margin, 2.0 * np.sqrt(se_lat**2 + se_lat[i_lat] ** 2))
+        hit_margins = np.maximum(hit_margin, 2.0 * np.sqrt(se_hit**2 + se_hit[i_hit] ** 2))
+        lat_ok = ok_run & (lat <= best_lat + lat_margins)
+        hit_ok = ok_run & (hit >= best_hit - hit_margins)
     else:
         i_lat = i_hit = -1
         best_lat = best_hit = math.nan
         lat_margin = hit_margin = math.nan
+        lat_margins = hit_margins = np.full(len(ps), math.nan)
         lat_ok = hit_ok = np.zeros(len(ps), dtype=bool)
     ok = ok_run & lat_ok & hit_ok
     rows = []
@@ -151,20 +178,25 @@ def recommend_page_size(df: Any, tolerance: float = 0.02, *, hit_abs: float = HI
         else:
             if not lat_ok[i]:
                 fails.append("latency")
-                because.append(f"latency {lat[i]:.4g} s > {best_lat:.4g} + {lat_margin:.3g}")
+                because.append(f"latency {lat[i]:.4g} s > {best_lat:.4g} + {lat_margins[i]:.3g}")
             if not hit_ok[i]:
                 fails.append("hit rate")
-                because.append(f"hit rate {hit[i]:.3g} < {best_hit:.3g} - {hit_margin:.3g}")
+                because.append(f"hit rate {hit[i]:.3g} < {best_hit:.3g} - {hit_margins[i]:.3g}")
         row: dict[str, Any] = {"page_size": int(p), "normalized_latency_s": float(lat[i]),
                                "prefix_hit_rate": float(hit[i]), "overloaded": bool(over[i]),
                                "latency_within": bool(lat_ok[i]), "hit_within": bool(hit_ok[i]),
+                               "latency_margin_s": float(lat_margins[i]),
+                               "hit_margin": float(hit_margins[i]),
+                               "latency_se_s": float(se_lat[i]), "hit_rate_se": float(se_hit[i]),
                                "fails": fails, "why": "; ".join(because)}
         row.update({c: float(means[c].iloc[i]) for c in _EXTRA if c in means.columns})
         rows.append(row)
     rule = (f"largest page size (smallest page table) of the equivalent set: runs not "
             f"overloaded, normalized latency <= the best + max({tol:g} x best, "
-            f"{latency_abs_s:g} s, noise {noise_lat:.3g} s) and prefix hit rate >= the best - "
-            f"max({tol:g} x best, {hit_abs:g}, noise {noise_hit:.3g})")
+            f"{latency_abs_s:g} s, seed noise {noise_lat:.3g} s, run noise) and prefix hit "
+            f"rate >= the best - max({tol:g} x best, {hit_abs:g}, seed noise {noise_hit:.3g}, "
+            "run noise); run noise: 2 x the standard error of the difference from the best, "
+            "from each run's batch means")
     chosen = int(ps[ok].max()) if ok.any() else None
     if chosen is not None:
         n_eq = int(ok.sum())
@@ -191,4 +223,4 @@ def recommend_page_size(df: Any, tolerance: float = 0.02, *, hit_abs: float = HI
 
 
 __all__ = ["HIT_ABS", "LATENCY_ABS_S", "RULES", "PageSizeRecommendation", "check_tolerance",
-           "noise_band", "recommend_page_size"]
+           "noise_band", "recommend_page_size", "run_noise"]

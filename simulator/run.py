@@ -15,6 +15,7 @@ from kvcore.breakdown import mean_frag_index, mean_share_pct
 from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy, policy_kind
 from kvcore.policies.capabilities import LowerTiers
 from kvcore.presets import get_gpu, get_model
+from simulator.batch_means import batch_means_se, batch_ratio_se
 from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.latency import make_latency_model
@@ -229,6 +230,9 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
         "throughput_tok_s": engine.generated_tokens / makespan if makespan > 0 else 0.0,
         "normalized_latency_s": float(done.normalized_latency_s.mean()) if len(done) else
         float("nan"),
+        # the run's own noise (simulator/batch_means.py): what a page-size recommendation
+        # from one seed per page size needs to call two page sizes equivalent
+        **noise_columns(done),
         "ttft_p50_s": _pct(done.ttft_s, 50) if len(done) else float("nan"),
         "ttft_p99_s": _pct(done.ttft_s, 99) if len(done) else float("nan"),
         "tpot_p50_s": _pct(done.tpot_s, 50) if len(done) else float("nan"),
@@ -272,6 +276,20 @@ def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
         "host_token_states_pct": float(locked),
         "host_cached_pct": float(used - locked),
         "host_free_pct": 100.0 - float(used) if cap else 0.0,
+    }
+
+
+def noise_columns(done: pd.DataFrame) -> dict:
+    """Standard errors, by batch means over completed requests in arrival order, of the mean
+    normalized latency and of the prefix hit rate (NaN with too few requests)."""
+    if not len(done):
+        return {"normalized_latency_se_s": float("nan"), "prefix_hit_rate_se": float("nan")}
+    arrival = done.arrival_s.to_numpy(dtype=float)
+    return {
+        "normalized_latency_se_s": batch_means_se(
+            arrival, done.normalized_latency_s.to_numpy(dtype=float)),
+        "prefix_hit_rate_se": batch_ratio_se(arrival, done.cached_tokens.to_numpy(dtype=float),
+                                             done.prompt_len.to_numpy(dtype=float)),
     }
 
 

@@ -88,3 +88,7 @@ def test_a_shared_reuse_sentence_is_told_once_and_a_capped_admission_is_explaine
     notes = admission_notes(rows, ["paged", "vllm", "contiguous-max"])
     assert len(notes) == 1 and notes[0].startswith("contiguous-max: admission reserves")
     assert "avg 6.0 vs 30.0 for paged" in notes[0]
+    rows[2]["policy"] = "contiguous-pow2"
+    assert "next power of two" in admission_notes(rows, ["paged", "vllm", "pow2"])[0]
+    rows[2]["avg_batch_size"] = 31.0  # its reservation capped nothing here: no note
+    assert admission_notes(rows, ["paged", "vllm", "pow2"]) == []

@@ -208,3 +208,27 @@ def test_report_md_names_the_off_scale_point(tmp_path):
     summary = text[text.index("## Summary"):text.index("## Setup")]
     assert "figure normalized_latency_s_vs_page_size.png: off-scale" in summary
     assert "paged at page 256 (13)" in summary and "hollow" in summary
+
+
+def test_latency_cdf_keeps_an_overloaded_run_off_its_axis():
+    """A servable run with TTFT 0.1-0.5 s and an overloaded one reaching 900 s: the overloaded
+    run is dashed and marked, the x axis stops near 0.5 s (before: 0-900 s, the servable CDF a
+    vertical line at 0), and the note names the off-scale run."""
+    from reports.plots import cdf_figure
+
+    rng = np.random.default_rng(0)
+    rows = [{"config_hash": "ok", "status": "completed", "ttft_s": t, "tpot_s": 0.02}
+            for t in rng.uniform(0.1, 0.5, 50)]
+    rows += [{"config_hash": "hot", "status": "completed", "ttft_s": t, "tpot_s": 0.02}
+             for t in rng.uniform(1.0, 900.0, 50)]
+    notes: list[str] = []
+    fig = cdf_figure(pd.DataFrame(rows), {"ok": "page 16", "hot": "page 1"},
+                     frozenset({"hot"}), notes)
+    ttft = fig.axes[0]
+    assert ttft.get_xlim()[1] < 1.0
+    labels = [ln.get_label() for ln in ttft.get_lines()]
+    assert "page 1 (overloaded)" in labels and "page 16" in labels
+    assert ttft.get_lines()[labels.index("page 1 (overloaded)")].get_linestyle() == "--"
+    assert len(notes) == 1 and "TTFT CDF" in notes[0] and "off-scale" in notes[0]
+    plain = cdf_figure(pd.DataFrame(rows), {"ok": "page 16", "hot": "page 1"})
+    assert plain.axes[0].get_xlim()[1] > 800  # without the verdict every run sets the range

@@ -153,3 +153,28 @@ def test_plan_seeds_measure_the_noise_band(tmp_path):
     rec = json.loads(r.stdout)["recommendation"]
     assert len(pd.read_csv(tmp_path / "p" / "summary.csv")) == 6
     assert rec["noise_latency_s"] > 0 and rec["latency_margin_s"] >= rec["noise_latency_s"]
+
+
+def _one_seed(se: float) -> pd.DataFrame:
+    """One run per page size (the default plan): page 64 is 5 % slower than page 32, and each
+    run's own batch-means standard error of its mean latency is `se`."""
+    return pd.DataFrame({"page_size": [32, 64], "normalized_latency_s": [1.00, 1.05],
+                         "normalized_latency_se_s": [se, se], "prefix_hit_rate": [0.5, 0.5],
+                         "prefix_hit_rate_se": [0.0, 0.0], "overloaded": [False, False]})
+
+
+def test_one_seed_per_page_size_still_has_a_noise_band_from_the_runs_themselves():
+    """Before the batch-means columns, one seed meant a band of 0 and page 64's +5 % failed
+    whatever the run's noise. Now a run whose mean latency is only known to +-0.03 s (SE) makes
+    0.05 s noise (2 x sqrt(0.03^2 + 0.03^2) = 0.0849 s): equivalent, 64 recommended; with an SE
+    of 1 ms it is a real difference and 64 fails latency."""
+    noisy = recommend_page_size(_one_seed(0.03), 0.02)
+    assert noisy.page_size == 64
+    row = next(r for r in noisy.rows if r["page_size"] == 64)
+    assert row["latency_margin_s"] == pytest.approx(2 * (2 * 0.03**2) ** 0.5)
+    assert noisy.noise_latency_s == 0.0  # no seeds: the band is the runs' own
+    tight = recommend_page_size(_one_seed(0.001), 0.02)
+    assert tight.page_size == 32
+    assert "latency" in next(r for r in tight.rows if r["page_size"] == 64)["fails"]
+    without = _one_seed(0.03).drop(columns=["normalized_latency_se_s", "prefix_hit_rate_se"])
+    assert recommend_page_size(without, 0.02).page_size == 32  # the old answer
