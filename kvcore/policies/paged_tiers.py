@@ -40,10 +40,10 @@ from kvcore.validation import InvariantError
 class TieredPagedPolicy(PagedPolicy, LowerTiers):
     """Paged pool + radix cache + host tier (+ storage tier)."""
 
-    def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
+    def __init__(self, config: PolicyConfig, tier_config: TierConfig) -> None:
         super().__init__(config, cache_enabled=True)
         self.tiers: TierController[TierTree, TreeNode] = TierController(
-            tiers, TierTree, self.page_size, self.allocator.num_pages)
+            tier_config, TierTree, self.page_size, self.allocator.num_pages)
         if self.tiers.write_on_evict or self.tiers.counts_reuse:
             self.tree.on_evict = self._device_evicted
         self._loaded = (0, 0)  # (host, storage) tokens of the last admission's load

@@ -48,10 +48,10 @@ _U64 = np.uint64
 class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
     """vLLM block pool + hash-keyed prefix cache + host tier (+ storage tier)."""
 
-    def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
+    def __init__(self, config: PolicyConfig, tier_config: TierConfig) -> None:
         super().__init__(config)
         self.tiers: TierController[BlockTier, np.ndarray] = TierController(
-            tiers, BlockTier, self.page_size, self.num_pages)
+            tier_config, BlockTier, self.page_size, self.num_pages)
         # write_through: rid -> (host block of each chain block at its last store, gens),
         # and the stores due: (rid, hashes, parents, tokens, known host blocks), chain order
         self._placed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
