@@ -68,12 +68,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         "def _lru(n: TreeNode) -> int:\n    return ((-n.last_access) << 40) | n.id",  # newest first
         ("tests/kvcore/test_radix_cache.py::test_evict_lru_order_and_overshoot",)),
     Mutation(
-        "write-through-writes-nothing", "kvcore/tiers.py",
-        "if self.writes.on_insert:\n            self.host.store(key)",
-        "if self.writes.on_insert:\n            pass",
+        "write-through-writes-nothing", "kvcore/policies/paged_tiers.py",
+        "if self.tiers.write_on_insert:\n            self.tiers.host.store(",
+        "if self.tiers.write_on_insert:\n            (",
         ("tests/kvcore/test_tiers.py::test_host_hit_is_loaded_not_prefilled",)),
     Mutation(
-        "host-evicts-whole-leaf", "kvcore/tiers.py",
+        "reuse-counts-from-zero", "kvcore/tier_controller.py",
+        "return hits[pages] + 1 >= self.config.write_threshold",
+        "return hits[pages] >= self.config.write_threshold",  # entering the cache not counted
+        ("tests/kvcore/test_tier_controller.py::test_reused_is_per_page_for_both_policies",)),
+    Mutation(
+        "host-evicts-whole-leaf", "kvcore/tier_tree.py",
         "            keep = len(leaf) - want\n",
         "            keep = 0\n",  # not page-granular: the whole leaf goes
         ("tests/kvcore/test_tiers.py::test_host_page_granular_lru_eviction",

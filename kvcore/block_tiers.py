@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import repeat
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,6 +43,14 @@ from kvcore.validation import InvariantError
 
 _U64 = np.uint64
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+class Stored(NamedTuple):
+    """What `BlockTier.store` did: where each block given now is (0: not stored), and how many
+    blocks it wrote (the rest were held already, or did not fit)."""
+
+    where: np.ndarray
+    written: int
 
 
 class TierPool(HashedBlocks):
@@ -171,31 +180,27 @@ class BlockTier:
             self.pool.free_blocks(chain[::-1])
 
     # -- writing -----------------------------------------------------------------------------
-    def store(self, hashes: np.ndarray, parents: np.ndarray, tokens: np.ndarray) -> int:
+    def store(self, hashes: np.ndarray, parents: np.ndarray, tokens: np.ndarray,
+              known: np.ndarray | None = None, distinct: bool = False) -> Stored:
         """Write blocks given in LRU order (first = least recent; (k,) hashes and parents,
         (k, page_size) token ids): the ones held are touched, the missing ones take new
         blocks (evicting this tier's LRU blocks, spilled below), as many as fit, the most
         recent first. Every block ends idle at the queue tail in the given order (a block in
-        flight stays held). Returns the blocks written."""
-        return self.place(hashes, parents, tokens)[1]
-
-    def place(self, hashes: np.ndarray, parents: np.ndarray, tokens: np.ndarray,
-              known: np.ndarray | None = None, distinct: bool = False) -> tuple[np.ndarray, int]:
-        """`store`, returning also where each block now is (0: not stored). `known` (one per
-        block, 0 = unknown) are blocks of an earlier `place` of the same content whose
-        generations the caller checked (`still_held`): no lookup for them. `distinct`: the
-        caller knows no hash repeats (one chain)."""
+        flight stays held). Returns where each block now is (0: not stored) and how many
+        blocks were written. `known` (one per block, 0 = unknown) are blocks of an earlier
+        store of the same content whose generations the caller checked (`still_held`): no
+        lookup for them. `distinct`: the caller knows no hash repeats (one chain)."""
         n = len(hashes)
         if not n:
-            return np.zeros(0, dtype=np.int64), 0
+            return Stored(np.zeros(0, dtype=np.int64), 0)
         hashes = np.ascontiguousarray(hashes, dtype=_U64)
         if not distinct and len(np.unique(hashes)) != n:  # the same content twice: keep the
             keep = np.sort(n - 1 - np.unique(hashes[::-1], return_index=True)[1])  # latest
-            where, written = self.place(hashes[keep], parents[keep], tokens[keep],
+            where, written = self.store(hashes[keep], parents[keep], tokens[keep],
                                         None if known is None else known[keep], True)
             out = np.zeros(n, dtype=np.int64)
             out[keep] = where
-            return out, written
+            return Stored(out, written)
         pool = self.pool
         heads = np.zeros(n, dtype=np.int64) if known is None else known.copy()
         ask = np.flatnonzero(heads == 0) if known is not None else np.arange(n)
@@ -222,10 +227,10 @@ class BlockTier:
         if len(order):
             pool.free_blocks(order)
         self.pages_in += len(missing)
-        return np.maximum(heads, 0), len(missing)
+        return Stored(np.maximum(heads, 0), len(missing))
 
     def still_held(self, blocks: np.ndarray, gens: np.ndarray) -> np.ndarray:
-        """`blocks` of an earlier `place` whose content is unchanged (generation still
+        """`blocks` of an earlier `store` whose content is unchanged (generation still
         `gens`: neither evicted nor written again), else 0."""
         return np.where((blocks > 0) & (self.pool.gen[blocks] == gens), blocks, 0)
 
@@ -235,6 +240,15 @@ class BlockTier:
         self.lower.store(p.block_hash[evicted], p.parent_hash[evicted], p.block_tokens[evicted])
 
     # -- checks ------------------------------------------------------------------------------
+    def check_holds(self, holds: list[np.ndarray]) -> None:
+        """The blocks held are exactly those the loads in flight (`holds`) read."""
+        holders = np.zeros(self.pool.num_blocks + 1, dtype=np.int64)
+        for held in holds:
+            np.add.at(holders, held, 1)
+        if not np.array_equal(holders, self.pool.ref_cnt):
+            raise InvariantError(f"{self.name} blocks in flight differ from the loads holding "
+                                 "them")
+
     def check_invariants(self) -> None:
         """The pool's invariants and conservation: used + free == capacity."""
         self.pool.check_invariants()
@@ -244,4 +258,4 @@ class BlockTier:
                                  f"capacity {self.capacity}")
 
 
-__all__ = ["BlockTier", "TierPool"]
+__all__ = ["BlockTier", "Stored", "TierPool"]

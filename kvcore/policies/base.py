@@ -282,7 +282,7 @@ class PolicyConfig:
         return self.num_pages * self.page_size
 
     @property
-    def tiers(self) -> TierConfig:
+    def tier_config(self) -> TierConfig:
         """The lower tiers asked for (`enabled` when there is a host tier)."""
         return TierConfig(self.host_tokens, self.storage_tokens, self.hicache_write_policy)
 

@@ -12,7 +12,8 @@ iteration, no tier traffic.
 * `DecodeStretch`: `n` decode steps in one call with the result of `n` single steps, and the
   cost of those steps known in advance: what the fast-forward (simulator/stretch.py) needs.
 * `LowerTiers`: host (and storage) tiers behind the device pool; admission may load from them,
-  at most what the storage prefetch delivered.
+  at most what the storage prefetch delivered. Both tiered policies keep them in one tier
+  controller (kvcore/tier_controller.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, KVPolicy, PrefixPeek
-from kvcore.tiers import TierState
+from kvcore.tiers import TierHit, TierState
 
 __all__ = ["CAPABILITIES", "DecodeStretch", "LowerTiers", "PrefixCache", "Reserving"]
 
@@ -123,6 +124,12 @@ class LowerTiers(KVPolicy):
         which `rid` holds as cached prefix; the host copy it is read from stays locked until
         the prefill completes (`cache_prefix`) or `rid` leaves. `admit` is this call with no
         storage allowance."""
+
+    @abstractmethod
+    def peek_tiers(self, token_ids: np.ndarray) -> TierHit:
+        """Tokens of `token_ids` (already capped by the caller) each tier would serve now, in
+        load order: the device hit, the host's past it, the storage's past both (read-only:
+        no lock, no LRU touch; deferred host stores are made first)."""
 
     @abstractmethod
     def tier_state(self) -> TierState:

@@ -26,9 +26,9 @@ class PagedNoCachePolicy(PagedPolicy):
                  "real traffic, any page size; reuses shared prefixes",
                  caches_prefix=True, supports_tiers=True)
 def _make_paged(config: PolicyConfig) -> KVPolicy:
-    tiers = config.tiers
-    if tiers.enabled:
-        return TieredPagedPolicy(config, tiers)
+    tier_config = config.tier_config
+    if tier_config.enabled:
+        return TieredPagedPolicy(config, tier_config)
     return PagedPolicy(config, cache_enabled=True)
 
 

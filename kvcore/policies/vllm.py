@@ -18,9 +18,9 @@ from kvcore.policies.vllm_tiers import TieredVLLMPolicy
     caches_prefix=True, supports_tiers=True,
 )
 def _make_vllm(config: PolicyConfig) -> KVPolicy:
-    tiers = config.tiers
-    if tiers.enabled:
-        return TieredVLLMPolicy(config, tiers)
+    tier_config = config.tier_config
+    if tier_config.enabled:
+        return TieredVLLMPolicy(config, tier_config)
     return VLLMBlockPolicy(config)
 
 

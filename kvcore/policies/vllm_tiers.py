@@ -9,15 +9,17 @@ not prefilled). The host blocks a load reads stay held until the request's prefi
 (`cache_prefix`) or it leaves (`release` / `finish`): the load's time in flight, which the
 engine charges from `AdmitResult.host_hit` / `storage_hit` and `tier_state()`.
 
-Write policies (TierConfig.write_policy):
+The tier controller (kvcore/tier_controller.py, `self.tiers`) builds the stores, decides the
+write policy and the reuse counts, and keeps the loads in flight, the traffic and the tier
+state; this module finds a prefix in the block stores and loads it. Write policies:
 * `write_back`: a block the device pool lazily evicts is stored on the host (the pool's
   `on_evict` hook, before its hash is dropped): the issue's "evicted cached blocks".
 * `write_through`: a request's hashed chain is stored when its prefill completes and when it
   finishes (the moments `paged` inserts into its tree); blocks already on the host are only
   touched, so the whole chain becomes recent, head most recent.
-* `write_through_selective`: a device block is stored once its hash was computed and then hit
-  `write_threshold - 1` times (counted per device block since it was hashed), at the admission
-  that reaches the count: with SGLang's threshold 2 the first reuse backs a block up.
+* `write_through_selective`: a device block is stored once the controller finds it reused
+  (`TierController.reused`: 1 when hashed, 1 per device hit since, up to SGLang's threshold
+  2), at the admission that reaches the count: the first reuse backs a block up.
 
 Loads take device blocks from the free queue (lazily evicting device cache; the device hit is
 already touched, so safe); if the device cannot give room for the whole hit, what fits is
@@ -36,7 +38,8 @@ from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, PolicyConfig
 from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.vllm_block import VLLMBlockPolicy, _Req
-from kvcore.tiers import TierConfig, TierCounters, TierState, store_breakdown
+from kvcore.tier_controller import TierController
+from kvcore.tiers import TierConfig, TierHit, TierState
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
@@ -45,46 +48,33 @@ _U64 = np.uint64
 class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
     """vLLM block pool + hash-keyed prefix cache + host tier (+ storage tier)."""
 
-    def __init__(self, config: PolicyConfig, tiers: TierConfig) -> None:
+    def __init__(self, config: PolicyConfig, tier_config: TierConfig) -> None:
         super().__init__(config)
-        if not tiers.enabled:
-            raise ValueError("a tiered vllm policy needs host_tokens > 0")
-        self.tier_config = tiers
-        ps = self.page_size
-        self.storage = (BlockTier("storage", tiers.storage_tokens, ps)
-                        if tiers.storage_tokens else None)
-        self.host = BlockTier("host", tiers.host_tokens, ps, self.storage)
-        self.inflight: dict[int, np.ndarray] = {}  # rid -> host blocks its load holds
+        self.tiers: TierController[BlockTier, np.ndarray] = TierController(
+            tier_config, BlockTier, self.page_size, self.num_pages)
         # write_through: rid -> (host block of each chain block at its last store, gens),
         # and the stores due: (rid, hashes, parents, tokens, known host blocks), chain order
         self._placed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self.traffic = TierCounters()  # host -> device loads, storage -> host copies (blocks)
-        writes = tiers.writes
-        self._selective = writes.on_reuse
-        self._through = writes.on_insert or (self._selective and tiers.write_threshold <= 1)
-        self._back = writes.on_evict
-        # write_through_selective: hits of each device block since it was hashed
-        self._hits = np.zeros(self.num_pages + 1 if self._selective else 0, dtype=np.int64)
-        if self._back or self._selective:
+        if self.tiers.write_on_evict or self.tiers.counts_reuse:
             self.pool.on_evict = self._device_evicted
 
     # -- writing to the host -----------------------------------------------------------------
     def _device_evicted(self, blocks: np.ndarray) -> None:
-        """The device pool evicts `blocks` (LRU first): write_back stores them; their hit
-        counts end with their content."""
-        if self._selective:
-            self._hits[blocks] = 0
-        if self._back:
+        """The device pool evicts `blocks` (LRU first): their reuse counts end with their
+        content; write_back stores them."""
+        self.tiers.forget(blocks)
+        if self.tiers.write_on_evict:
             self._flush()
             p = self.pool
-            self.host.store(p.block_hash[blocks], p.parent_hash[blocks], p.block_tokens[blocks])
+            self.tiers.host.store(p.block_hash[blocks], p.parent_hash[blocks],
+                                  p.block_tokens[blocks])
 
     def _store_device_blocks(self, chain: np.ndarray) -> None:
         """Store device blocks of one chain (head first) on the host, the head most recent."""
         p = self.pool
         rev = chain[::-1]
-        self.host.store(p.block_hash[rev], p.parent_hash[rev], p.block_tokens[rev])
+        self.tiers.host.store(p.block_hash[rev], p.parent_hash[rev], p.block_tokens[rev])
 
     def _write_through(self, rid: int, req: _Req) -> None:
         """write_through: the request's hashed chain is due on the host (held blocks only
@@ -94,7 +84,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         extends: the host ends the same. Where its last store put each block is remembered
         (`_placed`), so the next one looks up only blocks since, or whose host copy changed."""
         n = req.nhashed
-        if not (self._through and n):
+        if not (self.tiers.write_on_insert and n):
             return
         ps = self.page_size
         hashes = req.chain[:n]
@@ -105,7 +95,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         placed = self._placed.get(rid)
         if placed is not None:
             k = min(len(placed[0]), n)
-            known[:k] = self.host.still_held(placed[0][:k], placed[1][:k])
+            known[:k] = self.tiers.host.still_held(placed[0][:k], placed[1][:k])
         if self._pending and any(p[0] == rid for p in self._pending):
             self._pending = [p for p in self._pending if p[0] != rid]
         self._pending.append((rid, hashes, parents, req.ids[: n * ps].reshape(n, ps), known))
@@ -116,16 +106,16 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        host = self.host
+        host = self.tiers.host
         if len(pending) == 1:
             rid, hashes, parents, tokens, known = pending[0]
-            wheres = [host.place(hashes[::-1], parents[::-1], tokens[::-1], known[::-1],
-                                 distinct=True)[0][::-1]]
+            wheres = [host.store(hashes[::-1], parents[::-1], tokens[::-1], known[::-1],
+                                 distinct=True).where[::-1]]
         else:  # one batch; a block in several chains is placed where it is due last
-            where = host.place(np.concatenate([p[1][::-1] for p in pending]),
+            where = host.store(np.concatenate([p[1][::-1] for p in pending]),
                                np.concatenate([p[2][::-1] for p in pending]),
                                np.concatenate([p[3][::-1] for p in pending]),
-                               np.concatenate([p[4][::-1] for p in pending]))[0]
+                               np.concatenate([p[4][::-1] for p in pending])).where
             ends = np.cumsum([len(p[1]) for p in pending])
             wheres = [w[::-1] for w in np.split(where, ends[:-1])]
         gen = host.pool.gen
@@ -134,17 +124,17 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
                 self._placed[rid] = (w, gen[w])
 
     # -- admission ---------------------------------------------------------------------------
-    def peek_tiers(self, token_ids: np.ndarray) -> tuple[int, int, int]:
-        """(device, host, storage) hit of a prompt's prefill key in tokens, touching nothing."""
+    def peek_tiers(self, token_ids: np.ndarray) -> TierHit:
         self._flush()
         ids = np.ascontiguousarray(token_ids, dtype=np.int64)
         ps = self.page_size
         n = len(ids) // ps
         d = len(self._match(ids, n))
         hashes = self.memo.chain(ids, n)[1] if n else np.zeros(0, dtype=_U64)
-        h = len(self.host.lookup(hashes, ids, d))
-        s = len(self.storage.lookup(hashes, ids, d + h)) if self.storage is not None else 0
-        return d * ps, h * ps, s * ps
+        host, storage = self.tiers.host, self.tiers.storage
+        h = len(host.lookup(hashes, ids, d))
+        s = len(storage.lookup(hashes, ids, d + h)) if storage is not None else 0
+        return TierHit(d * ps, h * ps, s * ps)
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:
@@ -158,8 +148,10 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
             return None
         req = self._reqs[rid]
         d = req.nblocks
-        if self._selective and d:
-            self._selective_hits(req.blocks)
+        if self.tiers.counts_reuse and d:
+            due = req.blocks[self.tiers.reused(req.blocks)]
+            if len(due):
+                self._store_device_blocks(due)
         n = (len(req.ids) - 1) // self.page_size  # whole blocks a hit may cover
         if d >= n:
             return res
@@ -174,25 +166,17 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         return AdmitResult(res.row, req.written, res.token_hit, (loaded - storage) * ps,
                            storage * ps)
 
-    def _selective_hits(self, blocks: np.ndarray) -> None:
-        """A device hit on `blocks`: those whose count (hashed once + hits) reaches the
-        threshold are stored on the host (again: that touches them)."""
-        self._hits[blocks] += 1
-        due = blocks[self._hits[blocks] + 1 >= self.tier_config.write_threshold]
-        if len(due):
-            self._store_device_blocks(due)
-
     def _find_lower(self, req: _Req, d: int, n: int,
                     storage_allowance: int) -> tuple[np.ndarray, int]:
         """Host blocks continuing the device hit of `d` blocks (of `n` possible), held, with
         what the storage tier adds past them (copied to the host first, at most the prefetch
         allowance). Returns (the held host chain, how many of its blocks came from storage)."""
-        hashes, ids, host = req.chain[:n], req.ids, self.host
+        hashes, ids, host = req.chain[:n], req.ids, self.tiers.host
         held = host.lookup(hashes, ids, d)
         host.hold(held)
-        st = self.storage
-        allow = storage_allowance // self.page_size
-        if st is None or allow <= 0 or d + len(held) >= n:
+        st = self.tiers.storage
+        allow = self.tiers.prefetch_pages(storage_allowance)
+        if st is None or not allow or d + len(held) >= n:
             return held, 0
         base = d + len(held)
         found = st.lookup(hashes[: min(n, base + allow)], ids, base)
@@ -201,8 +185,8 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         st.hold(found)  # read while the host makes room
         sp = st.pool
         rev = found[::-1]
-        self.traffic.pages_s2h += host.store(sp.block_hash[rev], sp.parent_hash[rev],
-                                     sp.block_tokens[rev])
+        self.tiers.copied_up(host.store(sp.block_hash[rev], sp.parent_hash[rev],
+                                        sp.block_tokens[rev]).written)
         st.unhold(found)
         more = host.lookup(hashes[: base + len(found)], ids, base)
         host.hold(more)
@@ -213,7 +197,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         (head first); the rest is released. Returns the blocks loaded."""
         room = min(len(held), self.pool.get_num_free_blocks())
         if room < len(held):
-            self.host.unhold(held[room:])
+            self.tiers.host.unhold(held[room:])
             held = held[:room]
         if not room:
             return 0
@@ -229,19 +213,13 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         req.written = (d + room) * ps
         self._write(req, start, req.written)
         self.hit_tokens += room * ps
-        self.traffic.pages_h2d += room
-        self.inflight[rid] = held
+        self.tiers.loaded(rid, held, room)
         return room
-
-    def _loaded_done(self, rid: int) -> None:
-        held = self.inflight.pop(rid, None)
-        if held is not None:
-            self.host.unhold(held)
 
     # -- ending ------------------------------------------------------------------------------
     def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
         super().cache_prefix(rid, token_ids)
-        self._loaded_done(rid)  # prefill done: the load has landed
+        self.tiers.landed(rid)  # prefill done: the load has landed
         self._write_through(rid, self._req(rid))
 
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
@@ -251,49 +229,37 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
 
     def release(self, rid: int) -> None:
         self._req(rid)
-        self._loaded_done(rid)
+        self.tiers.landed(rid)
         self._placed.pop(rid, None)
         super().release(rid)
 
     # -- observation -------------------------------------------------------------------------
     def tier_state(self) -> TierState:
         self._flush()
-        return self.traffic.state(self.host, self.storage)
+        return self.tiers.state()
 
     def host_breakdown(self) -> MemoryBreakdown:
         self._flush()
-        return store_breakdown(self.host)
+        return self.tiers.host_breakdown()
 
     def check_invariants(self) -> None:
-        """The device policy's invariants (loaded blocks carry the chain's hashes), each
-        tier's, and: the host blocks in flight are exactly those the loads hold; nothing in
-        storage is held outside an admission; selective hit counts only on hashed blocks.
-        Due write-through stores are made first (they wait only for the next host read)."""
+        """The device policy's invariants (loaded blocks carry the chain's hashes), the
+        controller's (each tier's; loads in flight; reuse counts only on hashed blocks), and:
+        every remembered write-through placement is of a live request and still names its
+        chain's content. Due write-through stores are made first (they wait only for the next
+        host read)."""
         self._flush()
         super().check_invariants()
-        self.host.check_invariants()
-        if self.storage is not None:
-            self.storage.check_invariants()
-            if self.storage.locked:
-                raise InvariantError("a storage block is held outside an admission")
-        holders = np.zeros(self.host.pool.num_blocks + 1, dtype=np.int64)
-        for rid, held in self.inflight.items():
-            if rid not in self._reqs:
-                raise InvariantError(f"request {rid} left with a host load in flight")
-            holders[held] += 1
-        if not np.array_equal(holders, self.host.pool.ref_cnt):
-            raise InvariantError("host blocks in flight differ from the loads holding them")
+        self.tiers.check_invariants(self._reqs, self.pool.is_hashed)
+        host = self.tiers.host
         for rid, (where, gens) in self._placed.items():
             if rid not in self._reqs:
                 raise InvariantError(f"request {rid} left with its write-through remembered")
-            live = self.host.still_held(where, gens)
+            live = host.still_held(where, gens)
             ok = live > 0
             chain = self._reqs[rid].chain[: len(where)]
-            if not np.array_equal(self.host.pool.block_hash[live[ok]], chain[ok]):
+            if not np.array_equal(host.pool.block_hash[live[ok]], chain[ok]):
                 raise InvariantError(f"request {rid}: a remembered host block changed content")
-        if self._selective and (self._hits[~self.pool.is_hashed] != 0).any():
-            raise InvariantError("a device block without content keeps a hit count")
-        self.host_breakdown().check_invariants()
 
 
 __all__ = ["TieredVLLMPolicy"]

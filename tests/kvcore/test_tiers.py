@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from kvcore.allocator import PagedAllocator
 from kvcore.policies.capabilities import LowerTiers
 from kvcore.policies.paged import PagedPolicy
 from kvcore.policies.paged_tiers import TieredPagedPolicy
-from kvcore.radix_cache import RadixCache
-from kvcore.tiers import WRITE_POLICIES, HierarchicalCache, TierConfig, TierTree
+from kvcore.tier_controller import TierController
+from kvcore.tier_tree import TierTree
+from kvcore.tiers import WRITE_POLICIES, TierConfig
 from tests.kvcore.tier_machine import (
     TieredPolicyMachine,
     serve_against_lru,
@@ -44,9 +44,7 @@ def test_bad_tier_config() -> None:
     with pytest.raises(ValueError, match="smaller than one page"):
         TierTree("host", 3, 4)
     with pytest.raises(ValueError, match="host_tokens > 0"):
-        HierarchicalCache(RadixCache(4, PagedAllocator(8, 4)), TierConfig())
-    with pytest.raises(ValueError, match="needs its allocator"):
-        HierarchicalCache(RadixCache(4, None), TierConfig(64))
+        TierController(TierConfig(), TierTree, 4, 8)
 
 
 def test_host_hit_is_loaded_not_prefilled() -> None:
@@ -135,12 +133,12 @@ class TierMachine(TieredPolicyMachine):
 
     def check_tiers(self) -> None:
         p, state = self.p, self.p.tier_state()
-        host = p.hicache.host
+        host = p.tiers.host
         assert state.host_used + host.pool.available_size() == state.host_capacity
         # in flight: at most the admitted requests that loaded and have not finished prefill
-        assert len(p.hicache.inflight) <= len(self.reqs)
-        if p.hicache.storage is not None:
-            assert p.hicache.storage.protected_size() == 0
+        assert len(p.tiers.inflight) <= len(self.reqs)
+        if p.tiers.storage is not None:
+            assert p.tiers.storage.locked == 0
 
 
 TestTierMachine = TierMachine.TestCase
@@ -158,5 +156,5 @@ def test_host_tier_equals_an_lru_model(ps: int, host_pages: int) -> None:
     page-aligned prefixes with its capacity holds, so its hit past the device's is the
     model's hit past the device's, request by request."""
     p = _policy(ps, pages=max(300 // ps, 4), host=host_pages * ps, rows=2, ctx=1024)
-    serve_against_lru(p, ps, host_pages, host_hit=lambda key: p.hicache.host.peek(key)[0],
+    serve_against_lru(p, ps, host_pages, host_hit=lambda key: p.tiers.host.peek(key)[0],
                       device_hit=lambda key: p.tree.peek(key)[0])

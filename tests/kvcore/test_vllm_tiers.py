@@ -5,6 +5,7 @@ page-aligned prefix keys."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -75,11 +76,11 @@ def test_host_hit_is_loaded_not_prefilled() -> None:
     want = p.hasher.chain(NONE_HASH, prompt[: 5 * ps])
     assert np.array_equal(p.pool.block_hash[req.blocks], want)
     assert (p.pool.block_tokens[req.blocks] == prompt[: 5 * ps].reshape(5, ps)).all()
-    assert p.tier_state().host_locked == 5 * ps and len(p.inflight[99]) == 5
+    assert p.tier_state().host_locked == 5 * ps and len(p.tiers.inflight[99]) == 5
     p.check_invariants()
     assert p.extend([99], [len(prompt)])  # only the rest is prefilled
     p.cache_prefix(99, prompt)
-    assert p.tier_state().host_locked == 0 and 99 not in p.inflight
+    assert p.tier_state().host_locked == 0 and 99 not in p.tiers.inflight
     p.check_invariants()
     assert p.tier_state().pages_h2d == 5
 
@@ -95,7 +96,7 @@ def test_load_takes_what_the_device_can_give() -> None:
     assert p.admit(50, hog, len(hog) + 1, 2) is not None and p.extend([50], [len(hog)])
     res = p.admit(51, prompt, len(prompt) + 1, 2)
     assert res is not None and res.host_hit == 3 * ps and res.cached_len == 3 * ps
-    assert len(p.inflight[51]) == 3
+    assert len(p.tiers.inflight[51]) == 3
     p.check_invariants()
     p.release(51)
     p.release(50)
@@ -162,12 +163,12 @@ def test_block_tier_lru_keeps_the_chain_head() -> None:
     hs = ChainHasher(ps, 64).chain(NONE_HASH, toks.reshape(-1))
     pa = np.zeros(8, dtype=np.uint64)
     pa[1:] = hs[:-1]
-    assert t.store(hs[:4][::-1], pa[:4][::-1], toks[:4][::-1]) == 4  # chain 0..3, head last
-    assert t.store(hs[4:5], pa[4:5], toks[4:5]) == 1  # evicts the chain's tail (block 3)
+    assert t.store(hs[:4][::-1], pa[:4][::-1], toks[:4][::-1]).written == 4  # chain 0..3, head last
+    assert t.store(hs[4:5], pa[4:5], toks[4:5]).written == 1  # evicts the chain's tail (block 3)
     held = {int(h) for h in t.pool.block_hash[t.pool.is_hashed]}
     assert held == {int(h) for h in hs[[0, 1, 2, 4]]}
-    assert t.store(hs[0:1], pa[0:1], toks[0:1]) == 0  # held: only touched
-    assert t.store(hs[5:7], pa[5:7], toks[5:7]) == 2  # evicts 2, then 1 (0 was touched)
+    assert t.store(hs[0:1], pa[0:1], toks[0:1]).written == 0  # held: only touched
+    assert t.store(hs[5:7], pa[5:7], toks[5:7]).written == 2  # evicts 2, then 1 (0 was touched)
     held = {int(h) for h in t.pool.block_hash[t.pool.is_hashed]}
     assert held == {int(h) for h in hs[[0, 4, 5, 6]]}
     t.check_invariants()
@@ -201,15 +202,15 @@ class VLLMTierMachine(TieredPolicyMachine):
 
     def check_tiers(self) -> None:
         p, state = self.p, self.p.tier_state()
-        host = p.host.pool
+        host = p.tiers.host.pool
         free = (host.get_num_free_blocks() - host.num_cached_free) * self.PS
         assert state.host_used + free == state.host_capacity
-        assert set(p.inflight) <= set(self.reqs)  # loads only for live requests
+        assert set(p.tiers.inflight) <= set(self.reqs)  # loads only for live requests
         # a load lands when its request's prefill completes
-        assert not any(q["cached"] for r, q in self.reqs.items() if r in p.inflight)
-        assert state.host_locked == sum(len(b) for b in p.inflight.values()) * self.PS
-        if p.storage is not None:
-            assert p.storage.locked == 0
+        assert not any(q["cached"] for r, q in self.reqs.items() if r in p.tiers.inflight)
+        assert state.host_locked == sum(len(b) for b in p.tiers.inflight.values()) * self.PS
+        if p.tiers.storage is not None:
+            assert p.tiers.storage.locked == 0
 
 TestVLLMTierMachine = VLLMTierMachine.TestCase
 TestVLLMTierMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
@@ -230,7 +231,7 @@ def test_host_tier_equals_an_lru_model(ps: int, host_pages: int) -> None:
 
     def host_hit(key: np.ndarray) -> int:
         n = len(key) // ps
-        return len(p.host.lookup(p.hasher.chain(NONE_HASH, key[: n * ps]), key, 0)) * ps
+        return len(p.tiers.host.lookup(p.hasher.chain(NONE_HASH, key[: n * ps]), key, 0)) * ps
 
     serve_against_lru(p, ps, host_pages, host_hit=host_hit, device_hit=p.peek_prefix)
 
@@ -304,9 +305,9 @@ def test_batched_write_through_equals_eager(seed: int) -> None:
         eager.tier_state()  # a host read after every call: every store made at once
     for p in (lazy, eager):
         p.check_invariants()
-    order = [p.host.pool.block_hash[p.host.pool.cached_free_blocks()].tolist()
+    order = [p.tiers.host.pool.block_hash[p.tiers.host.pool.cached_free_blocks()].tolist()
              for p in (lazy, eager)]
     assert order[0] == order[1] and len(order[0]) > 0
     a, b = lazy.tier_state(), eager.tier_state()
     # the batch skips writing what a later store of the same batch would evict again
-    assert a._replace(pages_d2h=0) == b._replace(pages_d2h=0) and a.pages_d2h <= b.pages_d2h
+    assert replace(a, pages_d2h=0) == replace(b, pages_d2h=0) and a.pages_d2h <= b.pages_d2h
