@@ -358,7 +358,7 @@ def plan(
     study = from_user(ctx, "workload") or opts.workload.trace is not None
     bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
     seeds = parse_list(lists["seed"], int, "--seeds")
-    req = PlanRequest(context_len, tolerance, lists["page_size"] or DEFAULT_PAGE_SIZES,
+    req = PlanRequest(context_len, tolerance, lists["page_size"],
                       None if seeds is None else tuple(seeds), jobs, find_rate,
                       at_sustainable_rate, steps, study, bar)
     answer = make_plan(opts, req, on_probe=None if as_json else _echo_probe,

@@ -34,7 +34,7 @@ class PlanRequest:
 
     context_len: int | None = None
     tolerance: float = 0.02
-    page_sizes: str = DEFAULT_PAGE_SIZES
+    page_sizes: str | None = DEFAULT_PAGE_SIZES  # None: the default list
     seeds: tuple[int, ...] | None = None  # the seed axis (`--seeds`), else --seed
     jobs: int = 1
     find_rate: bool = False
