@@ -1,79 +1,30 @@
 """kvsim command line (typer): a thin shell over experiments/ (running) and reports/ (showing).
 
-The options of `run`, `sweep`, `compare` and `plan` are generated from
-`experiments.options.OPTIONS`, the fields of the specs a run is composed of (names, defaults,
-help and allowed values live there only, and each spec validates its own fields). `--config
-exp.toml` (or a saved config.json) gives the same keys; flags on the command line win over the
-file. User mistakes (ValueError / WorkloadError from any package, bad flags) exit with status 2
-and one line on stderr; a bug the simulator caught in itself (a broken invariant, a livelock)
-exits with status 3 and one line saying so; `kvsim --debug ...` shows the traceback instead.
+Each command declares only its own flags; the options of `run`, `sweep`, `compare`, `plan` and
+`capacity` (and the grid axes' list flags) are generated from the specs' fields
+(experiments/command_options.py), and errors become one line and an exit status
+(experiments/command_errors.py: 2 for a user mistake, 3 for a bug kvsim caught in itself).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
-import typing
-from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from typer.core import TyperGroup
 
 import kvcore
-from experiments.config_file import options_from
-from experiments.grid import AXIS_PARAMS, DEFAULT_PAGE_SIZES, SWEEP_AXES, cells, parse_list
-from experiments.options import IMPLIED, OPTIONS, RunOptions
-from kvcore.validation import InvariantError
-from simulator.guard import LivelockError
+from experiments.cli_reference import COMMAND_EXAMPLES, epilog
+from experiments.command_errors import STATE, KvsimGroup
+from experiments.command_options import from_user, with_options
+from experiments.compare import COMPARED
+from experiments.grid import DEFAULT_PAGE_SIZES, SWEEP_AXES, parse_list
+from experiments.options import RunOptions
 
-_STATE = {"debug": False}
-__all__ = ["SWEEP_AXES", "app", "main"]  # SWEEP_AXES: the sweep flags, for tests
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def _fail(message: str, code: int = 2) -> typing.NoReturn:
-    typer.echo(f"kvsim: error: {_one_line(message)}", err=True)
-    sys.exit(code)
-
-
-class KvsimGroup(TyperGroup):
-    """The root command: user mistakes become exit status 2 and one line on stderr.
-
-    Parsing errors (unknown option, bad value) and ValueError from any package (kvcore,
-    simulator, workloads' WorkloadError) are caught here, around the whole app, so a test
-    runner sees the same behaviour as the shell; `kvsim --debug` re-raises instead.
-    """
-
-    def main(self, args=None, prog_name=None, complete_var=None,  # type: ignore[override]
-             standalone_mode=True, **extra):
-        try:
-            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                              standalone_mode=False, **extra)
-        except (ValueError, OSError) as e:  # OSError: a path the user gave, or a full disk
-            if _STATE["debug"]:
-                raise
-            _fail(str(e))
-        except (InvariantError, LivelockError) as e:  # a bug in kvsim, not the user's input
-            if _STATE["debug"]:
-                raise
-            _fail(f"internal error ({type(e).__name__}; a kvsim bug, please report it with the "
-                  f"command; --debug shows the traceback): {e}", 3)
-        except Exception as e:
-            if hasattr(e, "exit_code") and hasattr(e, "format_message"):  # a parse error
-                ctx = getattr(e, "ctx", None)
-                hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-                _fail(e.format_message() + hint, int(e.exit_code))
-            raise
-        if isinstance(rv, int) and not isinstance(rv, bool):
-            sys.exit(rv)  # an explicit exit status (--help, --version, typer.Exit)
-        return rv
+__all__ = ["EXAMPLES", "SWEEP_AXES", "app", "main"]  # the sweep flags and examples, for tests
+EXAMPLES = {command: epilog(command) for command in COMMAND_EXAMPLES}  # each --help's examples
 
 
 app = typer.Typer(
@@ -84,34 +35,6 @@ app = typer.Typer(
 trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                         help="Trace files.")
 app.add_typer(trace_app, name="trace")
-
-
-def _examples(*lines: str) -> str:
-    """A command's `--help` epilog: its examples as a Markdown code block."""
-    return "\n\n".join(["Examples:", *(f"  {line}" for line in lines)])
-
-
-EXAMPLES = {
-    "run": _examples(
-        "kvsim run --workload kshot --policy vllm --block-size 16",
-        "kvsim run --trace conv.jsonl --model-config ./Llama-3.1-8B --tp 2 --out out/run",
-        "kvsim run --workload chat --gpu-memory-utilization 0.9 --max-num-seqs 128"),
-    "sweep": _examples(
-        "kvsim sweep --workload chat --page-sizes 1..256 --policies paged,vllm --jobs 2 "
-        "--out out/sweep",
-        "kvsim sweep --workload sharegpt --rates 1,2,4,8 --slo-ttft 1 --out out/rates",
-        "kvsim report out/sweep"),
-    "compare": _examples(
-        "kvsim compare --workload kshot --policies paged,vllm,contiguous-pow2",
-        "kvsim compare --workload mooncake-conv --num-requests 500 --mem-fraction-static 0.85 "
-        "--out out/cmp"),
-    "plan": _examples(
-        "kvsim plan --model llama-3.1-70b --gpu h100 --tp 4 --budget vllm",
-        "kvsim plan --model-config ./Llama-3.1-8B --gpu-memory-utilization 0.9 --json",
-        "kvsim plan --workload chat --num-requests 300 --page-sizes 1..128 --out out/plan"),
-    "plot": _examples("kvsim plot out/sweep --slo-ttft 1"),
-    "report": _examples("kvsim report out/sweep    # out/sweep/report.md and report.html"),
-}
 
 
 def _version(value: bool) -> None:
@@ -127,103 +50,7 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="show Python tracebacks of errors"),
 ) -> None:
     """kvsim: which page size, which allocator policy, how much memory, for your traffic."""
-    _STATE["debug"] = debug
-
-
-# -- options generated from the specs' fields --------------------------------------------------
-def _option_param(name: str) -> inspect.Parameter:
-    o = OPTIONS[name]
-    help_text = o.help
-    allowed = o.allowed()
-    if allowed:
-        joined = ", ".join(allowed)
-        help_text += f" [{joined}]" if len(joined) < 160 else f" [{len(allowed)} values]"
-    # a boolean is a --x/--no-x pair; a spelling that implies other options is its own
-    # parameter (the command must know which spelling was typed)
-    plain = [f for f in o.flags if f.lstrip("-").replace("-", "_") not in IMPLIED]
-    decls = [f"{o.flag}/--no-{o.flag[2:]}"] if o.type is bool else [o.flag, *plain]
-    option = typer.Option(o.default, *decls, help=help_text, rich_help_panel=o.panel,
-                          show_default=o.default is not None)
-    annotation = Optional[o.type] if o.default is None else o.type  # noqa: UP045 (typer reads it)
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                             annotation=annotation)
-
-
-def _implied_params(name: str) -> list[inspect.Parameter]:
-    """One parameter per engine spelling of option `name` that implies other options
-    (`--gpu-memory-utilization`: `--mem-fraction` with `--budget vllm`)."""
-    o = OPTIONS[name]
-    out = []
-    for f in o.flags:
-        key = f.lstrip("-").replace("-", "_")
-        if key not in IMPLIED:
-            continue
-        also = " ".join(f"{OPTIONS[k].flag} {v}" for k, v in IMPLIED[key].items())
-        option = typer.Option(None, f, help=f"{o.flag} with {also}", rich_help_panel=o.panel)
-        out.append(inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=option,
-                                     annotation=Optional[o.type]))  # noqa: UP045
-    return out
-
-
-def _config_param() -> inspect.Parameter:
-    return inspect.Parameter(
-        "config", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],  # noqa: UP045
-        default=typer.Option(None, "--config", help="experiment file (TOML with the option "
-                             "names as keys, or a saved config.json); flags override it",
-                             rich_help_panel="Output"))
-
-
-def with_options(*, skip: tuple[str, ...] = ()) -> Callable:
-    """Give a command every option (minus `skip` and its own parameters) and `--config`; the
-    command receives the merged `opts: RunOptions` (and `file_extras`, the config file's values
-    for its own parameters, if it asks for them)."""
-
-    def deco(fn: Callable) -> Callable:
-        hints = typing.get_type_hints(fn)
-        sig = inspect.signature(fn)
-        own = [p.replace(annotation=hints.get(p.name, p.annotation))
-               for p in sig.parameters.values() if p.name not in ("opts", "file_extras", "ctx")]
-        own_names = {p.name for p in own}
-        gen = [p for name in OPTIONS if name not in own_names and name not in skip
-               for p in (_option_param(name), *_implied_params(name))]
-        ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                      annotation=typer.Context)
-        params = [ctx_param, *own, *gen, _config_param()]
-
-        def wrapper(ctx: typer.Context, **kwargs: Any) -> Any:
-            config = kwargs.pop("config", None)
-            given = {k: v for k, v in kwargs.items()
-                     if (k in OPTIONS or k in IMPLIED) and k not in own_names
-                     and _from_user(ctx, k)}
-            opts, extras = options_from(config, given, own_names)
-            call = {k: v for k, v in kwargs.items() if k in own_names}
-            for k, v in extras.items():  # the file's values for the command's own options
-                target = k if k in own_names else AXIS_PARAMS.get(k)
-                if target not in own_names:
-                    raise ValueError(f"--config: {k!r} is a list; only kvsim sweep takes "
-                                     f"lists (of {', '.join(SWEEP_AXES)})")
-                if not _from_user(ctx, target):
-                    call[target] = ",".join(str(x) for x in v) if isinstance(v, list) else v
-            if "file_extras" in sig.parameters:
-                call["file_extras"] = extras
-            if "ctx" in sig.parameters:
-                call["ctx"] = ctx
-            return fn(opts=opts, **call)
-
-        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        wrapper.__name__ = fn.__name__
-        wrapper.__doc__ = fn.__doc__
-        return wrapper
-
-    return deco
-
-
-def _from_user(ctx: typer.Context, name: str) -> bool:
-    """True when option `name` was typed on the command line (or came from the environment),
-    not left at its default: only such values override the --config file."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+    STATE["debug"] = debug
 
 
 def _console():
@@ -242,7 +69,7 @@ def _warn_overload(rows: list[dict[str, Any]]) -> None:
 
 
 # -- run ------------------------------------------------------------------------------------------
-@app.command(epilog=EXAMPLES["run"])
+@app.command(epilog=epilog("run"))
 @with_options()
 def run(
     opts: RunOptions,
@@ -254,65 +81,33 @@ def run(
         help="progress bar over requests", rich_help_panel="Output"),
 ) -> None:
     """One simulation: prints the memory breakdown and the latency summary."""
-    if progress is None:  # long runs show a bar when someone is watching
-        progress = sys.stderr.isatty()
-    from experiments.runner import config_document, simulate_options
-    from reports.events import EventCollector
-    from reports.io import check_writable
-    from reports.results import write_run
+    from experiments.run_one import simulate_one, write_one
     from reports.tables import breakdown_table, latency_table, run_header
 
-    if events is not None and (not str(events).strip() or events.is_dir()):
-        raise ValueError(f"--events {str(events)!r}: give a file name (not a directory)")
-    if opts.output.out:
-        check_writable(opts.output.out)
-    sink = EventCollector() if events is not None else None
-    row, result = simulate_options(opts, progress=progress, event_sink=sink)
+    if progress is None:  # long runs show a bar when someone is watching
+        progress = sys.stderr.isatty()
+    one = simulate_one(opts, events=events, progress=progress)
     con = _console()
-    con.print(run_header(row))
-    con.print(breakdown_table([row]))
-    con.print(latency_table([row]))
-    _print_reuse(con, [row])
-    _warn_overload([row])
-    if sink is not None:
-        sink.write(events, result.timeline, result.requests)
+    con.print(run_header(one.row))
+    con.print(breakdown_table([one.row]))
+    con.print(latency_table([one.row]))
+    _print_reuse(con, [one.row])
+    _warn_overload([one.row])
+    if events is not None:
         con.print(f"events: {events} (open in ui.perfetto.dev)")
     out = opts.output.out
     if out:
-        from reports.plots import plot_dir
-
-        write_run(out, [row], [result], config_document("run", opts))
-        figures = plot_dir(Path(out))
         con.print(f"results: {out}/ (summary.csv, requests.parquet, timeline.parquet, "
-                  f"config.json, {len(figures)} figures)")
+                  f"config.json, {write_one(opts, one)} figures)")
 
 
 # -- sweep ----------------------------------------------------------------------------------------
-@app.command(epilog=EXAMPLES["sweep"])
-@with_options()
+@app.command(epilog=epilog("sweep"))
+@with_options(grid={name: DEFAULT_PAGE_SIZES if name == "page_size" else None
+                    for name in SWEEP_AXES})
 def sweep(
     opts: RunOptions,
-    page_sizes: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--page-sizes", help=f"page sizes, comma list or a..b powers of two "
-        f"[default: {DEFAULT_PAGE_SIZES}]", rich_help_panel="Grid"),
-    policies: Optional[str] = typer.Option(None, "--policies",  # noqa: UP045
-                                           help="policies, comma list [default: --policy]",
-                                           rich_help_panel="Grid"),
-    placements: Optional[str] = typer.Option(None, "--placements",  # noqa: UP045
-                                             help="placements [default: --placement]",
-                                             rich_help_panel="Grid"),
-    rates: Optional[str] = typer.Option(None, "--rates", help="request rates [default: "  # noqa: UP045
-                                        "--rate]", rich_help_panel="Grid"),
-    kv_tokens: Optional[str] = typer.Option(None, "--kv-tokens", help="KV pool sizes in "  # noqa: UP045
-                                            "slots, comma list", rich_help_panel="Grid"),
-    seeds: Optional[str] = typer.Option(None, "--seeds", help="seeds [default: --seed]",  # noqa: UP045
-                                        rich_help_panel="Grid"),
-    workloads: Optional[str] = typer.Option(None, "--workloads",  # noqa: UP045
-                                            help="workloads [default: --workload]",
-                                            rich_help_panel="Grid"),
-    hicache_ratios: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--hicache-ratios", help="host KV tier sizes as multiples of the device pool, "
-        "comma list (0: none) [default: --hicache-ratio]", rich_help_panel="Grid"),
+    lists: dict[str, str | None],
     jobs: int = typer.Option(1, "--jobs", "-j", help="worker processes (local pool, or the "
                              "local Dask cluster)", rich_help_panel="Grid"),
     executor: str = typer.Option("local", "--executor", help="where cells run [local, dask]",
@@ -328,36 +123,11 @@ def sweep(
 ) -> None:
     """A grid of simulations, one summary row per cell; resumable (cells already in
     DIR/summary.csv, by config hash, are skipped)."""
-    from experiments.executors import check_jobs, make_executor
-    from experiments.runner import CELL_PRELOAD, run_cell
-    from reports.io import check_writable
-
-    out = Path(opts.output.out or "kvsim-sweep")
-    check_jobs(jobs)
-    check_writable(out)
-    runner = make_executor(executor, run_cell, scheduler_address, preload=CELL_PRELOAD)
-    runner.warm_up(jobs)  # local workers start importing now, while this process sets up
-
-    from experiments.grid import page_sizes_for, sweep_axes
-    from experiments.runner import config_document, run_sweep
+    from experiments.sweep import run_grid
     from reports.plots import plot_dir
-    from reports.results import write_config
 
-    page_sizes, notes = page_sizes_for(opts, page_sizes)
-    for note in notes:
-        typer.echo(note)
-    axes = sweep_axes({"page_size": page_sizes,
-                       "policy": policies, "placement": placements, "rate": rates,
-                       "kv_tokens": kv_tokens, "seed": seeds, "workload": workloads,
-                       "hicache_ratio": hicache_ratios})
-    grid = cells(opts, axes)
-    for c in grid:  # every user mistake (a model that does not fit...) before the first cell
-        c.sim_config()
-    write_config(out, config_document("sweep", opts, axes=axes))
-    df = run_sweep(grid, out, jobs=jobs, progress=progress, executor=runner,
-                   announce=lambda todo, done: typer.echo(
-                       f"{len(grid)} cell(s): {todo} to run, {done} already in "
-                       f"{out}/summary.csv"))
+    out, df = run_grid(opts, lists, jobs=jobs, executor=executor,
+                       scheduler_address=scheduler_address, progress=progress, say=typer.echo)
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
     _warn_overload(df.to_dict("records"))
     if plot and len(df):
@@ -367,13 +137,11 @@ def sweep(
 
 
 # -- compare --------------------------------------------------------------------------------------
-@app.command(epilog=EXAMPLES["compare"])
-@with_options()
+@app.command(epilog=epilog("compare"))
+@with_options(grid={"policy": COMPARED})
 def compare(
     opts: RunOptions,
-    policies: str = typer.Option("paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,"
-                                 "contiguous-oracle", "--policies",
-                                 help="policies to compare, comma list", rich_help_panel="Grid"),
+    lists: dict[str, str | None],
     baseline: Optional[str] = typer.Option(  # noqa: UP045
         None, "--baseline", help="policy the deltas are taken against [default: the first "
         "of --policies]", rich_help_panel="Grid"),
@@ -384,80 +152,39 @@ def compare(
 ) -> None:
     """Several policies on one workload: a table, the deltas against a baseline policy and a
     stacked bar of the breakdown."""
-    from experiments.progress import RequestBar
-    from experiments.runner import config_document, simulate_options
-    from reports.deltas import baseline_index
-    from reports.io import check_writable
-    from reports.plots import plot_results
-    from reports.results import write_run
+    from experiments.compare import compare_policies, write_compare, write_deltas
+    from reports.deltas import admission_notes, delta_table
     from reports.tables import breakdown_table, latency_table
 
-    names = parse_list(policies, str, "--policies") or []
-    base = baseline_index(names, baseline)
-    runs = cells(opts, {"policy": names})
-    for r in runs:  # every user mistake before the first simulation
-        r.sim_config()
-    out = Path(opts.output.out or "kvsim-compare")
-    check_writable(out)
-    rows, results = [], []
-    bar = RequestBar(len(runs), enabled=sys.stderr.isatty() if progress is None else progress,
-                     desc="compare")
-    try:
-        for r in runs:
-            row, res = simulate_options(r, progress=bar)
-            rows.append(row)
-            results.append(res)
-    finally:
-        bar.close()
+    c = compare_policies(opts, lists["policy"], baseline,
+                         sys.stderr.isatty() if progress is None else progress)
     con = _console()
-    con.print(breakdown_table(rows))
-    con.print(latency_table(rows))
-    _print_deltas(con, rows, names, base, out)
-    _print_reuse(con, rows)
-    _warn_overload(rows)
-    write_run(out, rows, results, config_document("compare", opts, axes={"policy": names}))
-    import pandas as pd
+    con.print(breakdown_table(c.rows))
+    con.print(latency_table(c.rows))
+    if len(c.rows) >= 2:
+        con.print(delta_table(c.rows, c.names, c.base))
+        _print_lines(con, admission_notes(c.rows, c.names, c.base))
+        write_deltas(c)
+    _print_reuse(con, c.rows)
+    _warn_overload(c.rows)
+    paths = write_compare(opts, c)
+    con.print(f"results: {c.out}/; figures: {', '.join(p.name for p in paths)}")
 
-    paths = plot_results(pd.DataFrame(rows), out / "figures",
-                         requests=pd.read_parquet(out / "requests.parquet"),
-                         timeline=pd.read_parquet(out / "timeline.parquet"),
-                         axes={"policy": names})
-    con.print(f"results: {out}/; figures: {', '.join(p.name for p in paths)}")
+
+def _print_lines(con, lines: list[str]) -> None:
+    for line in lines:
+        con.print(line, markup=False, highlight=False)
 
 
 def _print_reuse(con, rows: list[dict[str, Any]]) -> None:
     """The hit rate next to the ideal and where the gap went (reports.reuse_view)."""
     from reports.reuse_view import reuse_lines
 
-    for line in reuse_lines(rows, [str(r.get("policy", "")) for r in rows]):
-        con.print(line, markup=False, highlight=False)
-
-
-def _print_deltas(con, rows: list[dict[str, Any]], names: list[str], base: int,
-                  out: Path) -> None:
-    """compare: the deltas table on the terminal, and as out/deltas.csv."""
-    import pandas as pd
-
-    from reports.deltas import admission_notes, delta_records, delta_table
-    from reports.io import write_csv_atomic
-
-    if len(rows) < 2:
-        return
-    con.print(delta_table(rows, names, base))
-    for line in admission_notes(rows, names, base):
-        con.print(line, markup=False, highlight=False)
-    write_csv_atomic(out / "deltas.csv", pd.DataFrame(delta_records(rows, names, base)))
+    _print_lines(con, reuse_lines(rows, [str(r.get("policy", "")) for r in rows]))
 
 
 # -- plot / report --------------------------------------------------------------------------------
-def _results_dir(d: Path) -> Path:
-    if not d.is_dir():
-        raise ValueError(f"DIR {str(d)!r} is not a directory (give the --out directory of kvsim "
-                         "run / sweep / compare)")
-    return d
-
-
-@app.command(epilog=EXAMPLES["plot"])
+@app.command(epilog=epilog("plot"))
 def plot(
     results: Path = typer.Argument(..., metavar="DIR", help="a results directory"),
     out: Optional[Path] = typer.Option(None, "--out", help="figure directory "  # noqa: UP045
@@ -467,13 +194,14 @@ def plot(
 ) -> None:
     """PNG figures from saved results (no re-simulation)."""
     from reports.plots import plot_dir
+    from reports.results import results_dir
 
-    paths = plot_dir(_results_dir(results), out, slo_ttft=slo_ttft, slo_tpot=slo_tpot)
+    paths = plot_dir(results_dir(results), out, slo_ttft=slo_ttft, slo_tpot=slo_tpot)
     for p in paths:
         typer.echo(str(p))
 
 
-@app.command(epilog=EXAMPLES["report"])
+@app.command(epilog=epilog("report"))
 def report(
     results: Path = typer.Argument(..., metavar="DIR", help="a results directory"),
     slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", help="TTFT p99 target (s)"),  # noqa: UP045
@@ -481,8 +209,9 @@ def report(
 ) -> None:
     """A one-page Markdown + HTML report (figures embedded) from saved results."""
     from reports.report import build_report
+    from reports.results import results_dir
 
-    md, html = build_report(_results_dir(results), slo_ttft=slo_ttft, slo_tpot=slo_tpot)
+    md, html = build_report(results_dir(results), slo_ttft=slo_ttft, slo_tpot=slo_tpot)
     typer.echo(f"{md}\n{html}")
 
 
@@ -500,77 +229,48 @@ def diff(
 ) -> None:
     """Two saved runs or sweeps side by side: the metrics of each paired run (by the swept
     axes), B - A with better / worse, the option changes, diff.csv and figures overlaid."""
-    from reports.deltas import delta_table
-    from reports.diff import load_side, option_changes, pair_label, side_rows, write_diff
+    from reports.diff import diff_view
 
-    la = label_a or run_a.resolve().name
-    lb = label_b or run_b.resolve().name
-    if la == lb:
-        la, lb = f"A:{la}", f"B:{lb}"
-    a = load_side(run_a, la, "RUN_A")
-    b = load_side(run_b, lb, "RUN_B")
-    pairs, keys, figs = write_diff(a, b, out)
+    items, rows = diff_view(run_a, run_b, out, label_a, label_b)
     con = _console()
-    changes = option_changes(a, b)
-    con.print(f"{la} -> {lb}: " + ("; ".join(changes) if changes else "same options"),
-              markup=False, highlight=False)
-    for (_, pr), ra, rb in zip(pairs.iterrows(), side_rows(pairs, "_a"),
-                               side_rows(pairs, "_b"), strict=True):
-        con.print(delta_table([ra, rb], [la, lb], 0, title=pair_label(pr, keys)))
-    unpaired = len(a.summary) + len(b.summary) - 2 * len(pairs)
-    if unpaired > 0:
-        con.print(f"{unpaired} row(s) without a partner left out", markup=False)
-    _warn_overload([*side_rows(pairs, "_a"), *side_rows(pairs, "_b")])
-    con.print(f"diff: {out}/diff.csv; figures: {', '.join(p.name for p in figs)}",
-              markup=False, highlight=False)
+    for item in items[:-1]:  # lines as they are, tables with their colours
+        con.print(item, **({"markup": False, "highlight": False} if isinstance(item, str)
+                           else {}))
+    _warn_overload(rows)
+    con.print(items[-1], markup=False, highlight=False)
 
 
 # -- listings -------------------------------------------------------------------------------------
 @app.command()
 def models() -> None:
     """Model presets, one line each (hybrids: their layer mix)."""
-    from kvcore.hybrid_presets import LAYOUTS
-    from kvcore.presets import MODELS
+    from reports.listings import model_lines
 
-    for m in MODELS.values():
-        extra = " MLA" if m.is_mla else ""
-        extra += f" MoE {m.num_experts}x" if m.is_moe else ""
-        extra += f"  [{LAYOUTS[m.id].mix}]" if m.id in LAYOUTS else ""
-        typer.echo(f"{m.id:<19} {m.num_params / 1e9:7.1f}B  {m.num_layers:3d} layers  "
-                   f"{m.num_kv_heads:3d} KV heads x {m.head_dim}  "
-                   f"{m.kv_bytes_per_token():>9,} B/token KV  max ctx {m.max_position:,}"
-                   f"{extra}")
+    _echo_lines(model_lines())
 
 
 @app.command()
 def gpus() -> None:
     """GPU presets, one line each."""
-    from kvcore.presets import GPUS
+    from reports.listings import gpu_lines
 
-    for g in GPUS.values():
-        typer.echo(f"{g.id:<10} {g.name:<18} {g.mem_gb:5.0f} GB ({g.mem_gib:6.2f} GiB to CUDA)  "
-                   f"{g.bandwidth_tb_s:5.2f} TB/s  "
-                   f"{g.bf16_tflops:6.0f} TFLOPS bf16")
+    _echo_lines(gpu_lines())
 
 
 @app.command("workloads")
 def workloads_cmd() -> None:
     """Built-in workloads and bundled traces, one line each."""
-    from workloads import list_workloads
+    from reports.listings import workload_lines
 
-    for name, desc in list_workloads().items():
-        typer.echo(f"{name:<18} {desc}")
+    _echo_lines(workload_lines())
 
 
 @app.command()
 def policies() -> None:
     """KV allocation policies and when to pick each, one line each."""
-    from kvcore.policies import policy_help
-    from kvcore.policies.placement import placement_names
+    from reports.listings import policy_lines
 
-    for name, when in policy_help().items():
-        typer.echo(f"{name:<18} {when}")
-    typer.echo(f"(placements for contiguous-*: {', '.join(placement_names())})")
+    _echo_lines(policy_lines())
 
 
 @app.command()
@@ -598,20 +298,10 @@ def trace_stats_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Lengths, rate, sessions and ideal prefix reuse of a trace."""
-    from simulator.specs import PolicySpec
-    from workloads import WorkloadSpec, build_workload, list_workloads, trace_stats
+    from experiments.trace_stats import file_stats
 
-    PolicySpec(page_size=page_size)  # the page size's domain, checked where it is defined
-    given = WorkloadSpec(format=format, skip_bad_rows=skip_bad_rows,  # checks the values
-                         num_requests=num_requests, rate=rate)
-    if not Path(file).exists() and file in list_workloads():
-        spec = WorkloadSpec(name=file, num_requests=num_requests)
-    else:
-        if not Path(file).is_file():
-            raise ValueError(f"FILE {file!r}: no such file (or built-in workload: "
-                             f"{', '.join(list_workloads())})")
-        spec = replace(given, trace=file)
-    s = trace_stats(build_workload(spec), page_size)
+    s = file_stats(file, page_size, format=format, skip_bad_rows=skip_bad_rows,
+                   num_requests=num_requests, rate=rate)
     if as_json:
         typer.echo(json.dumps(s, indent=2))
         return
@@ -624,61 +314,18 @@ def trace_stats_cmd(
 
 
 # -- plan -----------------------------------------------------------------------------------------
-def _plan_host_tier(ctx: typer.Context, opts: RunOptions, target: float, as_json: bool) -> None:
-    """`plan --target-hit-rate`: the host tier search (experiments/host_sizing.py)."""
-    from experiments.host_sizing import size_host_tier
-
-    if not (_from_user(ctx, "workload") or opts.workload.trace is not None):
-        raise ValueError(f"--target-hit-rate {target} needs --trace or --workload to simulate")
-    if opts.output.out:
-        from reports.io import check_writable
-
-        check_writable(opts.output.out)
-    res = size_host_tier(opts, target)
-    if opts.output.out:  # every probe's summary row, as a sweep writes them
-        import pandas as pd
-
-        from reports.io import write_csv_atomic
-
-        out = Path(opts.output.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_csv_atomic(out / "summary.csv", pd.DataFrame(list(res.rows)))
-    if res.overloaded:
-        _warn_overload(list(res.rows))
-    if as_json:
-        typer.echo(json.dumps(res.to_dict(), indent=2))
-        return
-    typer.echo(f"ideal reuse of the workload: {res.ideal_reuse:.4f}; target {target:.4f}")
-    typer.echo("host tier (x pool) | host GiB/rank | hit rate | host hit | TTFT p50 (s)")
-    for s in res.steps:
-        typer.echo(f"{s.ratio:18.3g} | {s.host_gib:13.2f} | {s.prefix_hit_rate:8.4f} | "
-                   f"{s.host_hit_rate:8.4f} | {s.ttft_p50_s:.3f}")
-    if res.needed is None:
-        typer.echo("not reached even with an unbounded host tier")
-    else:
-        typer.echo(f"host memory needed: {res.needed.host_gib:.2f} GiB per rank "
-                   f"(--hicache-ratio {res.needed.ratio:g})")
-    for line in res.notes():
-        typer.echo(f"note: {line}")
-    if opts.output.out:
-        typer.echo(f"results: {opts.output.out}/summary.csv")
-
-
-@app.command(epilog=EXAMPLES["plan"])
-@with_options()
+@app.command(epilog=epilog("plan"))
+@with_options(grid={"page_size": DEFAULT_PAGE_SIZES, "seed": None})
 def plan(
     ctx: typer.Context,
     opts: RunOptions,
+    lists: dict[str, str | None],
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     context_len: Optional[int] = typer.Option(  # noqa: UP045
         None, "--context-len", help="context length of the page-table figure [default: "
         "--max-context-len, else the model's maximum]"),
     tolerance: float = typer.Option(0.02, "--tolerance", help="page-size recommendation: "
                                     "within this fraction of the best"),
-    page_sizes: str = typer.Option(DEFAULT_PAGE_SIZES, "--page-sizes",
-                                   help="page sizes simulated with --trace / --workload"),
-    seeds: int = typer.Option(1, "--seeds", help="seeds per page size (from --seed): with "
-                              "2 or more the recommendation measures its noise band"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
     find_rate: bool = typer.Option(False, "--find-rate", help="also search the highest "
                                    "sustainable rate (as kvsim capacity) at --page-size"),
@@ -698,114 +345,49 @@ def plan(
     recommend one (never from an overloaded run); with --target-hit-rate, size the host KV
     tier instead."""
     if target_hit_rate is not None:
-        _plan_host_tier(ctx, opts, target_hit_rate, as_json)
-        return
-    from experiments.capacity import check_steps
-    from experiments.executors import check_jobs
-    from experiments.grid import page_sizes_for
-    from experiments.planning import page_size_grid, static_plan
-    from reports.recommend import check_tolerance
+        from experiments.host_sizing import plan_host_tier
 
-    check_jobs(jobs)
-    check_steps(steps)
-    if context_len is not None and not 1 <= context_len <= 1 << 24:
-        raise ValueError(f"--context-len must be in [1, 16,777,216], got {context_len}")
-    check_tolerance(tolerance)
-    page_sizes, size_notes = page_sizes_for(opts, page_sizes)
-    sizes = parse_list(page_sizes, int, "--page-sizes") or []
-    page_size_grid(opts, sizes)  # a bad page size is an error even for the static plan
-    study = _from_user(ctx, "workload") or opts.workload.trace is not None
-    result = static_plan(opts, context_len, with_workload=study)
-    doc: dict[str, Any] = result.to_dict()
-    lines: list[str] = list(size_notes) if study else []
-    if find_rate or at_sustainable_rate:
-        opts = _plan_capacity(opts, doc, lines, steps, at_sustainable_rate and study, as_json)
-    rec = None
-    if study:
-        bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
-        if not 1 <= seeds <= 64:
-            raise ValueError(f"--seeds must be in [1, 64], got {seeds}")
-        rec = _plan_study(opts, sizes, tolerance, jobs, bar, doc, lines, seeds)
+        sizing = plan_host_tier(opts, target_hit_rate, from_user(ctx, "workload"))
+        if sizing.overloaded:
+            _warn_overload(list(sizing.rows))
+        _echo_lines([json.dumps(sizing.to_dict(), indent=2)] if as_json
+                    else sizing.report_lines(opts.output.out))
+        return
+    from experiments.plan_modes import PlanRequest, make_plan
+
+    study = from_user(ctx, "workload") or opts.workload.trace is not None
+    bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
+    seeds = parse_list(lists["seed"], int, "--seeds")
+    req = PlanRequest(context_len, tolerance, lists["page_size"],
+                      None if seeds is None else tuple(seeds), jobs, find_rate,
+                      at_sustainable_rate, steps, study, bar)
+    answer = make_plan(opts, req, on_probe=None if as_json else _echo_probe,
+                       announce=None if as_json else lambda m: typer.echo(m, err=True))
+    if answer.study is not None and answer.study.recommendation.overloaded:
+        _warn_overload(list(answer.study.rows))
     if as_json:
-        typer.echo(json.dumps(doc, indent=2, default=str))
+        typer.echo(json.dumps(answer.to_dict(), indent=2, default=str))
         return
     from reports.plan_view import render_plan_all, render_recommendation
 
     con = _console()
-    con.print(render_plan_all(result))
-    if rec is not None:
-        con.print(render_recommendation(rec))
-    for line in lines:
+    con.print(render_plan_all(answer.plan))
+    if answer.study is not None:
+        con.print(render_recommendation(answer.study.recommendation))
+    for line in answer.lines():
         con.print(line, markup=False, highlight=False)
 
 
-def _plan_capacity(opts: RunOptions, doc: dict[str, Any], lines: list[str], steps: int,
-                   use_it: bool, quiet: bool) -> RunOptions:
-    """plan --find-rate / --at-sustainable-rate: the capacity search; the options to study
-    (at the sustainable rate when `use_it` and one was found)."""
-    from experiments.capacity import find_sustainable_rate, scaled
-    from reports.overload_view import capacity_lines
-
-    if not quiet:
-        typer.echo("searching the highest sustainable rate ...", err=True)
-    opts.sim_config()
-    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if quiet else _echo_probe)
-    doc["capacity"] = cap.to_dict()
-    lines.append(capacity_lines(cap)[-1])
-    if not use_it:
-        return opts
-    if cap.flag_value is None:
-        lines.append("no sustainable rate found: the study runs at the requested rate")
-        return opts
-    start = cap.probes[0]
-    lines.append(f"the page-size study ran at {cap.flag} {cap.flag_value:.4g} "
-                 f"({cap.rate_req_s:.4g} req/s), the highest sustainable rate found, instead of "
-                 f"{start.flag_value:.4g} ({start.rate_req_s:.4g} req/s)")
-    doc["study_rate"] = {"flag": cap.flag, "value": cap.flag_value,
-                         "rate_req_s": cap.rate_req_s}
-    return scaled(opts, cap.flag, cap.flag_value)
-
-
-def _plan_study(opts: RunOptions, sizes: list[int], tolerance: float, jobs: int,
-                progress: bool, doc: dict[str, Any], lines: list[str], seeds: int = 1):
-    """plan --trace / --workload: the page-size study and its recommendation (None from an
-    overloaded run: the lines say so and at which rate it ran)."""
-    from experiments.planning import page_size_study
-    from reports.plan_view import recommendation_notes, reuse_line
-    from reports.plots import plot_dir
-    from reports.recommend import recommend_page_size
-
-    out, df = page_size_study(opts, sizes, jobs=jobs, progress=progress, seeds=seeds)
-    rec = recommend_page_size(df, tolerance)
-    figs = plot_dir(out, out / "figures")
-    rates = df["rate_req_s"].astype(float)
-    rate = float(rates.mean()) if len(rates) else float("nan")
-    doc.update(recommended_page_size=rec.page_size, overloaded=rec.overloaded,
-               rate_req_s=rate, recommendation=rec.to_dict())
-    if rec.overloaded:
-        _warn_overload(df.to_dict("records"))
-    if rec.all_overloaded:
-        lines.append(f"not recommending: the study ran at {rate:.4g} req/s "
-                     f"(--rate-scale {opts.workload.rate_scale:g}"
-                     f"{'' if opts.workload.rate is None else f', --rate {opts.workload.rate:g}'}"
-                     "), which this GPU cannot serve; rerun with --at-sustainable-rate")
-    notes = recommendation_notes(rec)
-    if rec.all_overloaded and len(notes) > 1:  # the same story per page size: tell it once
-        notes = [notes[0], f"(and {len(notes) - 1} more page sizes, overloaded alike: "
-                 "overload_reason in summary.csv)"]
-    lines.extend(notes)
-    line = reuse_line(rec)
-    if line is not None:
-        lines.append(line)
-    lines.append(f"figures: {', '.join(str(p) for p in figs)}")
-    return rec
+def _echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        typer.echo(line)
 
 
 def _echo_probe(p: Any) -> None:
-    """One capacity probe, on stderr as it finishes (each is a whole simulation)."""
-    verdict = ("servable  " if not p.overloaded else "misses SLO" if p.reason.startswith("SLO")
-               else "overloaded")
-    typer.echo(f"  {verdict} at {p.flag_value:.4g} ({p.rate_req_s:.4g} req/s)", err=True)
+    """One capacity probe, on stderr as it finishes."""
+    from reports.overload_view import probe_line
+
+    typer.echo(probe_line(p), err=True)
 
 
 @app.command()
@@ -868,9 +450,7 @@ def calibrate(
 
     fit = fit_file(file, out, model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, base=base,
                    backend=backend, page_size=page_size, chunk=chunk)
-    for line in fit_lines(fit):
-        typer.echo(line)
-    typer.echo(f"profile: {out} (use --latency-profile {out})")
+    _echo_lines([*fit_lines(fit), f"profile: {out} (use --latency-profile {out})"])
 
 
 @app.command()
@@ -883,17 +463,27 @@ def validate(
     """kvsim next to the vLLM and SGLang papers' published numbers: prints the Markdown report
     (rows by kind: reproduced, analytic identity, closed-form cross-check) and the counts."""
     from experiments.validation import run_validation
-    from reports.validation_report import (
-        render_validation_markdown,
-        summary_line,
-        write_validation_report,
-    )
+    from reports import validation_report as vr
 
     df = run_validation(quick=quick, progress=True)
-    typer.echo(render_validation_markdown(df), nl=False)
+    typer.echo(vr.render_validation_markdown(df), nl=False)
     if out is not None:
-        typer.echo(f"report: {write_validation_report(df, out)}", err=True)
-    typer.echo(summary_line(df))
+        typer.echo(f"report: {vr.write_validation_report(df, out)}", err=True)
+    typer.echo(vr.summary_line(df))
+
+
+@app.command("cli-reference", hidden=True)
+def cli_reference_cmd() -> None:
+    """Print docs/cli.md (kvsim cli-reference > docs/cli.md)."""
+    typer.echo(cli_reference(), nl=False)
+
+
+def cli_reference() -> str:
+    """docs/cli.md, whole: the template's prose, the commands' usages, the option tables."""
+    from experiments.cli_reference import render
+    from experiments.command_options import command_usages
+
+    return render(command_usages(typer.main.get_command(app)))
 
 
 def main() -> None:

@@ -1,7 +1,13 @@
 """The sweep grid: which options a sweep can vary, how their lists are written, the cells.
 
 A sweep is the cross product of a few option lists (`--page-sizes 1..256 --policies
-paged,vllm`) applied to one set of options; each combination is a cell, a `RunOptions`.
+paged,vllm`) applied to one set of options; each combination is a cell, a `RunOptions`. The
+options a grid can vary are declared on their fields (`spec_field(..., axis=True)`); each has
+one list flag, its plural (experiments/spellings.py `list_flag`), with one meaning in every
+command that offers it: the values to run, a comma list (integers also `a..b`, the powers of
+two from a to b). `kv_tokens` is its own plural, so `--kv-tokens` is that list everywhere; a
+command that runs one configuration takes a list of one value (cli.py says which command runs
+more).
 """
 
 from __future__ import annotations
@@ -10,19 +16,17 @@ import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from experiments.options import RunOptions
+from experiments.options import OPTIONS, RunOptions
+from experiments.spellings import key as spelling_key
 
-# the options a sweep can vary -> the sweep flag listing its values
-SWEEP_AXES = {"page_size": "--page-sizes", "policy": "--policies",
-              "placement": "--placements", "rate": "--rates", "kv_tokens": "--kv-tokens",
-              "seed": "--seeds", "workload": "--workloads", "hicache_ratio": "--hicache-ratios"}
-# a sweep axis in a TOML file (`page_size = [1, 16]`) -> the sweep parameter it fills
-AXIS_PARAMS = {"page_size": "page_sizes", "policy": "policies", "placement": "placements",
-               "rate": "rates", "kv_tokens": "kv_tokens", "seed": "seeds",
-               "workload": "workloads", "hicache_ratio": "hicache_ratios"}
-AXIS_TYPES: dict[str, type] = {"page_size": int, "policy": str, "placement": str, "rate": float,
-                               "kv_tokens": int, "seed": int, "workload": str,
-                               "hicache_ratio": float}
+# the options a grid can vary (declared `axis=True` on their fields) -> the flag of their comma
+# list; page size and policy lead (a figure's x axis and its lines), then the options' order
+SWEEP_AXES: dict[str, str] = {
+    o.name: o.list_flag for o in sorted((o for o in OPTIONS.values() if o.axis),
+                                        key=lambda o: (o.name != "page_size", o.name != "policy"))}
+# an axis's list flag as a parameter name (`page_sizes`; a TOML list fills it)
+AXIS_PARAMS: dict[str, str] = {name: spelling_key(f) for name, f in SWEEP_AXES.items()}
+AXIS_TYPES: dict[str, type] = {name: OPTIONS[name].type for name in SWEEP_AXES}
 DEFAULT_PAGE_SIZES = "1,2,4,8,16,32,64,128,256"
 
 

@@ -12,6 +12,7 @@ anything runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from experiments.options import RunOptions
@@ -68,6 +69,23 @@ class HostSizing:
                        "8-GPU server gives each GPU (NVIDIA DGX H100: 2 TB for 8 GPUs); "
                        "consider a storage tier (--storage-size) or more ranks")
         return out
+
+    def report_lines(self, out: str | None = None) -> list[str]:
+        """`plan --target-hit-rate`'s answer in words: a table of the steps, the host memory
+        needed, the notes, and where the rows went."""
+        lines = [f"ideal reuse of the workload: {self.ideal_reuse:.4f}; target {self.target:.4f}",
+                 "host tier (x pool) | host GiB/rank | hit rate | host hit | TTFT p50 (s)"]
+        lines += [f"{s.ratio:18.3g} | {s.host_gib:13.2f} | {s.prefix_hit_rate:8.4f} | "
+                  f"{s.host_hit_rate:8.4f} | {s.ttft_p50_s:.3f}" for s in self.steps]
+        if self.needed is None:
+            lines.append("not reached even with an unbounded host tier")
+        else:
+            lines.append(f"host memory needed: {self.needed.host_gib:.2f} GiB per rank "
+                         f"(--hicache-ratio {self.needed.ratio:g})")
+        lines += [f"note: {line}" for line in self.notes()]
+        if out:
+            lines.append(f"results: {out}/summary.csv")
+        return lines
 
     def to_dict(self) -> dict:
         return {"target_hit_rate": self.target, "ideal_reuse": self.ideal_reuse,
@@ -136,4 +154,26 @@ def size_host_tier(opts: RunOptions, target: float) -> HostSizing:
     return done(high)
 
 
-__all__ = ["TYPICAL_HOST_GIB_PER_GPU", "HostSizing", "SizingStep", "host_gib", "size_host_tier"]
+def plan_host_tier(opts: RunOptions, target: float, workload_given: bool) -> HostSizing:
+    """`plan --target-hit-rate`: the search on the options' workload (one must be given), every
+    probe's summary row written to --out/summary.csv as a sweep writes them."""
+    if not (workload_given or opts.workload.trace is not None):
+        raise ValueError(f"--target-hit-rate {target} needs --trace or --workload to simulate")
+    out = opts.output.out
+    if out:
+        from reports.io import check_writable
+
+        check_writable(out)
+    res = size_host_tier(opts, target)
+    if out:
+        import pandas as pd
+
+        from reports.io import write_csv_atomic
+
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_csv_atomic(Path(out) / "summary.csv", pd.DataFrame(list(res.rows)))
+    return res
+
+
+__all__ = ["TYPICAL_HOST_GIB_PER_GPU", "HostSizing", "SizingStep", "host_gib", "plan_host_tier",
+           "size_host_tier"]

@@ -32,6 +32,8 @@ from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from experiments.spellings import IMPLIES, SPELLINGS, check_spellings, list_flag
+from experiments.spellings import key as spelling_key
 from kvcore.fields import (
     MAX_I32,
     Domain,
@@ -57,17 +59,14 @@ class OutputSpec:
 
     out: str | None = spec_field(None, "output directory", path=True, hashed=False)
     # SLO targets (experiments/slo.py): `--slo-ttft-p99 2` is `--slo-ttft 2 --slo-percentile
-    # 99`; a run meets its SLO when at least that share of its requests meets every target
-    # given (DistServe's goodput attainment, arXiv 2401.09670 section 2)
+    # 99` (experiments/spellings.py); a run meets its SLO when at least that share of its
+    # requests meets every target given (DistServe's goodput attainment, arXiv 2401.09670 section 2)
     slo_ttft: float | None = spec_field(
         None, "TTFT target (s): the SLO columns of summary.csv, capacity's goodput search, "
-        "the rate plot's mark", domain=Domain(0, lo_inclusive=False), hashed=False,
-        flags=("--slo-ttft-p99", "--slo-ttft-p90", "--slo-ttft-p50"),
-        implies={f"--slo-ttft-p{p}": {"slo_percentile": float(p)} for p in (99, 90, 50)})
+        "the rate plot's mark", domain=Domain(0, lo_inclusive=False), hashed=False)
     slo_tpot: float | None = spec_field(
         None, "TPOT target (s), as --slo-ttft", domain=Domain(0, lo_inclusive=False),
-        hashed=False, flags=("--slo-tpot-p99", "--slo-tpot-p90", "--slo-tpot-p50"),
-        implies={f"--slo-tpot-p{p}": {"slo_percentile": float(p)} for p in (99, 90, 50)})
+        hashed=False)
     slo_percentile: float = spec_field(
         99.0, "share of requests (%) that must meet every SLO target",
         domain=Domain(0, 100, lo_inclusive=False), hashed=False)
@@ -109,8 +108,18 @@ class Option:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """Extra command-line spellings (aliases)."""
-        return self.field.metadata["flags"]
+        """Extra command-line spellings (experiments/spellings.py)."""
+        return SPELLINGS.get(self.name, ())
+
+    @property
+    def axis(self) -> bool:
+        """A grid of runs may vary it (a sweep takes a list of its values)."""
+        return bool(self.field.metadata.get("axis"))
+
+    @property
+    def list_flag(self) -> str:
+        """The flag of its comma list in a grid (`--page-sizes`)."""
+        return list_flag(self.name)
 
     @property
     def hashed(self) -> bool:
@@ -132,13 +141,12 @@ OPTIONS: dict[str, Option] = {
     option_name(f): Option(option_name(f), attr, f)
     for attr, cls in SPECS.items() for f in fields(cls) if is_option(f)
 }
+check_spellings(set(OPTIONS))
 # another spelling (an extra flag without its dashes, underscored) -> the option's name
-ALIASES: dict[str, str] = {a.lstrip("-").replace("-", "_"): o.name
-                           for o in OPTIONS.values() for a in o.flags}
+ALIASES: dict[str, str] = {spelling_key(a): o.name for o in OPTIONS.values() for a in o.flags}
 # an engine's own spelling -> the other options it sets (its engine's rule)
 IMPLIED: dict[str, dict[str, Any]] = {
-    a.lstrip("-").replace("-", "_"): dict(values)
-    for o in OPTIONS.values() for a, values in o.field.metadata["implies"].items()}
+    spelling_key(a): dict(IMPLIES[a]) for o in OPTIONS.values() for a in o.flags if a in IMPLIES}
 
 
 def option_key(key: str) -> str | None:
@@ -311,13 +319,11 @@ class RunOptions:
 
 
 def option_reference() -> str:
-    """docs/cli.md's option tables, from the same metadata as `--help` (a test keeps the
-    document equal to this)."""
-    headings = {"Workload": "Workload", "Policy": "Policy", "Memory and model":
-                "Memory and model", "Engine": "Engine", "Output": "Output"}
+    """docs/cli.md's option tables, one per help panel, from the same metadata as `--help`
+    (docs/cli.md is generated whole: experiments/cli_reference.py)."""
     lines: list[str] = []
-    for panel, heading in headings.items():
-        lines += [f"#### {heading}", "", "| option | default | meaning |", "|---|---|---|"]
+    for panel in PANELS.values():
+        lines += [f"#### {panel}", "", "| option | default | meaning |", "|---|---|---|"]
         for o in OPTIONS.values():
             if o.panel != panel:
                 continue
@@ -328,6 +334,8 @@ def option_reference() -> str:
             allowed = o.allowed()
             if allowed:
                 meaning += ": " + ", ".join(f"`{a}`" for a in allowed)
+            if o.axis:
+                meaning += f" (a grid axis: `{o.list_flag}`)"
             lines.append(f"| {names} | {default} | {meaning} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -36,17 +36,19 @@ def static_plan(opts: RunOptions, context_len: int | None = None,
                 lengths=lengths)
 
 
-def page_size_grid(opts: RunOptions, sizes: Sequence[int], seeds: int = 1) -> list[RunOptions]:
-    """The options at each page size (and, with `seeds` > 1, each of that many seeds from
-    --seed on: the recommendation's noise band, reports/recommend.py), every one validated."""
+def page_size_grid(opts: RunOptions, sizes: Sequence[int],
+                   seeds: Sequence[int] | None = None) -> list[RunOptions]:
+    """The options at each page size (and at each of `seeds`, else at --seed: two or more
+    measure the recommendation's noise band, reports/recommend.py), every one validated."""
     axes: dict[str, list[int]] = {"page_size": list(sizes)}
-    if seeds > 1:
-        axes["seed"] = [opts.engine.seed + k for k in range(seeds)]
+    if seeds is not None:
+        axes["seed"] = list(seeds)
     return cells(opts, axes)
 
 
 def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 1,
-                    progress: bool = True, seeds: int = 1) -> tuple[Path, pd.DataFrame]:
+                    progress: bool = True, seeds: Sequence[int] | None = None
+                    ) -> tuple[Path, pd.DataFrame]:
     """Simulate the options at each page size into --out (default kvsim-plan); returns the
     directory and the study's rows (a resumed directory may hold other rows too). With one
     job the progress bar moves per simulated request, over every page size."""

@@ -1,16 +1,18 @@
 """Field metadata shared by every configuration spec, and the one validator that reads it.
 
 A run's configuration is composed of frozen specs, each owned by the package that uses it:
-`kvcore.memory.MemorySpec`, `workloads.spec.WorkloadSpec`, `simulator.specs.PolicySpec` and
-`EngineSpec`, `experiments.options.OutputSpec`. Every field of a spec is one command-line option
-(`page_size` is `--page-size`) and one key of an experiment file. What the CLI and the
-validator need to know about it (help text, extra spellings, allowed values, numeric domain,
-whether it changes results) is declared once, on the field, with `spec_field`; the CLI
-generates its options from it and `check_fields` validates a spec when it is built, so a field
-is checked in one place: the class that owns it.
+`kvcore.memory.MemorySpec`, `workloads.spec.WorkloadSpec`, `simulator.specs.PolicySpec`,
+`EngineSpec` and `TierSpec`, `experiments.options.OutputSpec`. What a field means (help text,
+allowed values, numeric domain, whether it changes results, whether a grid of runs may vary
+it) is declared once, on the field, with `spec_field`, and `check_fields` validates a spec
+when it is built, so a field is checked in one place: the class that owns it.
 
 This module is in kvcore, the bottom layer, so that every spec above can use it without an
-import going upwards. It imports nothing from the other packages.
+import going upwards; it imports nothing from the other packages and knows nothing of a
+command line: how an option is spelled besides its name (an engine's own flag, an old
+name, the list flag of a sweep) lives in experiments/spellings.py. Errors name a field the
+way every layer names it, `--` and the field's name with dashes (`--page-size`), so a
+message reads the same from a spec, a file key or a flag.
 """
 
 from __future__ import annotations
@@ -49,38 +51,31 @@ class Domain:
         return f"{left}{self.lo}, {top}"
 
 
-def spec_field(default: Any, help: str, *, flags: tuple[str, ...] = (),
-               choices: Choices | None = None, domain: Domain | None = None,
-               normalize: Callable[[str], str] | None = None, path: bool = False,
-               hashed: bool = True, option: str | None = None,
-               derived: str | None = None,
-               implies: dict[str, dict[str, Any]] | None = None) -> Any:
-    """A dataclass field that is also a command-line option and an experiment-file key.
+def spec_field(default: Any, help: str, *, choices: Choices | None = None,
+               domain: Domain | None = None, normalize: Callable[[str], str] | None = None,
+               path: bool = False, hashed: bool = True, option: str | None = None,
+               derived: str | None = None, axis: bool = False) -> Any:
+    """A dataclass field that is also a run option (one name for the flag, the experiment-file
+    key and the summary column).
 
-    `flags`: extra spellings (`--num-gpu-blocks-override`, an old `--think-time`), accepted on
-    the command line and, without the dashes, as file keys. `choices`: the allowed values, a
-    tuple or a zero-argument callable (registries are read lazily). `domain`: the numbers a
-    numeric option accepts. `normalize`: how a value is spelled before it is compared with the
-    choices (case, aliases). `path`: a file or directory name (must not be empty). `hashed`:
-    False for options that do not change the numbers (output paths, devices, checks; memory
-    inputs whose resolved pool size is hashed instead). `option`: the option's name when it is
-    not the field's (WorkloadSpec.name is `--workload`). `derived`: not an option of a composed
-    run; the run fills it from the option of that name (a workload's seed is the run's seed).
-    `implies`: extra spelling -> other options it sets, for an engine's own name that carries
-    that engine's meaning (vLLM's `--gpu-memory-utilization` is the fraction of vLLM's budget
-    rule, so it also sets `budget = "vllm"`).
+    `choices`: the allowed values, a tuple or a zero-argument callable (registries are read
+    lazily). `domain`: the numbers a numeric option accepts. `normalize`: how a value is
+    spelled before it is compared with the choices (case, aliases). `path`: a file or
+    directory name (must not be empty). `hashed`: False for options that do not change the
+    numbers (output paths, devices, checks; memory inputs whose resolved pool size is hashed
+    instead). `option`: the option's name when it is not the field's (WorkloadSpec.name is
+    `workload`). `derived`: not an option of a composed run; the run fills it from the option
+    of that name (a workload's seed is the run's seed). `axis`: a grid of runs may vary it
+    (a sweep takes a list of its values; experiments/grid.py).
     """
-    unknown = sorted(set(implies or {}) - set(flags))
-    if unknown:
-        raise ValueError(f"implies names spellings not in flags: {', '.join(unknown)}")
-    meta = {"help": help, "flags": flags, "choices": choices, "domain": domain,
-            "normalize": normalize, "path": path, "hashed": hashed, "option": option,
-            "derived": derived, "implies": dict(implies or {})}
+    meta = {"help": help, "choices": choices, "domain": domain, "normalize": normalize,
+            "path": path, "hashed": hashed, "option": option, "derived": derived,
+            "axis": axis}
     return field(default=default, metadata=meta)
 
 
 def flag(name: str) -> str:
-    """The command-line spelling of an option name: page_size -> --page-size."""
+    """How an error names an option: page_size -> --page-size."""
     return "--" + name.replace("_", "-")
 
 

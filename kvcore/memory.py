@@ -123,9 +123,9 @@ class MemorySpec:
         domain=Domain(1, MAX_TOKENS))
     # the pool size: at most one direct size, or a budget rule
     kv_tokens: int | None = spec_field(None, "KV pool size in slots (tokens)",
-                                       domain=Domain(1, MAX_I32))
+                                       domain=Domain(1, MAX_I32), axis=True)
     num_pages: int | None = spec_field(
-        None, "KV pool size in pages of --page-size", flags=("--num-gpu-blocks-override",),
+        None, "KV pool size in pages of --page-size",
         domain=Domain(1, MAX_I32), hashed=False)
     kv_mem_gib: float | None = spec_field(
         None, "KV memory of the TP group in GiB", domain=Domain(0, lo_inclusive=False),
@@ -136,9 +136,6 @@ class MemorySpec:
     mem_fraction: float | None = spec_field(
         None, "the budget rule's fraction (default: the engine's); vLLM's "
         "--gpu-memory-utilization and SGLang's --mem-fraction-static also pick their rule",
-        flags=("--gpu-memory-utilization", "--mem-fraction-static"),
-        implies={"--gpu-memory-utilization": {"budget": "vllm"},
-                 "--mem-fraction-static": {"budget": "sglang"}},
         domain=Domain(0, 1, lo_inclusive=False), hashed=False)
     activation_peak_gib: float = spec_field(
         DEFAULT_ACTIVATION_PEAK_GIB, "activation peak (GiB) for the vllm/trtllm rules",

@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from reports.deltas import DELTA_METRICS, delta_records
+from reports.deltas import DELTA_METRICS, delta_records, delta_table
 from reports.io import read_csv_or_empty, save_figure_atomic, write_csv_atomic
 from reports.schema import CONFIG_FILE, REQUESTS_FILE, SUMMARY_FILE
 
@@ -217,5 +217,28 @@ def write_diff(a: Side, b: Side, out: Path) -> tuple[pd.DataFrame, list[str], li
     return pairs, keys, diff_figures(pairs, keys, a, b, out)
 
 
-__all__ = ["DELTA_METRICS", "Side", "diff_figures", "diff_records", "load_side",
+def diff_view(run_a: Path, run_b: Path, out: Path, label_a: str | None = None,
+              label_b: str | None = None) -> tuple[list[Any], list[dict[str, Any]]]:
+    """`kvsim diff`: write diff.csv and the figures into `out`; returns what to print, in order
+    (lines and one delta table per pair), and the paired rows (for the overload warning)."""
+    la = label_a or run_a.resolve().name
+    lb = label_b or run_b.resolve().name
+    if la == lb:
+        la, lb = f"A:{la}", f"B:{lb}"
+    a = load_side(run_a, la, "RUN_A")
+    b = load_side(run_b, lb, "RUN_B")
+    pairs, keys, figs = write_diff(a, b, out)
+    changes = option_changes(a, b)
+    items: list[Any] = [f"{la} -> {lb}: " + ("; ".join(changes) if changes else "same options")]
+    for (_, pr), ra, rb in zip(pairs.iterrows(), side_rows(pairs, "_a"),
+                               side_rows(pairs, "_b"), strict=True):
+        items.append(delta_table([ra, rb], [la, lb], 0, title=pair_label(pr, keys)))
+    unpaired = len(a.summary) + len(b.summary) - 2 * len(pairs)
+    if unpaired > 0:
+        items.append(f"{unpaired} row(s) without a partner left out")
+    items.append(f"diff: {out}/diff.csv; figures: {', '.join(p.name for p in figs)}")
+    return items, [*side_rows(pairs, "_a"), *side_rows(pairs, "_b")]
+
+
+__all__ = ["DELTA_METRICS", "Side", "diff_figures", "diff_records", "diff_view", "load_side",
            "option_changes", "pair_keys", "pair_label", "paired", "side_rows", "write_diff"]

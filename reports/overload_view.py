@@ -72,4 +72,11 @@ def capacity_lines(cap: Any) -> list[str]:
     return lines
 
 
-__all__ = ["capacity_lines", "is_overloaded", "overload_warning"]
+def probe_line(p: Any) -> str:
+    """One capacity probe as it finishes (each is a whole simulation)."""
+    verdict = ("servable  " if not p.overloaded else "misses SLO" if p.reason.startswith("SLO")
+               else "overloaded")
+    return f"  {verdict} at {p.flag_value:.4g} ({p.rate_req_s:.4g} req/s)"
+
+
+__all__ = ["capacity_lines", "is_overloaded", "overload_warning", "probe_line"]

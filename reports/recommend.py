@@ -16,7 +16,7 @@ A margin is the largest of three, so that page sizes within noise are *equivalen
   `latency_abs_s` (0) for latency: 2 % of a 0.6 % hit rate is 0.00012, below what one
   request more or less changes, so a near-zero quantity needs an absolute floor;
 * measured noise, two ways, the larger applies:
-  - across seeds: with several rows per page size (`plan --seeds N`), twice the standard error
+  - across seeds: with several rows per page size (`plan --seeds 0,1,2`), twice the standard error
     of a difference of two page sizes' means (2 x pooled SD x sqrt(2 / n));
   - within each run, so one seed has a band too: every run reports the standard error of its
     mean latency and hit rate by batch means (simulator/batch_means.py; the columns

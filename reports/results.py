@@ -46,3 +46,11 @@ def _safe_concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
         if df[col].dtype == object:
             df[col] = df[col].map(lambda v: None if v is None else str(v))
     return df
+
+
+def results_dir(d: Path) -> Path:
+    """A results directory given to `kvsim plot` / `report` (ValueError when it is none)."""
+    if not d.is_dir():
+        raise ValueError(f"DIR {str(d)!r} is not a directory (give the --out directory of kvsim "
+                         "run / sweep / compare)")
+    return d

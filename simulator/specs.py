@@ -71,12 +71,12 @@ class PolicySpec:
     """The KV allocation policy and its knobs."""
 
     policy: str = spec_field("paged", "KV allocation policy (see `kvsim policies`)",
-                             choices=_policies)
+                             choices=_policies, axis=True)
     placement: str = spec_field("first-fit", "address-space placement of contiguous policies",
-                                choices=_placements)
+                                choices=_placements, axis=True)
     eviction: str = spec_field("lru", "prefix-cache eviction order", choices=_evictions)
-    page_size: int = spec_field(16, "tokens per page (block)", flags=("--block-size",),
-                                domain=Domain(1, MAX_TOKENS))
+    page_size: int = spec_field(16, "tokens per page (block)", domain=Domain(1, MAX_TOKENS),
+                                axis=True)
     # vLLM's switch, mapped onto the policy (the policy, which is hashed, carries it)
     enable_prefix_caching: bool | None = spec_field(
         None, "vLLM's switch: off turns paged and vllm into paged-nocache (blocks without a "
@@ -108,7 +108,7 @@ class EngineSpec:
     preempt: str = spec_field("recompute", "what a preempted request does",
                               choices=PREEMPT_MODES)
     max_running_requests: int = spec_field(256, "max requests in a batch",
-                                           flags=("--max-num-seqs",), domain=Domain(1, 1 << 20))
+                                           domain=Domain(1, 1 << 20))
     max_prefill_tokens: int = spec_field(16384, "max prefill tokens per iteration",
                                          domain=Domain(1, MAX_I32))
     chunked_prefill_size: int = spec_field(8192, "prefill chunk size (0: no chunking)",
@@ -135,13 +135,14 @@ class EngineSpec:
         "to finish, as the engines' benchmark clients do", domain=Domain(0, MAX_I32))
     # measurement window (its end is the workload's --duration-s, when given)
     warmup_s: float = spec_field(0.0, "seconds after the first arrival excluded from averages",
-                                 flags=("--warmup",), domain=Domain(0))
+                                 domain=Domain(0))
     drain: bool = spec_field(True, "run until every request finished (--no-drain stops at "
                              "the window end)")
     timeline_interval_s: float = spec_field(
         0.0, "timeline sampling interval in s (0: per iteration)",
-        flags=("--timeline-interval",), domain=Domain(0))
-    seed: int = spec_field(0, "random seed (workload and engine)", domain=Domain(0, MAX_SEED))
+        domain=Domain(0))
+    seed: int = spec_field(0, "random seed (workload and engine)", domain=Domain(0, MAX_SEED),
+                           axis=True)
     device: str = spec_field("cpu", "torch device for the page tables", hashed=False)
     check_invariants: bool = spec_field(False, "check every kvcore invariant after each "
                                         "iteration (slow)", hashed=False)
@@ -210,7 +211,7 @@ class TierSpec:
         domain=Domain(0, 1 << 16))
     hicache_ratio: float = spec_field(
         0.0, "host KV tier as a multiple of the device pool (0: none; or --hicache-size)",
-        domain=Domain(0, 1 << 12))
+        domain=Domain(0, 1 << 12), axis=True)
     storage_size: float = spec_field(
         0.0, "storage KV tier in GiB per rank behind the host tier (0: none)",
         domain=Domain(0, 1 << 20))

@@ -53,14 +53,15 @@ class WorkloadSpec:
     """What to generate or load. `trace` (a file path) wins over `name`."""
 
     name: str = spec_field(DEFAULT_WORKLOAD, "built-in workload (see `kvsim workloads`)",
-                           choices=workload_names, option="workload")
+                           choices=workload_names, option="workload", axis=True)
     trace: str | None = spec_field(None, "trace file to replay (wins over --workload)",
                                    path=True)
     format: str = spec_field("auto", "trace format", choices=TRACE_FORMATS)
     skip_bad_rows: bool = spec_field(False, "skip malformed trace rows instead of failing")
     # arrivals
+    # the rate of requests, groups, sessions or trees
     rate: float | None = spec_field(None, "arrival rate per second (default: the workload's)",
-                                    domain=_ABOVE_ZERO)  # requests, groups, sessions or trees
+                                    domain=_ABOVE_ZERO, axis=True)
     arrival: str | None = spec_field(None, "arrival process (default: trace times if any, "
                                      "else poisson)", choices=ARRIVALS)
     cv: float = spec_field(1.0, "coefficient of variation of gamma arrivals",
@@ -68,7 +69,7 @@ class WorkloadSpec:
     rate_scale: float = spec_field(1.0, "trace replay speed-up", domain=_ABOVE_ZERO)
     duration_s: float | None = spec_field(
         None, "seconds of arrivals to generate; also ends the measurement window",
-        flags=("--duration",), domain=_ABOVE_ZERO)
+        domain=_ABOVE_ZERO)
     num_requests: int | None = spec_field(None, "number of requests (default: the "
                                           "workload's)", domain=_positive(MAX_I32))
     # output limits
@@ -98,14 +99,14 @@ class WorkloadSpec:
                                      domain=_positive(MAX_TOKENS))
     turn_input_max: int = spec_field(512, "chat: max new input per turn",
                                      domain=_positive(MAX_TOKENS))
-    think_time_s: float = spec_field(5.0, "chat: mean think time (s)", flags=("--think-time",),
+    think_time_s: float = spec_field(5.0, "chat: mean think time (s)",
                                      domain=_NONNEG)
     system_len: int = spec_field(0, "chat: shared system prompt length",
                                  domain=Domain(0, MAX_TOKENS))
     depth: int = spec_field(2, "tot: levels below the root", domain=Domain(0, 64))
     branching: int = spec_field(3, "tot: children per node", domain=_positive(MAX_TOKENS))
     level_interval_s: float = spec_field(2.0, "tot: delay between levels (s)",
-                                         flags=("--level-interval",), domain=_NONNEG)
+                                         domain=_NONNEG)
     num_samples: int = spec_field(4, "parallel-sampling: outputs per prompt",
                                   domain=_positive(MAX_I32))
 

@@ -4,12 +4,11 @@ field validated by its owner, memory resolution, the generic SimConfig, the conf
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from experiments.config_file import load_config, options_from
-from experiments.options import ALIASES, IMPLIED, OPTIONS, SPECS, RunOptions, option_reference
+from experiments.options import ALIASES, IMPLIED, OPTIONS, SPECS, RunOptions
 from kvcore.memory import DEFAULT_BUDGET, MemorySpec
 from kvcore.planner import resolve_kv_tokens
 from kvcore.presets import MODELS, get_model
@@ -161,9 +160,3 @@ def test_config_file_under_the_command_line(tmp_path):
     with pytest.raises(ValueError, match="not valid TOML"):
         (tmp_path / "bad.toml").write_text("page_size = = 3")
         load_config(tmp_path / "bad.toml")
-
-
-def test_docs_option_reference_is_generated():
-    """docs/cli.md's option tables are option_reference() verbatim."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
-    assert option_reference() in doc

@@ -136,7 +136,7 @@ def test_a_latency_difference_within_the_measured_noise_is_no_difference():
 
 
 def test_plan_seeds_measure_the_noise_band(tmp_path):
-    """`plan --seeds 3` runs every page size at three seeds and the recommendation reports a
+    """`plan --seeds 0,1,2` runs every page size at three seeds and the recommendation reports a
     measured noise band (a few seconds: six small constant-latency simulations)."""
     import json
 
@@ -147,7 +147,7 @@ def test_plan_seeds_measure_the_noise_band(tmp_path):
     r = CliRunner().invoke(app, [
         "plan", "--workload", "sharegpt", "--num-requests", "20", "--kv-tokens", "4096",
         "--latency", "constant", "--max-context-len", "2048", "--lengths", "uniform",
-        "--input-len", "64", "--output-len", "16", "--page-sizes", "16,32", "--seeds", "3",
+        "--input-len", "64", "--output-len", "16", "--page-sizes", "16,32", "--seeds", "0,1,2",
         "--json", "--out", str(tmp_path / "p")])
     assert r.exit_code == 0, r.output
     rec = json.loads(r.stdout)["recommendation"]
