@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from kvcore.breakdown import PARTS, MemoryBreakdown
+from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import KVPolicy, PrefixPeek
 from kvcore.policies.capabilities import LowerTiers, PrefixCache, Reserving
 from kvcore.tiers import WRITES, WritePolicy
@@ -472,14 +472,14 @@ class Engine:
             else:
                 sreq.status = "running"
                 self.running.append(sreq)
-        if decoding:
-            self.progress_made()
-            self.rec.add_gaps(np.fromiter((now - s.last_token_s for s in decoding), dtype=float,
-                                          count=len(decoding)))
+        if not decoding:
+            return
+        self.progress_made()
+        self.rec.add_gaps(np.array([now - s.last_token_s for s in decoding]))
+        self.generated_tokens += len(decoding)
         for sreq in decoding:
             sreq.last_token_s = now
             sreq.decoded += 1
-            self.generated_tokens += 1
             if sreq.decoded >= sreq.output_len:
                 self.running.remove(sreq)
                 self.finish(sreq)
@@ -497,4 +497,4 @@ class Engine:
 
 
 def _parts(b: MemoryBreakdown) -> np.ndarray:
-    return np.array([b.parts()[p] for p in PARTS], dtype=np.int64)
+    return b.as_array()  # the parts in PARTS order

@@ -200,14 +200,14 @@ class FastForward:
         e.progress_made()
         # inter-token gaps as stepping records them: each request's first step from its
         # previous token, then the step times between consecutive ends (the same floats)
-        e.rec.add_gaps(np.fromiter((ends[0] - s.last_token_s for s in running), dtype=float,
-                                   count=len(running)))
+        first, last = ends[0], float(ends[-1])
+        e.rec.add_gaps(np.array([first - s.last_token_s for s in running]))
         if k > 1:
             e.rec.add_gaps(np.diff(ends), len(running))
+        e.generated_tokens += k * len(running)
         for s in running:
-            s.last_token_s = float(ends[-1])
+            s.last_token_s = last
             s.decoded += k
-            e.generated_tokens += k
         for s in running:
             if s.decoded >= s.output_len:
                 e.running.remove(s)
