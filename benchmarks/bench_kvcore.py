@@ -20,14 +20,20 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from kvcore.allocator import PagedAllocator
 from kvcore.radix_cache import RadixCache
+
+# SGLang's tensor-shaped allocator calls (alloc_extend / alloc_decode / free by slots) live
+# beside the tests that alone call them (tests/kvcore/sglang_api.py); the allocator rows time
+# them there, over the same host forms production calls
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.kvcore.sglang_api import SGLangPagedAllocator
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE_CANDIDATES = [
@@ -93,7 +99,7 @@ def bench_decode(page_size: int, batch: int = 256, steps: int = 2000,
     """Returns (us per alloc_decode call, us per step including frees)."""
     rng = np.random.default_rng(0)
     pages = batch * (2000 // page_size + 2) + 16
-    alloc = PagedAllocator(pages, page_size, device)
+    alloc = SGLangPagedAllocator(pages, page_size, device)
     target = _lengths(rng, batch)
     lens = np.zeros(batch, dtype=np.int64)
     slots: list[list[torch.Tensor]] = [[] for _ in range(batch)]
@@ -134,7 +140,7 @@ def bench_extend(page_size: int, reps: int = 200, device: str = "cpu") -> tuple[
     """Returns (us per alloc_extend of 16 prompts, us per free of those 16 sequences)."""
     rng = np.random.default_rng(1)
     pages = 16 * (2000 // page_size + 2) + 16
-    alloc = PagedAllocator(pages, page_size, device)
+    alloc = SGLangPagedAllocator(pages, page_size, device)
     t_ext = t_free = 0.0
     for r in range(reps + 10):
         seq = torch.from_numpy(_lengths(rng, 16))

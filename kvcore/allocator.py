@@ -11,14 +11,12 @@ Design choices (and why):
   arithmetic of a batch runs in numpy and only page ids come from the free list. On CPU the
   stack and the mask are also reached through numpy views of the same memory: numpy's
   per-call cost is a fraction of torch's for these small operations.
-* Two entry-point sections. The *host API* is what production calls (the policies, the radix
-  cache's eviction, the beam-search model): numpy arrays and plain ints in and out, no tensor
-  round trip. The *SGLang-shaped tensor API* (`alloc_extend` / `alloc_decode` returning
-  tensors, `free` by slots, free groups, backup/restore) is what the differential tests drive
-  against reference models; its allocating calls are thin wrappers over the host forms, so
-  each rule has one implementation.
-* `backup_state` snapshots the top index and starts an undo log of the stack entries that later
-  frees overwrite, so `restore_state` is exact without copying the stack up front.
+* Only the *host API* lives here, because only it has production callers (the policies, the
+  radix cache's eviction, the tiers, the beam-search model): numpy arrays and plain ints in
+  and out, no tensor round trip. SGLang's tensor-shaped calls (`alloc_extend` / `alloc_decode`
+  returning tensors, `free` by slots, free groups, backup/restore), which only the
+  differential tests and kernel benchmarks drive, are a subclass in tests/kvcore/sglang_api.py
+  over these same host forms, so each rule has one implementation.
 
 Slots: page p holds slots p*page_size .. p*page_size + page_size - 1. Page 0 is the dummy page
 and is never handed out, so `num_pages` usable pages need buffers of num_pages + 1 pages.
@@ -30,22 +28,13 @@ Invariants (`check_invariants`): 0 <= top <= num_pages; stack[:top] holds distin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from kvcore.validation import InvariantError, int_array, non_negative_int, positive_int
+from kvcore.validation import InvariantError, positive_int
 
 IntsLike = torch.Tensor | Sequence[int]
-
-
-@dataclass(frozen=True)
-class AllocatorState:
-    """An opaque snapshot for restore_state: the stack top and the undo-log length."""
-
-    top: int
-    undo_len: int
 
 
 class PagedAllocator:
@@ -66,8 +55,6 @@ class PagedAllocator:
         self._stack_np: np.ndarray | None = self._stack.numpy() if on_cpu else None
         self._is_free_np: np.ndarray | None = self._is_free.numpy() if on_cpu else None
         self._offsets = np.arange(self.page_size, dtype=np.int64)
-        self._group: list[torch.Tensor] | None = None
-        self._undo: list[tuple[int, torch.Tensor]] | None = None
 
     # -- sizes -----------------------------------------------------------------------------
     def available_size(self) -> int:
@@ -183,7 +170,7 @@ class PagedAllocator:
         if len(pages) == 0:
             return
         stack, is_free = self._stack_np, self._is_free_np
-        if stack is None or is_free is None or self._group is not None or self._undo is not None:
+        if stack is None or is_free is None:
             self.free_pages(self._to_device(pages), distinct=True)
             return
         try:  # an id past the last page fails the mask lookup itself
@@ -202,9 +189,8 @@ class PagedAllocator:
         """Free one page by id (a finished request's partial last page: the most frequent
         free), validated like `free_pages`, with no array in between."""
         stack, is_free = self._stack_np, self._is_free_np
-        if stack is None or is_free is None or self._group is not None \
-                or self._undo is not None or not (1 <= page <= self.num_pages
-                                                  and not is_free[page]):
+        if stack is None or is_free is None or not (1 <= page <= self.num_pages
+                                                    and not is_free[page]):
             self.free_pages([page], distinct=True)  # the general path (and its errors)
             return
         stack[self._top] = page
@@ -227,12 +213,18 @@ class PagedAllocator:
     def free_pages(self, pages: IntsLike, distinct: bool = False) -> None:
         """Free whole pages by id: an id outside [1, num_pages] or of a free page is a
         ValueError and nothing is freed. `distinct=True` promises no id repeats, which skips
-        a sort. Inside a free group the pages are only collected."""
+        a sort."""
+        p = self._checked_pages(pages, distinct)
+        if len(p):
+            self._push(p)
+
+    def _checked_pages(self, pages: IntsLike, distinct: bool) -> torch.Tensor:
+        """`pages` as a tensor of distinct ids of pages in use (ValueError otherwise)."""
         p = self._ints("pages", pages)
         if not distinct:
             p = torch.unique(p)
         if len(p) == 0:
-            return
+            return p
         is_free = self._is_free_np
         if is_free is not None:
             p_np = p.numpy()
@@ -246,117 +238,7 @@ class PagedAllocator:
         if already:
             bad = p[self._is_free[p]].tolist()[:8]
             raise ValueError(f"double free: pages {bad} are already free")
-        if self._group is not None:
-            pending = torch.cat(self._group) if self._group else p[:0]
-            if bool(torch.isin(p, pending).any()):
-                bad = p[torch.isin(p, pending)].tolist()[:8]
-                raise ValueError(f"double free inside a free group: pages {bad}")
-            self._group.append(p)
-            return
-        self._push(p)
-
-    # == SGLang-shaped tensor API: the differential tests and the reference models ==========
-    def alloc_pages(self, n: int) -> torch.Tensor | None:
-        """`n` whole pages (their ids), or None with nothing changed."""
-        return self._pop(non_negative_int("n", n))
-
-    def alloc(self, need_size: int) -> torch.Tensor | None:
-        """`need_size` slots as whole pages; need_size must be a multiple of page_size."""
-        need_size = non_negative_int("need_size", need_size)
-        if need_size % self.page_size:
-            raise ValueError(
-                f"need_size {need_size} is not a multiple of page_size {self.page_size}"
-            )
-        pages = self._pop(need_size // self.page_size)
-        return None if pages is None else self.pages_to_slots(pages)
-
-    def alloc_extend(
-        self, prefix_lens: IntsLike, seq_lens: IntsLike, last_loc: IntsLike
-    ) -> torch.Tensor | None:
-        """`alloc_extend_host` on lists or tensors, returning the slots as a tensor on the
-        allocator's device."""
-        pre = int_array("prefix_lens", prefix_lens)
-        seq = int_array("seq_lens", seq_lens)
-        last = int_array("last_loc", last_loc)
-        if not len(pre) == len(seq) == len(last):
-            raise ValueError("prefix_lens, seq_lens and last_loc must have the same length")
-        out = self.alloc_extend_host(pre, seq, last)
-        return None if out is None else self._to_device(out)
-
-    def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
-        """`alloc_decode_host` on lists or tensors, returning a tensor on the device."""
-        seq, last = int_array("seq_lens", seq_lens), int_array("last_loc", last_loc)
-        if len(seq) != len(last):
-            raise ValueError("seq_lens and last_loc must have the same length")
-        if len(seq) and bool((seq < 1).any()):
-            raise ValueError(f"seq_lens must be >= 1, got {seq.tolist()}")
-        out = self.alloc_decode_host(seq, last)
-        return None if out is None else self._to_device(out)
-
-    def pages_to_slots(self, pages: torch.Tensor) -> torch.Tensor:
-        """Expand page ids to their slots: pages [1, 3] at page_size 4 (page starts 4 and 12)
-        -> slots 4..7, 12..15."""
-        ps = self.page_size
-        if ps == 1:
-            return pages
-        if pages.device.type == "cpu":
-            return torch.from_numpy(self._slots_of_pages(pages.numpy()))
-        offsets = torch.arange(ps, dtype=torch.int64, device=pages.device)
-        return (pages[:, None] * ps + offsets).reshape(-1)
-
-    def free(self, slots: IntsLike) -> None:
-        """Free the pages holding `slots` (page-granular: any slot frees its whole page).
-
-        A slot on page 0, out of range, or on a page that is already free is a ValueError and
-        nothing is freed. Inside a free group the pages are only collected."""
-        t = self._ints("slots", slots)
-        if len(t) == 0:
-            return
-        lo, hi = self.page_size, (self.num_pages + 1) * self.page_size
-        if int(t.min()) < lo or int(t.max()) >= hi:
-            bad = t[(t < lo) | (t >= hi)].tolist()[:8]
-            raise ValueError(f"slots must be in [{lo}, {hi}) (page 0 is reserved), got {bad}")
-        pages = t if self.page_size == 1 else t // self.page_size
-        self.free_pages(pages)
-
-    def free_group_begin(self) -> None:
-        """Defer frees until free_group_end (a batch's finished requests, as SGLang does),
-        then release them with one push. Groups do not nest."""
-        if self._group is not None:
-            raise ValueError("free groups cannot nest")
-        self._group = []
-
-    def free_group_end(self) -> None:
-        if self._group is None:
-            raise ValueError("free_group_end without free_group_begin")
-        group, self._group = self._group, None
-        if group:
-            pages = torch.cat(group)
-            if len(torch.unique(pages)) != len(pages):
-                raise ValueError("double free inside a free group")
-            self._push(pages)
-
-    def backup_state(self) -> AllocatorState:
-        """Snapshot for restore_state; costs O(1) now and O(freed) per later free."""
-        if self._undo is None:
-            self._undo = []
-        return AllocatorState(self._top, len(self._undo))
-
-    def restore_state(self, state: AllocatorState) -> None:
-        """Undo every alloc and free made since `state` was taken (states may nest)."""
-        if self._undo is None or state.undo_len > len(self._undo):
-            raise ValueError("restore_state with a state this allocator did not back up")
-        while len(self._undo) > state.undo_len:
-            start, old = self._undo.pop()
-            self._stack[start : start + len(old)] = old
-        self._top = state.top
-        self._is_free.fill_(False)
-        self._is_free[self._stack[: self._top]] = True
-        # keep logging: an outer backup taken earlier must stay restorable (discard_backup ends it)
-
-    def discard_backup(self) -> None:
-        """Stop logging for restore_state (the speculative work was kept)."""
-        self._undo = None
+        return p
 
     # -- internals -------------------------------------------------------------------------
     def _ints(self, name: str, x: IntsLike) -> torch.Tensor:
@@ -385,8 +267,6 @@ class PagedAllocator:
     def _push(self, pages: torch.Tensor) -> None:
         k = len(pages)
         top = self._top
-        if self._undo is not None:
-            self._undo.append((top, self._stack[top : top + k].clone()))
         stack, is_free = self._stack_np, self._is_free_np
         if stack is not None and is_free is not None:
             pages_np = pages.numpy()
@@ -398,7 +278,8 @@ class PagedAllocator:
         self._top += k
 
     def _slots_of_pages(self, pages: np.ndarray) -> np.ndarray:
-        """Host form of pages_to_slots."""
+        """The slots of `pages`: pages [1, 3] at page_size 4 (page starts 4 and 12) -> slots
+        4..7, 12..15."""
         ps = self.page_size
         return pages if ps == 1 else (pages[:, None] * ps + self._offsets).reshape(-1)
 

@@ -133,7 +133,7 @@ class SGLangAdmission(Admission):
         return sreq.prompt_len + 1  # the budget keeps room for one new token
 
     def _fits(self, sreq, cached, available, charged, running, prefilling) -> bool:
-        rem = sum(remaining_new_tokens(r) for r in running)
+        rem = sum(map(remaining_new_tokens, running))
         budget = available - rem * self.ratio - charged
         return sreq.prefill_target - cached + remaining_new_tokens(sreq) <= budget
 

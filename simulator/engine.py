@@ -23,18 +23,18 @@ from typing import Any
 import numpy as np
 import simpy
 
-from kvcore.breakdown import PARTS, MemoryBreakdown
 from kvcore.policies.base import KVPolicy, PrefixPeek
 from kvcore.policies.capabilities import LowerTiers, PrefixCache, Reserving
-from kvcore.tiers import WRITES, WritePolicy
 from simulator.admission import make_admission
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
 from simulator.guard import LivelockError, LivelockGuard
+from simulator.latency import LatencyModel
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
 from simulator.scheduler import PREEMPTS, SCHEDULES
 from simulator.stretch import FastForward
+from simulator.stretch_rules import stretch_rules
 from simulator.transfers import TierTraffic, TransferModel
 from workloads.request import Request, Workload
 
@@ -44,18 +44,10 @@ __all__ = ["Engine", "LivelockError"]
 
 
 class Engine:
-    def __init__(
-        self,
-        env: simpy.Environment,
-        workload: Workload,
-        policy: KVPolicy,
-        latency: Any,
-        config: SimConfig,
-        max_context_len: int,
-        recorder: Recorder,
-        progress: Callable[[int], None] | None = None,
-        transfers: TransferModel | None = None,
-    ) -> None:
+    def __init__(self, env: simpy.Environment, workload: Workload, policy: KVPolicy,
+                 latency: LatencyModel, config: SimConfig, max_context_len: int,
+                 recorder: Recorder, progress: Callable[[int], None] | None = None,
+                 transfers: TransferModel | None = None) -> None:
         self.env = env
         self.workload = workload
         self.policy = policy
@@ -69,11 +61,8 @@ class Engine:
         self.context_limit = self.admission.context_limit(max_context_len)
         self.schedule = SCHEDULES.get(config.engine.schedule)
         self.preempt_mode = PREEMPTS.get(config.engine.preempt)
-        # what the host write policy does (kvcore/tiers.py WRITES; read with a tier only)
-        self.writes: WritePolicy = WRITES.get(config.tier.hicache_write_policy)
         self.arrivals = Arrivals(env, workload, self._enqueue,
                                 config.engine.max_concurrency)
-        self.fast_forward = FastForward(self)
         self.waiting: list[SimRequest] = []
         self.prefilling: list[SimRequest] = []
         self.running: list[SimRequest] = []
@@ -89,16 +78,10 @@ class Engine:
         self._idle_since: float | None = None
         # this round's admissions, in order, each with "was it the request's first admission"
         self._admitted: list[tuple[SimRequest, bool]] = []
-        self.preemptions = 0
-        self.recomputed_tokens = 0
-        self.swapped_tokens = 0
-        self.generated_tokens = 0
-        self.prompt_tokens = 0
-        self.hit_tokens = 0
-        self.token_hit_tokens = 0
-        self.completed = 0
-        self.rejected = 0
-        self.failed_decode_allocs = 0
+        # counters (the summary's): preemptions and what they cost, tokens, requests
+        self.preemptions = self.recomputed_tokens = self.swapped_tokens = 0
+        self.generated_tokens = self.prompt_tokens = self.hit_tokens = self.token_hit_tokens = 0
+        self.completed = self.rejected = self.failed_decode_allocs = 0
         self.last_finish_s = 0.0
         self.guard = LivelockGuard(config.tuning.max_stalled_preemptions)
         self.invariant_checks = 0  # checks run (cfg.check_invariants, every cfg.check_every)
@@ -114,6 +97,8 @@ class Engine:
         # lower KV tiers (a policy with a host tier and a transfer model): traffic and stalls
         self.tier = (TierTraffic(transfers, self.tiered.tier_state())
                      if self.tiered is not None and transfers is not None else None)
+        self.fast_forward = FastForward(self, stretch_rules(policy, config, latency,
+                                                            self.schedule, self.tier))
 
     def start(self) -> None:
         self.arrivals.start()
@@ -169,13 +154,34 @@ class Engine:
             self.progress(1)
         sreq.done.succeed()
 
-    # -- what the fast-forward asks ----------------------------------------------------------
+    # -- what the fast-forward asks (simulator/stretch.py StretchHost) ------------------------
     def next_arrival(self) -> float:
         return self.arrivals.next_due()
 
-    def head_blocked(self) -> bool:
-        """The reserving policy refused the queue head and no memory came back since."""
-        return self._blocked == (self.waiting[0].rid, self._mem_epoch)
+    def head_admissible(self) -> bool:
+        """Admission could take the queue head now (reserving: unless it refused it since)."""
+        head = self.waiting[0]
+        if self.admission.reserving:
+            return self._blocked != (head.rid, self._mem_epoch)
+        return self.admission.admissible(head, self.peek_admission(head), 0, self.running,
+                                         self.prefilling)
+
+    def admission_horizon(self, k: int) -> int:
+        """The decode steps (<= k) before admission could take the queue head."""
+        head = self.waiting[0]
+        return self.admission.horizon(head, self.peek_admission(head), self.running, k)
+
+    def stretch_started(self) -> None:
+        """Its first step carries the tier write-backs not charged yet; record the host."""
+        if self.tier is not None and self.tiered is not None:
+            state = self.tiered.tier_state()
+            self.tier.written_since(state)
+            self.rec.host = (state.host_used, state.host_locked)
+
+    def steps_taken(self, k: int) -> None:
+        """A stretch applied k decode steps."""
+        self.maybe_check_invariants()
+        self.admission.after_steps(k)
 
     def head_reservation(self) -> int:
         if not self.waiting:
@@ -197,9 +203,6 @@ class Engine:
         if self.prefix_cache is None:
             return 0
         return self.prefix_cache.peek_prefix(sreq.prefill_key())
-
-    def _breakdown(self) -> MemoryBreakdown:
-        return self.policy.breakdown(self.head_reservation())
 
     # -- admission -------------------------------------------------------------------------
     def _plan_prefill(self) -> Plan:
@@ -345,7 +348,7 @@ class Engine:
 
     def _state(self) -> str:
         """Memory and queues in one line (the livelock error's)."""
-        b = self._breakdown()
+        b = self.policy.breakdown(self.head_reservation())
         return (f"memory: capacity {b.capacity}, token states {b.token_states}, cached "
                 f"{b.cached}, reserved {b.reserved}, free {b.free_total}, available "
                 f"{self.policy.available_tokens()}; running {len(self.running)}, prefilling "
@@ -386,8 +389,8 @@ class Engine:
             return
         t0, self._idle_since = self._idle_since, None
         if until > t0:
-            b = self._breakdown()
-            parts = _parts(b)
+            b = self.policy.breakdown(self.head_reservation())
+            parts = b.as_array()
             self.rec.add_interval(t0, until, parts, b.frag_index,
                                   self.policy.page_table_entries(), b.over_reservation)
             # the timeline steps down to what is held while idle, at both ends of the gap:
@@ -440,8 +443,8 @@ class Engine:
             self.rec.host = (state.host_used, state.host_locked)
         if self.event_sink is not None:
             self.event_sink(t0, t0 + dt, chunks, [s.rid for s in decoding], 1)
-        b = self._breakdown()
-        parts = _parts(b)
+        b = self.policy.breakdown(self.head_reservation())
+        parts = b.as_array()
         self.rec.add_interval(t0, t0 + dt, parts, b.frag_index,
                               self.policy.page_table_entries(), b.over_reservation)
         batch = len(decoding) + len(plan)
@@ -472,21 +475,20 @@ class Engine:
             else:
                 sreq.status = "running"
                 self.running.append(sreq)
-        if decoding:
-            self.progress_made()
-            self.rec.add_gaps(np.fromiter((now - s.last_token_s for s in decoding), dtype=float,
-                                          count=len(decoding)))
+        if not decoding:
+            return
+        self.progress_made()
+        self.rec.add_gaps(np.array([now - s.last_token_s for s in decoding]))
+        self.generated_tokens += len(decoding)
         for sreq in decoding:
             sreq.last_token_s = now
             sreq.decoded += 1
-            self.generated_tokens += 1
             if sreq.decoded >= sreq.output_len:
                 self.running.remove(sreq)
                 self.finish(sreq)
 
     def maybe_check_invariants(self) -> None:
-        """With cfg.check_invariants, run the policy's checks every cfg.check_every-th
-        iteration or decode stretch (long runs check sparsely; tests check every one)."""
+        """The policy's checks every cfg.check_every-th iteration or stretch, if asked."""
         if not self.cfg.engine.check_invariants:
             return
         self._check_countdown -= 1
@@ -495,6 +497,3 @@ class Engine:
             self.invariant_checks += 1
             self.policy.check_invariants()
 
-
-def _parts(b: MemoryBreakdown) -> np.ndarray:
-    return np.array([b.parts()[p] for p in PARTS], dtype=np.int64)

@@ -160,7 +160,8 @@ def weighted_percentiles(groups: list[tuple[np.ndarray, int]], qs: tuple[float, 
     if not groups:
         return [float("nan")] * len(qs)
     values = np.concatenate([v for v, _ in groups])
-    counts = np.concatenate([np.full(len(v), c, dtype=np.int64) for v, c in groups])
+    counts = np.repeat(np.array([c for _, c in groups], dtype=np.int64),
+                       [len(v) for v, _ in groups])
     order = np.argsort(values, kind="stable")
     values, cum = values[order], np.cumsum(counts[order])
     n = int(cum[-1])

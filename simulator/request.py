@@ -27,12 +27,13 @@ class SimRequest:
         "first_token_s", "host_hit", "ids", "last_token_s", "load_stall_s", "load_tokens",
         "max_new",
         "output_len", "preemptions", "prefill_target", "prompt_len", "recomputed_tokens",
-        "reject_reason", "req", "status", "storage_hit", "storage_wait", "swap_len",
+        "reject_reason", "req", "rid", "status", "storage_hit", "storage_wait", "swap_len",
         "swapped_tokens", "token_hit", "written",
     )  # fmt: skip
 
     def __init__(self, req: Request, max_context_len: int, env: simpy.Environment) -> None:
         self.req = req
+        self.rid = req.request_id  # read on every step: an attribute, not a property
         self.prompt_len = req.prompt_len
         room = max(max_context_len - self.prompt_len, 0)
         self.output_len = max(min(req.output_len, req.max_new_tokens, room), 0)
@@ -58,10 +59,6 @@ class SimRequest:
         self.storage_wait = self.load_stall_s = 0.0
         self.ids: np.ndarray | None = None
         self.done = env.event()
-
-    @property
-    def rid(self) -> int:
-        return self.req.request_id
 
     def seq_ids(self, n: int) -> np.ndarray:
         """The first n ids of prompt + output, cached while the request is live."""

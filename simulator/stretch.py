@@ -24,46 +24,62 @@ stepping (tests/simulator/test_multistep.py, the differential fuzz).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
-from kvcore.policies.base import KVPolicy, PrefixPeek
-from kvcore.policies.capabilities import DecodeStretch, LowerTiers
-from kvcore.tiers import WritePolicy
-from simulator.admission import Admission
-from simulator.config import SimConfig
+from kvcore.policies.capabilities import DecodeStretch
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
-from simulator.scheduler import QueueOrder
-from simulator.transfers import TierTraffic
+
+#: (contexts after the first step, k) -> each of the k steps' time in seconds
+StepTimes = Callable[[np.ndarray, int], np.ndarray]
 
 
-class EngineState(Protocol):
-    """What the fast-forward reads and calls on the engine."""
+@dataclass(frozen=True)
+class EvictLimit:
+    """A stretch ends `after` steps past its first step that evicts cache, when at least
+    `min_waiting` requests wait: the engine would react to that eviction (a queue sorted by
+    prefix hits sorts again; a write-back to a lower tier is charged and recorded)."""
+
+    min_waiting: int
+    after: int
+
+
+@dataclass(frozen=True)
+class StretchRules:
+    """Everything fixed that plans and prices a stretch, built once when the engine starts
+    (simulator/stretch_rules.py): the planner reads no engine configuration."""
+
+    policy: DecodeStretch  # the batched decode (and its cost, its fresh memory)
+    page_size: int
+    max_steps: int  # --max-steps-per-stretch
+    max_running: int  # the batch limit (a full batch admits nobody)
+    reserving: bool  # admission reserves up front: its placement refused the head or not
+    evict_limits: tuple[EvictLimit, ...]  # evictions the engine reacts to
+    step_times: StepTimes  # latency model and lower-tier stalls
+
+
+class StretchHost(Protocol):
+    """The engine state a stretch reads (the queues, the clock, the recorder) and the hooks it
+    calls; nothing about the policy, the admission mode or the tiers."""
 
     env: simpy.Environment
-    cfg: SimConfig
-    policy: KVPolicy
-    admission: Admission
-    latency: Any
     rec: Recorder
     running: list[SimRequest]
     prefilling: list[SimRequest]
     waiting: list[SimRequest]
     generated_tokens: int
     event_sink: Callable[..., None] | None
-    tier: TierTraffic | None
-    tiered: LowerTiers | None
-    schedule: QueueOrder
-    writes: WritePolicy
 
-    def head_blocked(self) -> bool: ...
+    def head_admissible(self) -> bool: ...
+    def admission_horizon(self, k: int) -> int: ...
     def next_arrival(self) -> float: ...
-    def peek_admission(self, sreq: SimRequest) -> PrefixPeek: ...
     def head_reservation(self) -> int: ...
-    def maybe_check_invariants(self) -> None: ...
+    def stretch_started(self) -> None: ...
+    def steps_taken(self, k: int) -> None: ...
     def progress_made(self) -> None: ...
     def finish(self, sreq: SimRequest) -> None: ...
 
@@ -71,48 +87,35 @@ class EngineState(Protocol):
 class FastForward:
     """Plans and runs decode stretches for one engine."""
 
-    def __init__(self, engine: EngineState) -> None:
-        self.e = engine
-        # the policy's batched decode (None: it has none, the engine steps one at a time)
-        self.p = engine.policy if isinstance(engine.policy, DecodeStretch) else None
+    def __init__(self, host: StretchHost, rules: StretchRules | None) -> None:
+        self.e = host
+        self.rules = rules  # None: the policy has no batched decode, the engine steps
         self._times: np.ndarray | None = None  # step times of the last plan, reused by run
 
     # -- planning ---------------------------------------------------------------------------
     def possible(self) -> bool:
         """Only decoding is going on and the queue head cannot be admitted now."""
-        e = self.e
-        if self.p is None or not e.running or e.prefilling:
+        e, r = self.e, self.rules
+        if r is None or not e.running or e.prefilling:
             return False
-        if not e.waiting:
+        if not e.waiting or len(e.running) >= r.max_running:
             return True
-        if len(e.running) >= e.cfg.engine.max_running_requests:
-            return True
-        if e.admission.reserving:  # the placement refused the head until memory comes back
-            return e.head_blocked()
-        head = e.waiting[0]
-        return not e.admission.admissible(head, e.peek_admission(head), 0, e.running,
-                                          e.prefilling)
+        return not e.head_admissible()
 
     def length(self) -> int:
         """k, the steps to take at once (< 2: take a normal iteration instead)."""
-        e, p = self.e, self.p
-        assert p is not None  # possible() said so
+        e, r = self.e, self.rules
+        assert r is not None  # possible() said so
         rids = [s.rid for s in e.running]
-        k = min(e.cfg.tuning.max_steps_per_stretch,
-                min(s.output_len - s.decoded for s in e.running))
+        k = min(r.max_steps, min(s.output_len - s.decoded for s in e.running))
         if k < 2:
             return k
-        k = max(self._steps_within(rids, k, e.policy.available_tokens()), 1)
-        if k >= 2 and e.schedule.by_prefix_hit and len(e.waiting) > 1:
-            k = min(k, self._steps_within(rids, k, p.fresh_tokens()) + 1)
-        if k >= 2 and e.tier is not None and e.writes.on_evict:
-            # an eviction writes back to the host, which an iteration charges and records:
-            # the stretch ends before the first step that would evict
-            k = min(k, self._steps_within(rids, k, p.fresh_tokens()))
-        if k >= 2 and e.waiting and not e.admission.reserving \
-                and len(e.running) < e.cfg.engine.max_running_requests:
-            head = e.waiting[0]
-            k = min(k, e.admission.horizon(head, e.peek_admission(head), e.running, k))
+        k = max(self._steps_within(rids, k, r.policy.available_tokens()), 1)
+        for limit in r.evict_limits:
+            if k >= 2 and len(e.waiting) >= limit.min_waiting:
+                k = min(k, self._steps_within(rids, k, r.policy.fresh_tokens()) + limit.after)
+        if k >= 2 and e.waiting and not r.reserving and len(e.running) < r.max_running:
+            k = min(k, e.admission_horizon(k))
         if k < 2:
             return k
         times = self._step_times(k)
@@ -127,8 +130,8 @@ class FastForward:
     def _steps_within(self, rids: list[int], k: int, slots: int) -> int:
         """The most decode steps (<= k) of `rids` whose new memory fits in `slots` (the cost
         grows with the steps: a binary search)."""
-        assert self.p is not None
-        cost = self.p.decode_cost
+        assert self.rules is not None
+        cost = self.rules.policy.decode_cost
         if cost(rids, k) <= slots:
             return k
         lo, hi = 0, k - 1
@@ -141,73 +144,54 @@ class FastForward:
         return lo
 
     def _step_times(self, k: int) -> np.ndarray:
-        """Each step's time. With lower tiers, the first step also carries the write-backs
-        not charged yet, as the first stepped iteration would (stepping charges tier traffic
-        at every iteration; inside a stretch nothing writes back, so later steps add 0)."""
-        e = self.e
-        contexts = np.fromiter((s.written + 1 for s in e.running), dtype=np.int64,
-                               count=len(e.running))
-        fn = getattr(e.latency, "decode_step_times", None)
-        if fn is not None:
-            times = np.asarray(fn(contexts, e.policy.page_size, k), dtype=float)
-        else:
-            times = np.array([e.latency.iteration_time((), contexts + j, e.policy.page_size)
-                              for j in range(k)])
-        if e.tier is not None and len(times):
-            assert e.tiered is not None  # a tier's traffic comes from a tiered policy
-            state = e.tiered.tier_state()
-            t0 = float(times[0])
-            stall = e.tier.decode_stall(state, t0, e.policy.page_size)
-            if stall:
-                times = times.copy()
-                times[0] = t0 + stall
-        return times
+        """Each step's time (the rules' function of the contexts after the first step)."""
+        assert self.rules is not None
+        running = self.e.running
+        contexts = np.fromiter((s.written + 1 for s in running), dtype=np.int64,
+                               count=len(running))
+        return self.rules.step_times(contexts, k)
 
     # -- running ----------------------------------------------------------------------------
     def run(self, k: int) -> Generator[simpy.Event, Any, None]:
         """Apply k decode steps, record them step by step, and advance the clock."""
-        e = self.e
+        e, r = self.e, self.rules
+        assert r is not None
         env = e.env
         running = list(e.running)
         rids = [s.rid for s in running]
         planned, self._times = self._times, None
         times = planned[:k] if planned is not None and len(planned) >= k else self._step_times(k)
-        if e.tier is not None:  # charge what the first step carries; record the host now
-            assert e.tiered is not None
-            state = e.tiered.tier_state()
-            e.tier.written_since(state)
-            e.rec.host = (state.host_used, state.host_locked)
+        e.stretch_started()
         head = e.head_reservation()
-        b0 = e.policy.breakdown(head)
-        assert self.p is not None
-        profile = self.p.decode_steps(rids, k, head)
+        policy = r.policy
+        b0 = policy.breakdown(head)
+        profile = policy.decode_steps(rids, k, head)
         for s in running:
             s.written += k
-        e.maybe_check_invariants()
         ends = step_ends(env.now, times)
         starts = np.concatenate([[env.now], ends[:-1]])
-        ps = e.policy.page_size
+        ps = r.page_size
         w0 = np.fromiter((s.written - k for s in running), dtype=np.int64, count=len(running))
-        other = e.policy.page_table_entries() - int((-(-(w0 + k) // ps)).sum())
+        other = policy.page_table_entries() - int((-(-(w0 + k) // ps)).sum())
         entries = other + (-(-(w0[None, :] + np.arange(1, k + 1)[:, None]) // ps)).sum(axis=1)
         e.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
         if e.event_sink is not None:
             e.event_sink(float(starts[0]), float(ends[-1]), [], rids, k)
         e.rec.add_iterations(starts, k, len(running))
         e.rec.sample(env.now, profile[0], len(running), len(e.waiting), len(running))
-        e.admission.after_steps(k)
+        e.steps_taken(k)
         yield from wait_until(env, float(ends[-1]))
         e.progress_made()
         # inter-token gaps as stepping records them: each request's first step from its
         # previous token, then the step times between consecutive ends (the same floats)
-        e.rec.add_gaps(np.fromiter((ends[0] - s.last_token_s for s in running), dtype=float,
-                                   count=len(running)))
+        first, last = ends[0], float(ends[-1])
+        e.rec.add_gaps(np.array([first - s.last_token_s for s in running]))
         if k > 1:
-            e.rec.add_gaps(np.diff(ends), len(running))
+            e.rec.add_gaps(ends[1:] - ends[:-1], len(running))  # np.diff, without its wrapper
+        e.generated_tokens += k * len(running)
         for s in running:
-            s.last_token_s = float(ends[-1])
+            s.last_token_s = last
             s.decoded += k
-            e.generated_tokens += k
         for s in running:
             if s.decoded >= s.output_len:
                 e.running.remove(s)

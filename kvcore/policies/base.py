@@ -175,8 +175,10 @@ class KVPolicy(ABC):
         Before: `rid` is not admitted. Takes a page-table row; a caching policy locks the
         prompt's cached prefix (at most prompt - 1 tokens, page-aligned) so it cannot be
         evicted while `rid` runs, and `written` starts there; a reserving policy places its
-        whole reservation. Allocates no other KV. None, with nothing changed, when there is
-        no row or (reserving) no hole that fits."""
+        whole reservation. Allocates no other KV, except that a policy with lower tiers
+        (`LowerTiers`) loads the part of the prompt found there into new device pages, as
+        many as unlocked device cache can be evicted for, held like the device hit. None,
+        with nothing changed, when there is no row or (reserving) no hole that fits."""
 
     @abstractmethod
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
@@ -184,9 +186,10 @@ class KVPolicy(ABC):
         (a prefill chunk, or a swapped-out request's copy back).
 
         Before: every rid admitted, written <= target <= its limit (checked: ValueError).
-        Allocates whole pages past each request's last one, evicting unlocked cache when
-        short. Batched, all-or-nothing: False, with no request changed, when memory is short
-        (cache may have been evicted trying)."""
+        Allocates whole pages past each request's last one (reserving policies: none, the
+        reservation holds them), evicting unlocked cache when short. Batched,
+        all-or-nothing: False, with no request changed, when memory is short (cache may have
+        been evicted trying)."""
 
     @abstractmethod
     def decode(self, rids: Sequence[int]) -> bool:
@@ -201,7 +204,8 @@ class KVPolicy(ABC):
         """`rid` completed: a caching policy inserts its `written` tokens (ids `token_ids`)
         into the prefix cache (whole pages; the cache then owns them) and unlocks its prefix;
         everything else it holds (the partial last page, a reservation) is freed and its row
-        given back. Before: `rid` admitted. After: `rid` is unknown to the policy."""
+        given back. Before: `rid` admitted, `token_ids` the ids of at least its written
+        tokens. After: `rid` is unknown to the policy."""
 
     @abstractmethod
     def release(self, rid: int) -> None:

@@ -7,8 +7,10 @@ block pool (ref counts, free queue, prefix index; lazy LRU eviction) and the blo
 * Per request the block table (`blocks`), the hashes of its full blocks, and its page-table
   row, written through `ReqToTokenPool`.
 * A block is hashed as soon as it is full and its token ids are known: prompt blocks during
-  prefill; decode blocks during decode when a token source is set (`set_token_source`),
-  otherwise at `cache_prefix` / `finish`, whose `token_ids` cover every written token.
+  prefill; decode blocks at `cache_prefix` / `finish`, whose `token_ids` cover every written
+  token, or during decode when ids beyond the written tokens are already known (a
+  re-admission after preemption; tests hand output ids in as vLLM hashes them, by a subclass
+  in tests/kvcore/test_vllm_block.py).
 * A lookup matches whole blocks of `prompt[:P-1]`: the last prompt token is always recomputed
   to get logits, so a block-aligned prompt recomputes its last block. Hits are touched (ref
   count + 1, out of the free queue when idle).
@@ -31,7 +33,7 @@ docs/performance.md) with the same blocks hit, evicted and freed in the same ord
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -50,9 +52,6 @@ from kvcore.validation import (
     non_negative_int,
     positive_int,
 )
-
-#: (rid, start, end) -> token ids of positions start..end-1 of that request
-TokenSource = Callable[[int, int, int], np.ndarray]
 
 _CACHED, _FREE = PARTS.index("cached"), PARTS.index("free")
 
@@ -121,18 +120,8 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         self.hasher = ChainHasher(self.page_size, self.max_context_len)
         self.memo = ChainMemo(self.hasher)
         self._reqs: dict[int, _Req] = {}
-        self._token_source: TokenSource | None = None
         # statistics
         self.hit_tokens = 0
-
-    def set_token_source(self, source: TokenSource | None) -> None:
-        """Let decode hash blocks the moment they fill (as vLLM does) by asking `source` for
-        output token ids; without one, decode blocks are hashed at cache_prefix/finish."""
-        self._token_source = source
-
-    @property
-    def evicted_blocks(self) -> int:
-        return self.pool.evicted_blocks
 
     # -- hashing -----------------------------------------------------------------------------
     def _match(self, ids: np.ndarray, nblocks: int) -> np.ndarray:
@@ -145,22 +134,11 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         e.at = self.pool.index.newest if len(hit) < nblocks else -1
         return hit
 
-    def _register_full(self, rid: int, req: _Req) -> None:
+    def _register_full(self, req: _Req) -> None:
         """Hash every full block of `req` whose token ids are known."""
         ps = self.page_size
-        full = req.written // ps
+        full = min(req.written, len(req.ids)) // ps
         done = req.nhashed
-        if done >= full:
-            return
-        if len(req.ids) < full * ps and self._token_source is not None:
-            have = len(req.ids)
-            more = _ids(self._token_source(rid, have, full * ps))
-            if len(more) != full * ps - have:
-                raise ValueError(
-                    f"token source gave {len(more)} ids for positions {have}..{full * ps}"
-                )
-            req.ids = np.concatenate([req.ids, more])
-        full = min(full, len(req.ids) // ps)
         if done >= full:
             return
         have = len(req.chain)
@@ -246,7 +224,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             return False
         new = self.pool.get_new_blocks(need)
         at = 0
-        for rid, req, t in zip(rids, reqs, target_lens, strict=True):
+        for req, t in zip(reqs, target_lens, strict=True):
             t = int(t)
             k = cdiv(t, ps) - req.nblocks
             if k > 0:
@@ -255,7 +233,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             if t > req.written:
                 self._write(req, req.written, t)
                 req.written = t
-                self._register_full(rid, req)
+                self._register_full(req)
         return True
 
     def decode(self, rids: Sequence[int]) -> bool:
@@ -282,11 +260,10 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         self.req_to_token_pool.write_at(
             np.array([r.row for r in reqs], dtype=np.int64), np.array(written, dtype=np.int64),
             np.array(slots, dtype=np.int64))
-        source = self._token_source is not None
-        for rid, req in zip(rids, reqs, strict=True):  # blocks whose tokens are known are hashed
+        for req in reqs:  # blocks whose tokens are known are hashed
             w = req.written
-            if w % ps == 0 and (source or w <= len(req.ids)):
-                self._register_full(rid, req)
+            if w % ps == 0 and w <= len(req.ids):
+                self._register_full(req)
         return True
 
     def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
@@ -294,11 +271,10 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         free queue in stepping's order (step-major, then batch order; a block starts at every
         position that is a multiple of the page size), so block tables, lazy evictions and
         the page table end up identical. A stretch in which some block would be hashed as it
-        fills (a token source, or known ids beyond a request's written tokens) is stepped,
-        so the prefix index sees its insertions in stepping's order."""
+        fills (known ids beyond a request's written tokens) is stepped, so the prefix index
+        sees its insertions in stepping's order."""
         reqs = [self._req(r) for r in rids]
-        if n <= 0 or not reqs or self._token_source is not None or any(
-                len(r.ids) > r.written for r in reqs):
+        if n <= 0 or not reqs or any(len(r.ids) > r.written for r in reqs):
             return super().decode_steps(rids, n, head_reservation)
         self.check_distinct("decode", rids)
         ps = self.page_size
@@ -359,12 +335,12 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
     def cache_prefix(self, rid: int, token_ids: np.ndarray) -> None:
         req = self._req(rid)
         self._learn_ids(req, token_ids)
-        self._register_full(rid, req)
+        self._register_full(req)
 
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
         req = self._req(rid)
         self._learn_ids(req, token_ids)
-        self._register_full(rid, req)
+        self._register_full(req)
         self.release(rid)
 
     def release(self, rid: int) -> None:

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kvcore.allocator import PagedAllocator
 from kvcore.kv_pool import MHATokenToKVPool, MLATokenToKVPool
+from tests.kvcore.sglang_api import SGLangPagedAllocator as PagedAllocator
 from tests.kvcore.sglang_api import SGLangReqToTokenPool as ReqToTokenPool
 
 

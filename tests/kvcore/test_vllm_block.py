@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import pytest
 from hypothesis import event, given, settings
@@ -16,14 +18,51 @@ from hypothesis.stateful import (
 import kvcore.policies.vllm_block  # noqa: F401 - registers the policy
 from kvcore.block_hash import block_hash
 from kvcore.policies.base import PolicyConfig, make_policy, policy_help
+from kvcore.policies.capabilities import DecodeStretch
 from kvcore.policies.vllm_block import VLLMBlockPolicy
 from kvcore.validation import InvariantError
+
+#: (rid, start, end) -> token ids of positions start..end-1 of that request
+TokenSource = Callable[[int, int, int], np.ndarray]
 
 
 def make(kv: int, page_size: int, **kw: object) -> VLLMBlockPolicy:
     pol = make_policy("vllm", PolicyConfig(kv_tokens=kv, page_size=page_size, **kw))
     assert isinstance(pol, VLLMBlockPolicy)
     return pol
+
+
+class SourcedVLLMPolicy(VLLMBlockPolicy):
+    """`vllm` that hashes a decode block the moment it fills, as vLLM does, by asking
+    `source` for the output ids it needs (the simulator hands them in at cache_prefix /
+    finish instead). Before the step that fills a block, the request's known ids are extended
+    to cover it, so the production `decode` hashes it; stretches are stepped."""
+
+    def __init__(self, config: PolicyConfig, source: TokenSource) -> None:
+        super().__init__(config)
+        self.source = source
+
+    def decode(self, rids: Sequence[int]) -> bool:
+        ps = self.page_size
+        for rid in rids:
+            req = self._reqs.get(rid)
+            end = req.written + 1 if req is not None else 0
+            if req is not None and end % ps == 0 and len(req.ids) < end:
+                have = len(req.ids)
+                more = np.ascontiguousarray(self.source(rid, have, end), dtype=np.int64)
+                if len(more) != end - have:
+                    raise ValueError(f"token source gave {len(more)} ids for positions "
+                                     f"{have}..{end}")
+                req.ids = np.concatenate([req.ids, more])
+        return super().decode(rids)
+
+    def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        return DecodeStretch.decode_steps(self, rids, n, head_reservation)
+
+
+def make_sourced(kv: int, page_size: int, source: TokenSource, **kw: object
+                 ) -> SourcedVLLMPolicy:
+    return SourcedVLLMPolicy(PolicyConfig(kv_tokens=kv, page_size=page_size, **kw), source)
 
 
 def ids(*parts: tuple[int, int]) -> np.ndarray:
@@ -102,7 +141,7 @@ def test_block_reused_after_finish_until_evicted() -> None:
     # fill the pool with other content: popping the cached blocks evicts them
     pol.admit(4, ids((100, 16)), 16, 1)
     assert pol.extend([4], [16])
-    assert pol.evicted_blocks == 2 and pol.evictable_tokens() == 0
+    assert pol.pool.evicted_blocks == 2 and pol.evictable_tokens() == 0
     pol.finish(4, ids((100, 16)))
     assert run(pol, 5, ids((0, 9))) == 0
     pol.check_invariants()
@@ -122,7 +161,7 @@ def test_reverse_order_release_evicts_chain_tail_first() -> None:
     # two new blocks: the never-cached block 5, then the partial tail, then the chain tail
     pol.admit(2, ids((500, 12)), 12, 1)
     assert pol.extend([2], [12])  # 3 blocks: free block, old partial block, chain tail
-    assert pol.evicted_blocks == 1
+    assert pol.pool.evicted_blocks == 1
     pol.release(2)  # preemption: its full blocks stay cached
     assert run(pol, 3, ids((0, 13))) == 8  # b0 b1 still hit, b2 was evicted
     pol.check_invariants()
@@ -139,9 +178,8 @@ def test_multi_turn_hits_decode_blocks_given_at_finish() -> None:
 
 
 def test_token_source_hashes_decode_blocks_while_running() -> None:
-    pol = make(128, 4)
     out = np.arange(9000, 9010)
-    pol.set_token_source(lambda rid, a, b: out[a - 6 : b - 6])
+    pol = make_sourced(128, 4, lambda rid, a, b: out[a - 6 : b - 6])
     toks = ids((0, 6))
     pol.admit(1, toks, 12, 7)
     pol.extend([1], [6])
@@ -243,9 +281,11 @@ class VLLMMachine(RuleBasedStateMachine):
         page_size=st.sampled_from([1, 2, 4]), pages=st.integers(2, 14), source=st.booleans()
     )
     def create(self, page_size: int, pages: int, source: bool) -> None:
-        self.pol = make(pages * page_size, page_size, max_context_len=48, max_requests=5)
         if source:
-            self.pol.set_token_source(lambda rid, a, b: out_ids(rid, a, b))
+            self.pol = make_sourced(pages * page_size, page_size, out_ids, max_context_len=48,
+                                    max_requests=5)
+        else:
+            self.pol = make(pages * page_size, page_size, max_context_len=48, max_requests=5)
 
     @rule(
         prefix=st.sampled_from([0, 0, 1, 2]),
@@ -340,7 +380,7 @@ class VLLMMachine(RuleBasedStateMachine):
             return
         pol = self.pol
         pol.check_invariants()
-        if pol.evicted_blocks:
+        if pol.pool.evicted_blocks:
             event("evicted")
         bd = pol.breakdown(16)
         bd.check_invariants()
