@@ -30,10 +30,14 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
+from kvcore.hybrid_plan import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_TOKENS_RATIO
+from kvcore.layers import HybridLayout
 from kvcore.registry import Registry
 from kvcore.tiers import TierConfig
 
 __all__ = [
+    "HYBRID_POLICIES",
+    "MAMBA_CACHE_MODES",
     "POLICIES",
     "AdmitResult",
     "KVPolicy",
@@ -46,6 +50,13 @@ __all__ = [
     "policy_names",
     "register_policy",
 ]
+
+#: the policies with a hybrid implementation (the registered factory builds it when
+#: `PolicyConfig.layout` is hybrid); any other policy on a hybrid layout is refused
+HYBRID_POLICIES: tuple[str, ...] = ("paged", "paged-nocache", "vllm")
+#: vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`): "none" one state
+#: per request, "align" the state kept at block boundaries, "all" a state per block
+MAMBA_CACHE_MODES: tuple[str, ...] = ("none", "align", "all")
 
 #: how an extend/decode past the model's context is worded (policies with per-request
 #: reservations pass their own phrase)
@@ -254,6 +265,17 @@ class PolicyConfig:
     `max_requests` is the number of page-table rows (concurrent requests). `placement` is read
     by contiguous policies only, `eviction` by cache-holding ones; `store_kv` allocates a real
     K/V buffer (tests, small pools) instead of shape-only accounting.
+
+    Hybrid models (docs/hybrid.md): `layout` None, or a layout that is not hybrid, is the
+    full-attention path, unchanged. A hybrid `layout` makes `paged` / `paged-nocache` / `vllm`
+    build their hybrid pools from `kv_bytes` (the KV budget of one rank in bytes, the
+    planner's figure: kvcore.hybrid_plan sizes the pools from it); `kv_tokens` stays the size
+    of a pool storing every layer as full attention. The SGLang knobs (defaults: sglang
+    server_args.py, v0.5): `swa_full_tokens_ratio` (SWA pool tokens / full pool tokens),
+    `mamba_full_memory_ratio` (state pool bytes / full-attention KV bytes),
+    `max_mamba_cache_size` (state slots; 0: from the ratio). vLLM's `mamba_cache_mode`:
+    vllm/config/cache.py's field defaults to "none" (prefix caching off); with prefix caching
+    on, current vLLM (v0.24 and later) runs hybrids in "align", the default here.
     """
 
     kv_tokens: int
@@ -272,6 +294,18 @@ class PolicyConfig:
     host_tokens: int = 0
     storage_tokens: int = 0
     hicache_write_policy: str = "write_through"
+    # hybrid models (see the class notes)
+    layout: HybridLayout | None = None
+    kv_bytes: int = 0
+    swa_full_tokens_ratio: float = SGLANG_SWA_FULL_TOKENS_RATIO
+    mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO
+    max_mamba_cache_size: int = 0
+    mamba_cache_mode: str = "align"
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether the hybrid pools are asked for (a layout with a non-full layer kind)."""
+        return self.layout is not None and self.layout.is_hybrid
 
     @property
     def num_pages(self) -> int:
@@ -335,5 +369,11 @@ def policy_kind(name: str) -> PolicyKind:
 
 
 def make_policy(name: str, config: PolicyConfig) -> KVPolicy:
-    """Build a registered policy by name; an unknown name lists the known ones."""
-    return POLICIES.get(name).build(config)
+    """Build a registered policy by name; an unknown name lists the known ones. On a hybrid
+    layout only `HYBRID_POLICIES` are built (their factories dispatch on the layout)."""
+    kind = POLICIES.get(name)
+    if config.hybrid and name not in HYBRID_POLICIES:
+        raise ValueError(f"--policy {name} has no hybrid layout; hybrid models run under "
+                         f"--policy {', '.join(HYBRID_POLICIES)} (or --kv-layout "
+                         "full-attention)")
+    return kind.build(config)
