@@ -259,6 +259,7 @@ def run(
     from experiments.runner import config_document, simulate_options
     from reports.events import EventCollector
     from reports.io import check_writable
+    from reports.pool_view import pool_table
     from reports.results import write_run
     from reports.tables import breakdown_table, latency_table, run_header
 
@@ -272,6 +273,9 @@ def run(
     con.print(run_header(row))
     con.print(breakdown_table([row]))
     con.print(latency_table([row]))
+    pools = pool_table([row])  # a hybrid run's pools per layer kind
+    if pools is not None:
+        con.print(pools)
     _print_reuse(con, [row])
     _warn_overload([row])
     if sink is not None:
