@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kvcore.hybrid_presets import hybrid_layout
 from kvcore.layers import CHUNKED, SLIDING, HybridLayout
-from kvcore.policies.base import HYBRID_POLICIES, PolicyConfig
+from kvcore.policies.base import POLICIES, PolicyConfig
 from kvcore.presets import ModelPreset
 from simulator.specs import PolicySpec
 
@@ -30,6 +30,11 @@ HYBRID_OPTIONS: tuple[str, ...] = ("kv_layout", "swa_full_tokens_ratio",
                                    "mamba_full_memory_ratio", "max_mamba_cache_size",
                                    "mamba_cache_mode")
 SGLANG_POLICIES = ("paged", "paged-nocache")
+
+
+def hybrid_policies() -> list[str]:
+    """The policies registered with a hybrid form (PolicyKind.supports_hybrid)."""
+    return [n for n in POLICIES.names() if POLICIES.get(n).supports_hybrid]
 
 
 def run_layout(policy: PolicySpec, model_id: str) -> HybridLayout | None:
@@ -73,9 +78,9 @@ def check_hybrid_options(policy: PolicySpec, model_id: str, tiers: bool) -> None
         if not hybrid:
             raise ValueError(f"{opt} sizes the hybrid pools; --kv-layout full-attention "
                              "stores every layer as full attention")
-    if hybrid and policy.policy not in HYBRID_POLICIES:
+    if hybrid and policy.policy not in hybrid_policies():
         raise ValueError(f"--policy {policy.policy} has no hybrid layout for {model_id}; use "
-                         f"--policy {', '.join(HYBRID_POLICIES)} or --kv-layout "
+                         f"--policy {', '.join(hybrid_policies())} or --kv-layout "
                          "full-attention")
     if hybrid and tiers:
         raise ValueError(f"--hicache-size / --hicache-ratio: host tiers of a hybrid model's "
@@ -125,4 +130,5 @@ def resolved_hybrid_options(policy: PolicySpec) -> dict[str, object]:
 
 
 __all__ = ["HYBRID_OPTIONS", "HybridFields", "check_hybrid_options", "hybrid_fields",
+           "hybrid_policies",
            "resolved_hybrid_options", "run_layout"]

@@ -78,7 +78,7 @@ def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
     layer as full attention would be the baseline under the hybrid's name."""
     pc = policy_config(cfg, max_context_len)
     policy = make_policy(cfg.policy.policy, pc)
-    if pc.hybrid and not isinstance(policy, PoolKinds):
+    if pc.is_hybrid and not isinstance(policy, PoolKinds):
         policy.close()
         raise ValueError(f"--policy {cfg.policy.policy} built no hybrid pools for "
                          f"{cfg.pool.model} in this version; use --kv-layout full-attention")

@@ -36,7 +36,6 @@ from kvcore.registry import Registry
 from kvcore.tiers import TierConfig
 
 __all__ = [
-    "HYBRID_POLICIES",
     "MAMBA_CACHE_MODES",
     "POLICIES",
     "AdmitResult",
@@ -51,9 +50,6 @@ __all__ = [
     "register_policy",
 ]
 
-#: the policies with a hybrid implementation (the registered factory builds it when
-#: `PolicyConfig.layout` is hybrid); any other policy on a hybrid layout is refused
-HYBRID_POLICIES: tuple[str, ...] = ("paged", "paged-nocache", "vllm")
 #: vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`): "none" one state
 #: per request, "align" the state kept at block boundaries, "all" a state per block
 MAMBA_CACHE_MODES: tuple[str, ...] = ("none", "align", "all")
@@ -267,10 +263,11 @@ class PolicyConfig:
     K/V buffer (tests, small pools) instead of shape-only accounting.
 
     Hybrid models (docs/hybrid.md): `layout` None, or a layout that is not hybrid, is the
-    full-attention path, unchanged. A hybrid `layout` makes `paged` / `paged-nocache` / `vllm`
-    build their hybrid pools from `kv_bytes` (the KV budget of one rank in bytes, the
-    planner's figure: kvcore.hybrid_plan sizes the pools from it); `kv_tokens` stays the size
-    of a pool storing every layer as full attention. The SGLang knobs (defaults: sglang
+    full-attention path, unchanged. A hybrid `layout` makes the policies registered with
+    `supports_hybrid` (`paged`, `paged-nocache`, `vllm`) build their hybrid pools from
+    `kv_bytes` (the KV budget of one rank in bytes, the planner's figure: kvcore.hybrid_plan
+    sizes the pools from it); `kv_tokens` stays the size of a pool storing every layer as
+    full attention. The SGLang knobs (defaults: sglang
     server_args.py, v0.5): `swa_full_tokens_ratio` (SWA pool tokens / full pool tokens),
     `mamba_full_memory_ratio` (state pool bytes / full-attention KV bytes),
     `max_mamba_cache_size` (state slots; 0: from the ratio). vLLM's `mamba_cache_mode`:
@@ -303,8 +300,8 @@ class PolicyConfig:
     mamba_cache_mode: str = "align"
 
     @property
-    def hybrid(self) -> bool:
-        """Whether the hybrid pools are asked for (a layout with a non-full layer kind)."""
+    def is_hybrid(self) -> bool:
+        """A layout with layers that are not full attention: the hybrid policies' path."""
         return self.layout is not None and self.layout.is_hybrid
 
     @property
@@ -336,6 +333,7 @@ class PolicyKind:
     when: str
     caches_prefix: bool = False  # keeps a prefix cache (--enable-prefix-caching applies)
     supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
+    supports_hybrid: bool = False  # builds a hybrid policy when PolicyConfig.layout is hybrid
 
 
 #: every policy, registered in the module named after it (kvcore/policies/paged.py, vllm.py,
@@ -344,12 +342,14 @@ POLICIES: Registry[PolicyKind] = Registry("policy")
 
 
 def register_policy(name: str, when: str, *, caches_prefix: bool = False,
-                    supports_tiers: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+                    supports_tiers: bool = False,
+                    supports_hybrid: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
     """Register a factory under `name` with its capabilities; `when` is the one-line 'pick it
     when' shown to users."""
 
     def deco(factory: PolicyFactory) -> PolicyFactory:
-        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers), when)
+        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers,
+                                      supports_hybrid), when)
         return factory
 
     return deco
@@ -369,11 +369,11 @@ def policy_kind(name: str) -> PolicyKind:
 
 
 def make_policy(name: str, config: PolicyConfig) -> KVPolicy:
-    """Build a registered policy by name; an unknown name lists the known ones. On a hybrid
-    layout only `HYBRID_POLICIES` are built (their factories dispatch on the layout)."""
+    """Build a registered policy by name; an unknown name lists the known ones. A hybrid
+    layout is refused, in one line, by a policy that has no hybrid form."""
     kind = POLICIES.get(name)
-    if config.hybrid and name not in HYBRID_POLICIES:
-        raise ValueError(f"--policy {name} has no hybrid layout; hybrid models run under "
-                         f"--policy {', '.join(HYBRID_POLICIES)} (or --kv-layout "
-                         "full-attention)")
+    if config.is_hybrid and not kind.supports_hybrid:
+        able = [n for n in POLICIES.names() if POLICIES.get(n).supports_hybrid]
+        raise ValueError(f"policy {name!r} does not support hybrid layouts; use "
+                         f"{' or '.join(able)}")
     return kind.build(config)

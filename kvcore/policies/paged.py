@@ -24,7 +24,7 @@ class PagedNoCachePolicy(PagedPolicy):
 
 @register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
                  "real traffic, any page size; reuses shared prefixes",
-                 caches_prefix=True, supports_tiers=True)
+                 caches_prefix=True, supports_tiers=True, supports_hybrid=True)
 def _make_paged(config: PolicyConfig) -> KVPolicy:
     tiers = config.tiers
     if tiers.enabled:
@@ -33,7 +33,8 @@ def _make_paged(config: PolicyConfig) -> KVPolicy:
 
 
 @register_policy("paged-nocache", when="paging without prefix reuse: isolates what the radix "
-                 "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)")
+                 "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)",
+                 supports_hybrid=True)
 def _make_paged_nocache(config: PolicyConfig) -> KVPolicy:
     return PagedNoCachePolicy(config)
 

@@ -15,7 +15,7 @@ from kvcore.policies.vllm_tiers import TieredVLLMPolicy
 @register_policy(
     "vllm",
     when="compare with vLLM v1: paged blocks, prefix caching of full blocks via chained hashes",
-    caches_prefix=True, supports_tiers=True,
+    caches_prefix=True, supports_tiers=True, supports_hybrid=True,
 )
 def _make_vllm(config: PolicyConfig) -> KVPolicy:
     tiers = config.tiers

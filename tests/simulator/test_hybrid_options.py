@@ -31,7 +31,7 @@ def _pc(**flat) -> PolicyConfig:
 
 def test_a_hybrid_run_hands_its_layout_budget_and_options_to_the_policy() -> None:
     pc = _pc(model="gpt-oss-20b", policy="paged", swa_full_tokens_ratio=0.5)
-    assert pc.layout == LAYOUTS["gpt-oss-20b"] and pc.hybrid
+    assert pc.layout == LAYOUTS["gpt-oss-20b"] and pc.is_hybrid
     # no kv_bytes in the pool spec: kv_tokens slots of every layer as full attention
     assert pc.kv_bytes == 65536 * get_model("gpt-oss-20b").kv_bytes_per_token("bf16", 1)
     assert pc.swa_full_tokens_ratio == 0.5 and pc.mamba_full_memory_ratio == 0.9
@@ -43,7 +43,7 @@ def test_a_hybrid_run_hands_its_layout_budget_and_options_to_the_policy() -> Non
 
 def test_the_pre_hybrid_baseline_is_the_full_attention_config() -> None:
     base = _pc(model="gpt-oss-20b", kv_layout="full-attention")
-    assert base.layout is None and base.kv_bytes == 0 and not base.hybrid
+    assert base.layout is None and base.kv_bytes == 0 and not base.is_hybrid
     assert base == _pc(model="gpt-oss-20b", kv_layout="full-attention", policy="paged")
 
 
@@ -79,8 +79,8 @@ def test_an_option_the_run_would_ignore_is_a_one_line_error(flat, message) -> No
 
 def test_other_policies_on_a_hybrid_layout_are_refused_by_make_policy() -> None:
     cfg = PolicyConfig(kv_tokens=1024, layout=LAYOUTS["gemma-3-27b"])
-    with pytest.raises(ValueError, match="--policy contiguous-max has no hybrid layout; "
-                       "hybrid models run under --policy paged, paged-nocache, vllm"):
+    with pytest.raises(ValueError, match="policy 'contiguous-max' does not support hybrid "
+                       "layouts"):
         make_policy("contiguous-max", cfg)
 
 
