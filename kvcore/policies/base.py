@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
+from kvcore.layers import HybridLayout
 from kvcore.registry import Registry
 from kvcore.tiers import TierConfig
 
@@ -272,6 +273,15 @@ class PolicyConfig:
     host_tokens: int = 0
     storage_tokens: int = 0
     hicache_write_policy: str = "write_through"
+    # hybrid models (issue 27): the layer layout (None, or a layout that is not hybrid: the
+    # full-attention path, unchanged) and the KV budget on one rank in bytes (`kv_tokens`
+    # stays the full-attention size); SGLang's pool ratios and vLLM's Mamba prefix-cache mode
+    layout: HybridLayout | None = None
+    kv_bytes: int = 0
+    swa_full_tokens_ratio: float = 0.8
+    mamba_full_memory_ratio: float = 0.9
+    max_mamba_cache_size: int = 0  # 0: from mamba_full_memory_ratio
+    mamba_cache_mode: str = "align"
 
     @property
     def num_pages(self) -> int:

@@ -13,12 +13,15 @@ iteration, no tier traffic.
   cost of those steps known in advance: what the fast-forward (simulator/stretch.py) needs.
 * `LowerTiers`: host (and storage) tiers behind the device pool; admission may load from them,
   at most what the storage prefetch delivered.
+* `PoolKinds`: a hybrid model's memory per pool kind (full, swa, chunked, mamba) in bytes, and
+  each kind's prefix hits.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,7 +29,8 @@ from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, KVPolicy, PrefixPeek
 from kvcore.tiers import TierState
 
-__all__ = ["CAPABILITIES", "DecodeStretch", "LowerTiers", "PrefixCache", "Reserving"]
+__all__ = ["CAPABILITIES", "DecodeStretch", "LowerTiers", "PoolKinds", "PoolUsage", "PrefixCache",
+           "Reserving"]
 
 
 class PrefixCache(KVPolicy):
@@ -135,5 +139,29 @@ class LowerTiers(KVPolicy):
         what it holds is cache, the rest is free."""
 
 
+@dataclass(frozen=True)
+class PoolUsage:
+    """One pool kind of a hybrid model at one instant: its capacity, the bytes live requests
+    hold, the bytes only the prefix cache holds, and the prompt tokens that kind alone
+    would have served from its cache (`hit_tokens`) of those asked about (`queried_tokens`),
+    over the run so far. Kinds that share one pool (vLLM) each report the shared capacity."""
+
+    kind: str  # "full", "swa", "chunked" or "mamba"
+    capacity_bytes: int
+    used_bytes: int
+    cached_bytes: int
+    hit_tokens: int
+    queried_tokens: int
+
+
+class PoolKinds(KVPolicy):
+    """A policy that lays a hybrid model's layers out in pools of one kind each."""
+
+    @abstractmethod
+    def pool_usage(self) -> dict[str, PoolUsage]:
+        """kind -> its `PoolUsage` now (read-only)."""
+
+
 #: every capability, in the order DEVELOPERS.md lists them
-CAPABILITIES: tuple[type[KVPolicy], ...] = (PrefixCache, Reserving, DecodeStretch, LowerTiers)
+CAPABILITIES: tuple[type[KVPolicy], ...] = (PrefixCache, Reserving, DecodeStretch, LowerTiers,
+                                            PoolKinds)
