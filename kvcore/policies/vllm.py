@@ -2,13 +2,16 @@
 
 `VLLMBlockPolicy` (kvcore/policies/vllm_block.py: the block pool with hash-chained prefix
 caching), or `TieredVLLMPolicy` (kvcore/policies/vllm_tiers.py) when the configuration asks
-for a host tier.
+for a host tier, or, on a hybrid layout (`PolicyConfig.layout` with sliding-window, chunked,
+linear-attention or Mamba layers), `VLLMHybridPolicy` (kvcore/policies/vllm_hybrid.py: the
+hybrid KV cache manager's groups over one shared block pool).
 """
 
 from __future__ import annotations
 
 from kvcore.policies.base import KVPolicy, PolicyConfig, register_policy
 from kvcore.policies.vllm_block import VLLMBlockPolicy
+from kvcore.policies.vllm_hybrid import VLLMHybridPolicy
 from kvcore.policies.vllm_tiers import TieredVLLMPolicy
 
 
@@ -19,9 +22,14 @@ from kvcore.policies.vllm_tiers import TieredVLLMPolicy
 )
 def _make_vllm(config: PolicyConfig) -> KVPolicy:
     tiers = config.tiers
+    if config.layout is not None and config.layout.is_hybrid:
+        if tiers.enabled:
+            raise ValueError("--hicache-size: policy vllm has no host tier on a hybrid layout "
+                             f"({config.layout.mix})")
+        return VLLMHybridPolicy(config)
     if tiers.enabled:
         return TieredVLLMPolicy(config, tiers)
     return VLLMBlockPolicy(config)
 
 
-__all__ = ["TieredVLLMPolicy", "VLLMBlockPolicy"]
+__all__ = ["TieredVLLMPolicy", "VLLMBlockPolicy", "VLLMHybridPolicy"]
