@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
+from kvcore.layers import HybridLayout
 from kvcore.registry import Registry
 from kvcore.tiers import TierConfig
 
@@ -272,6 +273,24 @@ class PolicyConfig:
     host_tokens: int = 0
     storage_tokens: int = 0
     hicache_write_policy: str = "write_through"
+    # hybrid models (issue 27): the layer layout (None, or a layout that is not hybrid: the
+    # full-attention path, unchanged) and the KV budget of one rank in bytes, which the
+    # hybrid policies split into their pools (kvcore/hybrid_plan.py); `kv_tokens` stays the
+    # full-attention size. The ratios are SGLang's server arguments of the same names, with
+    # its defaults (server_args.py, v0.5: --swa-full-tokens-ratio 0.8,
+    # --mamba-full-memory-ratio 0.9, --max-mamba-cache-size unset: 0 here); the cache mode
+    # is vLLM's --mamba-cache-mode (default "align" in current vLLM).
+    layout: HybridLayout | None = None
+    kv_bytes: int = 0
+    swa_full_tokens_ratio: float = 0.8
+    mamba_full_memory_ratio: float = 0.9
+    max_mamba_cache_size: int = 0
+    mamba_cache_mode: str = "align"
+
+    @property
+    def is_hybrid(self) -> bool:
+        """A layout with layers that are not full attention: the hybrid policies' path."""
+        return self.layout is not None and self.layout.is_hybrid
 
     @property
     def num_pages(self) -> int:
@@ -302,6 +321,7 @@ class PolicyKind:
     when: str
     caches_prefix: bool = False  # keeps a prefix cache (--enable-prefix-caching applies)
     supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
+    supports_hybrid: bool = False  # builds a hybrid policy when PolicyConfig.layout is hybrid
 
 
 #: every policy, registered in the module named after it (kvcore/policies/paged.py, vllm.py,
@@ -310,12 +330,14 @@ POLICIES: Registry[PolicyKind] = Registry("policy")
 
 
 def register_policy(name: str, when: str, *, caches_prefix: bool = False,
-                    supports_tiers: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+                    supports_tiers: bool = False,
+                    supports_hybrid: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
     """Register a factory under `name` with its capabilities; `when` is the one-line 'pick it
     when' shown to users."""
 
     def deco(factory: PolicyFactory) -> PolicyFactory:
-        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers), when)
+        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers,
+                                      supports_hybrid), when)
         return factory
 
     return deco
@@ -335,5 +357,11 @@ def policy_kind(name: str) -> PolicyKind:
 
 
 def make_policy(name: str, config: PolicyConfig) -> KVPolicy:
-    """Build a registered policy by name; an unknown name lists the known ones."""
-    return POLICIES.get(name).build(config)
+    """Build a registered policy by name; an unknown name lists the known ones. A hybrid
+    layout is refused, in one line, by a policy that has no hybrid form."""
+    kind = POLICIES.get(name)
+    if config.is_hybrid and not kind.supports_hybrid:
+        able = [n for n in POLICIES.names() if POLICIES.get(n).supports_hybrid]
+        raise ValueError(f"policy {name!r} does not support hybrid layouts; use "
+                         f"{' or '.join(able)}")
+    return kind.build(config)

@@ -13,12 +13,16 @@ iteration, no tier traffic.
   cost of those steps known in advance: what the fast-forward (simulator/stretch.py) needs.
 * `LowerTiers`: host (and storage) tiers behind the device pool; admission may load from them,
   at most what the storage prefetch delivered.
+* `PoolKinds`: the policy keeps pools of more than one kind (a hybrid model's full, sliding
+  window, chunked and Mamba / linear-attention state pools); `breakdown()` stays the
+  full-attention pool in token slots, `pool_usage()` reports every pool in bytes.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,7 +30,8 @@ from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, KVPolicy, PrefixPeek
 from kvcore.tiers import TierState
 
-__all__ = ["CAPABILITIES", "DecodeStretch", "LowerTiers", "PrefixCache", "Reserving"]
+__all__ = ["CAPABILITIES", "DecodeStretch", "LowerTiers", "PoolKinds", "PoolUsage",
+           "PrefixCache", "Reserving"]
 
 
 class PrefixCache(KVPolicy):
@@ -135,5 +140,28 @@ class LowerTiers(KVPolicy):
         what it holds is cache, the rest is free."""
 
 
+@dataclass(frozen=True)
+class PoolUsage:
+    """One pool kind of a hybrid policy ("full", "swa", "chunked", "mamba"), in bytes on one
+    rank: its size, what is in use (running requests and cache), the cache's unlocked share,
+    and the prefix-hit tokens it served out of the tokens admissions looked up."""
+
+    kind: str
+    capacity_bytes: int
+    used_bytes: int
+    cached_bytes: int
+    hit_tokens: int
+    queried_tokens: int
+
+
+class PoolKinds(KVPolicy):
+    """A policy with pools of several kinds (hybrid models)."""
+
+    @abstractmethod
+    def pool_usage(self) -> dict[str, PoolUsage]:
+        """Each pool kind's usage now, keyed by kind (read-only)."""
+
+
 #: every capability, in the order DEVELOPERS.md lists them
-CAPABILITIES: tuple[type[KVPolicy], ...] = (PrefixCache, Reserving, DecodeStretch, LowerTiers)
+CAPABILITIES: tuple[type[KVPolicy], ...] = (PrefixCache, Reserving, DecodeStretch, LowerTiers,
+                                            PoolKinds)
