@@ -125,13 +125,12 @@ class HybridRadixCache(RadixCache):
         return upper  # the state (after the last token) stays on the lower part
 
     # -- matching --------------------------------------------------------------------------
-    def _walk_hybrid(self, key: np.ndarray) -> tuple[int, TreeNode, TreeNode | None, int, int]:
-        """(hit, node the hit ends in or at, that node when the hit ends inside it (to
-        split) else None, tokens of it matched, evictable part of the hit). Read-only."""
+    def _walk_hybrid(self, key: np.ndarray) -> tuple[int, int]:
+        """(hit, the part of it that is unlocked: evictable), read-only. Locks cover root
+        paths, so the unlocked nodes of a match are a suffix of it."""
         n = len(key) - len(key) % self.page_size
-        root = self.root
-        best: tuple[int, TreeNode, TreeNode | None, int, int] = (0, root, None, 0, 0)
-        node, pos, since, evictable = root, 0, 1 << 62, 0
+        best = (0, 0)
+        node, pos, since, evictable = self.root, 0, 1 << 62, 0
         window, states = self.window, self.states is not None
         while pos < n:
             children = node.children
@@ -148,7 +147,7 @@ class HybridRadixCache(RadixCache):
             whole = m == len(child.key)
             if (window is None or since >= window) and (not states or (whole and
                                                                        child.state >= 0)):
-                best = (pos + m, child, None if whole else child, m, evictable)
+                best = (pos + m, evictable)
             if not whole:
                 break
             node, pos = child, pos + m
@@ -158,28 +157,18 @@ class HybridRadixCache(RadixCache):
         """(hit a match would give now, the part of it that is evictable), read-only."""
         if self.disable:
             return 0, 0
-        hit, _, _, _, evictable = self._walk_hybrid(as_key(key))
-        return hit, evictable
+        return self._walk_hybrid(as_key(key))
 
     def match(self, key: object) -> tuple[torch.Tensor, HybridNode]:
-        """The usable prefix of `key` (see the match rule): its slots and the node it ends at
-        (split there if it ends inside one). Touches the path (LRU)."""
-        root = self.root
-        assert isinstance(root, HybridNode)
-        if self.disable:
-            return self._empty_value, root
-        hit, node, split, m, _ = self._walk_hybrid(as_key(key))
-        if hit == 0:
-            return self._empty_value, root
-        if split is not None:
-            node = self._split(split, m)
-            if self._is_evictable_leaf(split):
-                self._mark_leaf(split)
-        self.touch_path(node)
-        path = list(node.path_to_root())[::-1]
-        values = [p.value for p in path]
-        assert isinstance(node, HybridNode)
-        return (values[0] if len(values) == 1 else torch.cat(values)), node
+        """The usable prefix of `key` (see the match rule): its slots and the node it ends at.
+        It is RadixCache's match of the key cut to that prefix, so a layout whose rule cuts
+        nothing (no tombstone, no state layer) matches, splits and touches exactly as the
+        full-attention cache does."""
+        key = as_key(key)
+        hit = 0 if self.disable else self._walk_hybrid(key)[0]
+        indices, node = self.match_prefix(key[:hit])
+        assert isinstance(node, HybridNode) and len(indices) == hit
+        return indices, node
 
     # -- locks -----------------------------------------------------------------------------
     def lock(self, node: HybridNode) -> HybridLock:
