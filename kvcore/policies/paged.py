@@ -2,13 +2,15 @@
 
 `paged` is `PagedPolicy` (kvcore/policies/paged_radix.py: PagedAllocator + RadixCache), or
 `TieredPagedPolicy` (kvcore/policies/paged_tiers.py) when the configuration asks for a host
-tier. `paged-nocache` is the same pool with the radix cache disabled (SGLang's
---disable-radix-cache): a configuration of `paged` under its own name.
+tier, or `HybridPagedPolicy` (kvcore/policies/paged_hybrid.py: SGLang's full / SWA / Mamba
+pools) when the layout is hybrid. `paged-nocache` is the same pool with the radix cache
+disabled (SGLang's --disable-radix-cache): a configuration of `paged` under its own name.
 """
 
 from __future__ import annotations
 
 from kvcore.policies.base import KVPolicy, PolicyConfig, register_policy
+from kvcore.policies.paged_hybrid import HybridPagedPolicy
 from kvcore.policies.paged_radix import PagedPolicy
 from kvcore.policies.paged_tiers import TieredPagedPolicy
 
@@ -26,6 +28,8 @@ class PagedNoCachePolicy(PagedPolicy):
                  "real traffic, any page size; reuses shared prefixes",
                  caches_prefix=True, supports_tiers=True, supports_hybrid=True)
 def _make_paged(config: PolicyConfig) -> KVPolicy:
+    if config.is_hybrid:
+        return _hybrid(config, cache_enabled=True)
     tiers = config.tiers
     if tiers.enabled:
         return TieredPagedPolicy(config, tiers)
@@ -36,7 +40,18 @@ def _make_paged(config: PolicyConfig) -> KVPolicy:
                  "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)",
                  supports_hybrid=True)
 def _make_paged_nocache(config: PolicyConfig) -> KVPolicy:
+    if config.is_hybrid:
+        return _hybrid(config, cache_enabled=False)
     return PagedNoCachePolicy(config)
 
 
-__all__ = ["PagedNoCachePolicy", "PagedPolicy", "TieredPagedPolicy"]
+def _hybrid(config: PolicyConfig, cache_enabled: bool) -> KVPolicy:
+    """SGLang's hybrid pools; no host tier behind them (its hybrid caches have their own
+    HiCache variants, not modelled here)."""
+    if config.tiers.enabled:
+        raise ValueError("a host tier (--hicache-size / --hicache-ratio) is not supported "
+                         "on a hybrid layout")
+    return HybridPagedPolicy(config, cache_enabled=cache_enabled)
+
+
+__all__ = ["HybridPagedPolicy", "PagedNoCachePolicy", "PagedPolicy", "TieredPagedPolicy"]
