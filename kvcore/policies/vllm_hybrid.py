@@ -414,7 +414,8 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Per pool kind: the shared pool's bytes as capacity, the bytes its groups' blocks
-        hold for live requests and as cache, and the hits that kind alone would give."""
+        hold for live requests or as cache (PoolUsage's `used` counts both; `cached` the cache
+        alone), and the hits that kind alone would give."""
         pool, bb = self.pool, self.groups.block_bytes
         held = pool.ref_cnt > 0
         cached = pool.is_hashed & ~held
@@ -422,7 +423,7 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         for k, spec in enumerate(self.specs):
             mine = np.isin(self.group_of, self.spec_gids[k])
             prev = out.get(spec.pool_kind)
-            used = int(np.count_nonzero(mine & held)) * bb
+            used = int(np.count_nonzero(mine & (held | cached))) * bb
             cach = int(np.count_nonzero(mine & cached)) * bb
             hits = self.spec_hits[k]
             if prev is not None:  # two specs of one kind (two windows): summed, least hit
