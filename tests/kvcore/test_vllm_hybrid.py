@@ -317,3 +317,24 @@ class HybridMachine(RuleBasedStateMachine):
 TestHybridMachine = HybridMachine.TestCase
 TestHybridMachine.settings = settings(max_examples=20, stateful_step_count=25, deadline=None,
                                       suppress_health_check=list(HealthCheck))
+
+
+def test_chunked_local_frees_past_chunks_and_hits_from_the_chunk_start() -> None:
+    """Chunk 32, blocks of 16. A prefills 50 tokens (4 blocks per group) and decodes one:
+    at 50 tokens its current chunk starts at 32, so blocks 0-1 go back to the free queue
+    (hashed). B repeats A's 50 tokens and adds 10: capped at 59, whole blocks 0-2; full
+    attention accepts 48; the candidate's chunk starts at 32 (block 2), which is cached:
+    the hit is 48 and B takes no chunked block before block 2."""
+    chunked = LayerGroup("chunked", 1, kv_heads=1, head_dim=8, chunk=32)
+    p = toy(layout=HybridLayout((FULL1, chunked)))
+    ids = np.arange(50)
+    assert p.admit(0, ids, 51, 2) is not None and p.extend([0], [50])
+    assert [len(t) for t in p.block_tables(0)] == [4, 4]
+    assert p.decode([0])
+    assert p.block_tables(0)[1][:2] == [0, 0] and all(p.block_tables(0)[1][2:])
+    p.finish(0, np.arange(52))
+    b = np.concatenate([ids, 3000 + np.arange(10)])
+    assert p.admit(1, b, 61, 2) is not None
+    full, local = p.block_tables(1)
+    assert p.written(1) == 48 and len(full) == 3 and local[:2] == [0, 0] and local[2]
+    p.check_invariants()
