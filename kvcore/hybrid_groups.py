@@ -11,12 +11,14 @@ Rules followed, and the vLLM version of each (vllm/v1/core/, vllm/v1/kv_cache_in
   (kind, window, chunk) form `cdiv(layers, group_size)` KV cache groups of `group_size` layers;
   every group has the same page in bytes; all draw block ids from one pool of
   `budget // (page x group_size)` blocks. A block id is one page in each layer of its group.
-* Block size (v0.11 `HybridAttentionMambaModelConfig`): attention + state layers raise the
-  attention block until one attention page holds a state page; a requested block size below
-  that is raised as vLLM raises it (it logs "Setting attention block size to N tokens"), one
-  above it is kept. Attention kinds whose bytes per token differ would get different block
-  sizes in vLLM (`unify_kv_cache_spec_page_size`); this model keeps one block size and refuses
-  such a layout with a one-line error.
+* Block size (v0.11 `HybridAttentionMambaModelConfig.verify_and_update_config`; the same
+  rule and log line since moved to vllm/platforms/interface.py by vllm #37467): attention +
+  state layers raise the attention block until one attention page holds a state page; a
+  requested block size below that is raised, not refused ("override attention block size if
+  either (a) the user has not set it or (b) the user has set it too small"; it logs "Setting
+  attention block size to N tokens"), one above it is kept. Attention kinds whose bytes per
+  token differ would get different block sizes in vLLM (`unify_kv_cache_spec_page_size`);
+  this model keeps one block size and refuses such a layout with a one-line error.
 * Hits (`HybridKVCacheCoordinator.find_longest_cache_hit`, main of 2026-Q2, after vllm #46453;
   the fixed point dates from v0.10.2): full attention first, scanned from the left once; every
   other kind asked for the longest hit it accepts up to the current candidate; the candidate
@@ -52,7 +54,11 @@ from kvcore.validation import cdiv
 #: vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`): "none" keeps one
 #: state block per request and caches nothing (prefix caching off); "align" keeps the state
 #: at block boundaries where a scheduler step ends (the scheduler cuts prefill chunks there);
-#: "all" keeps the state at every block boundary.
+#: "all" keeps the state at every block boundary. The field's default is "none", but with
+#: prefix caching on (vLLM's default) the model config sets "align" (vLLM >= v0.16 logs "Mamba
+#: cache mode is set to 'align' for <arch> by default when prefix caching is enabled",
+#: vllm/model_executor/models/config.py), which is what `PolicyConfig.mamba_cache_mode`
+#: defaults to.
 MAMBA_CACHE_MODES = ("none", "align", "all")
 
 #: the pool kinds reported per kind (`PoolUsage.kind`)

@@ -26,8 +26,8 @@ behaviour below has held since v0.11 unless said):
   call crosses being kept.
 
 Hashing: one block hash chain per request (kvcore/block_hash.py), shared by all groups; the
-pool may hold the same key once per group, and this policy's own index (`_holders`, keyed by
-(group, hash), vLLM's `BlockHashWithGroupId`) tells them apart and answers a lookup at any
+pool may hold the same key once per group, and this policy's own index (`_holders`, per group
+a hash -> blocks dict: vLLM's `BlockHashWithGroupId`) tells them apart and answers a lookup at any
 position, as the sliding window and Mamba finders need (from the right). A block is hashed
 when it is full and its token ids are known: prompt blocks as prefill writes them, decode
 blocks at `cache_prefix` / `finish` (a sliding-window or Mamba decode block freed before then
@@ -98,8 +98,8 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         self.pool = BlockPool(self.groups.num_blocks, bs)
         self.pool.on_evict = self._unhold
         self.group_of = np.full(self.groups.num_blocks + 1, -1, dtype=np.int64)
-        #: (group, hash) -> blocks holding that key, oldest first
-        self._holders: dict[tuple[int, int], list[int]] = {}
+        #: per group: hash -> blocks holding that key, oldest first
+        self._holders: list[dict[int, list[int]]] = [{} for _ in self.gspec]
         self.hasher = ChainHasher(bs, self.max_context_len)
         self._rows = list(range(positive_int("max_requests", config.max_requests) - 1, -1, -1))
         self._reqs: dict[int, HybridReq] = {}
@@ -112,15 +112,15 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
     def _unhold(self, evicted: np.ndarray) -> None:
         """Pool hook: evicted blocks (still carrying their keys) leave this index."""
         for b in evicted.tolist():
-            key = (int(self.group_of[b]), int(self.pool.block_hash[b]))
-            holders = self._holders[key]
+            index, h = self._holders[int(self.group_of[b])], int(self.pool.block_hash[b])
+            holders = index[h]
             holders.remove(b)
             if not holders:
-                del self._holders[key]
+                del index[h]
 
     def _find(self, g: int, i: int, chain: np.ndarray, ids: np.ndarray) -> int:
         """The oldest block of group g holding chain position i (its key checked), or 0."""
-        for b in self._holders.get((g, int(chain[i])), ()):
+        for b in self._holders[g].get(int(chain[i]), ()):
             parent = int(chain[i - 1]) if i else NONE_HASH
             bs = self.page_size
             if int(self.pool.parent_hash[b]) == parent and np.array_equal(
@@ -132,9 +132,16 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         """vLLM's cross-group hit for a prompt capped at `max_len` tokens: (hit tokens, per
         group the block table it gives, per spec the hit that spec accepts alone)."""
         n = len(self.specs)
-        if not self.caching or not self._holders or max_len < self.page_size:
+        if not self.caching or not any(self._holders) or max_len < self.page_size:
             return 0, [[] for _ in self.gspec], [0] * n
         chain = self.hasher.chain(NONE_HASH, ids[: max_len // self.page_size * self.page_size])
+        keys = chain.tolist()
+        # per spec, the positions whose hash some block holds in every group of the spec (one
+        # dict probe per position and group); only those are checked block by block
+        per_group = [[h in index for h in keys] for index in self._holders]
+        known = [per_group[gids[0]] if len(gids) == 1 else
+                 np.logical_and.reduce([per_group[g] for g in gids]).tolist()
+                 for gids in self.spec_gids]
         memo: dict[tuple[int, int], int] = {}
 
         def block(g: int, i: int) -> int:
@@ -142,10 +149,11 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
                 memo[g, i] = self._find(g, i, chain, ids)
             return memo[g, i]
 
-        def in_all(gids: list[int]) -> Cached:
-            return lambda i: all(block(g, i) for g in gids)
+        def in_all(k: int) -> Cached:
+            gids, hashed = self.spec_gids[k], known[k]
+            return lambda i: hashed[i] and all(block(g, i) for g in gids)
 
-        cached = [in_all(gids) for gids in self.spec_gids]
+        cached = [in_all(k) for k in range(n)]
         hit, first = longest_hit(self.specs, cached, max_len, self.page_size)
         alone = [longest_hit((s,), [c], max_len, self.page_size)[0]
                  for s, c in zip(self.specs, cached, strict=True)]
@@ -340,7 +348,7 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         self.pool.cache_full_blocks(blocks, hashes, parent,
                                     req.ids[start * bs:(start + k) * bs].reshape(k, bs), start)
         for b, h in zip(blocks.tolist(), hashes.tolist(), strict=True):
-            self._holders.setdefault((g, int(h)), []).append(b)
+            self._holders[g].setdefault(int(h), []).append(b)
 
     def _learn(self, req: HybridReq, token_ids: np.ndarray) -> None:
         ids = _ids(token_ids)
@@ -409,8 +417,9 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
                                          reserved, rounding, (free - pool.num_cached_free) * bs)
 
     def page_table_entries(self) -> int:
-        """Non-null entries of every live request's block tables."""
-        return sum(1 for r in self._reqs.values() for t in r.tables for b in t if b)
+        """Non-null entries of every live request's block tables: each holds one reference
+        to its block (checked by the invariants), so the sum of the pool's ref counts."""
+        return int(self.pool.ref_cnt.sum())
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Per pool kind: the shared pool's bytes as capacity, the bytes its groups' blocks
@@ -439,8 +448,8 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         return self._reqs
 
     @property
-    def holders(self) -> dict[tuple[int, int], list[int]]:
-        """The (group, hash) -> blocks index (read by the invariant checks)."""
+    def holders(self) -> list[dict[int, list[int]]]:
+        """Per group, the hash -> blocks index (read by the invariant checks)."""
         return self._holders
 
     def check_invariants(self) -> None:

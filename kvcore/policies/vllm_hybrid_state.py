@@ -56,7 +56,7 @@ class HybridView(Protocol):
     def reqs(self) -> dict[int, HybridReq]: ...
 
     @property
-    def holders(self) -> dict[tuple[int, int], list[int]]: ...
+    def holders(self) -> list[dict[int, list[int]]]: ...
 
     def breakdown(self, head_reservation: int) -> MemoryBreakdown: ...
 
@@ -65,7 +65,7 @@ def check_hybrid_invariants(p: HybridView) -> None:
     """The shared pool's equations (BlockPool.check_invariants), and:
 
     * ref_cnt[b] == the live block-table entries naming b; a block is in one group;
-    * the index `_holders` holds exactly the hashed blocks, each under (its group, its hash);
+    * the index `holders` holds exactly the hashed blocks, each under its group and hash;
     * per request and attention group: one position per block of written tokens, every block
       the next token needs (from the kind's skip point on) real, nothing kept before the
       skip point of the last call; a full-attention group's table has no null;
@@ -111,11 +111,12 @@ def check_hybrid_invariants(p: HybridView) -> None:
     for b in np.flatnonzero(pool.ref_cnt != holders).tolist():
         raise InvariantError(f"vllm hybrid: block {b} ref {pool.ref_cnt[b]} != holders "
                              f"{holders[b]}")
-    indexed = sorted(b for bl in p.holders.values() for b in bl)
+    indexed = sorted(b for index in p.holders for bl in index.values() for b in bl)
     if indexed != np.flatnonzero(pool.is_hashed).tolist():
         raise InvariantError("vllm hybrid: the (group, hash) index is out of sync with the pool")
-    for (g, h), bl in p.holders.items():
-        for b in bl:
-            if p.group_of[b] != g or int(pool.block_hash[b]) != h:
-                raise InvariantError(f"vllm hybrid: block {b} indexed under a wrong key")
+    for g, index in enumerate(p.holders):
+        for h, bl in index.items():
+            for b in bl:
+                if p.group_of[b] != g or int(pool.block_hash[b]) != h:
+                    raise InvariantError(f"vllm hybrid: block {b} indexed under a wrong key")
     p.breakdown(p.max_context_len).check_invariants()
