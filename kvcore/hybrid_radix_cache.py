@@ -177,21 +177,22 @@ class HybridRadixCache(RadixCache):
         self.inc_lock_ref(node)
         uuid = 0
         if self.window is not None and not self.disable:
-            acc, n = 0, node
-            while n is not self.root and acc < self.window:
-                assert isinstance(n, HybridNode)
-                if n.tomb:
-                    raise InvariantError(f"{n!r}: SWA lock on a tombstone within the window")
-                n.swa_lock += 1
-                acc += len(n.key)
+            acc = 0
+            cur: TreeNode = node
+            while cur is not self.root and acc < self.window:
+                assert isinstance(cur, HybridNode)
+                if cur.tomb:
+                    raise InvariantError(f"{cur!r}: SWA lock on a tombstone within the window")
+                cur.swa_lock += 1
+                acc += len(cur.key)
                 if acc >= self.window:
-                    if not n.swa_uuid:
+                    if not cur.swa_uuid:
                         self._uuid += 1
-                        n.swa_uuid = self._uuid
-                    uuid = n.swa_uuid
-                parent = n.parent
+                        cur.swa_uuid = self._uuid
+                    uuid = cur.swa_uuid
+                parent = cur.parent
                 assert parent is not None
-                n = parent
+                cur = parent
         state = self.states is not None and not self.disable and node.state >= 0
         if state:
             node.state_lock += 1

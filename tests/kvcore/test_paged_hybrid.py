@@ -336,6 +336,7 @@ class HybridMachine(RuleBasedStateMachine):
     def evict_swa_or_states(self, n) -> None:
         freed = self.pol.tree.evict_swa(n) + self.pol.tree.evict_states(n)
         event(f"evicted={freed > 0}")
+        event(f"tombstones={any(getattr(x, 'tomb', False) for x in self.pol.tree.nodes())}")
 
     @invariant()
     def invariants(self) -> None:
@@ -355,4 +356,4 @@ class HybridMachine(RuleBasedStateMachine):
 
 
 TestHybridMachine = HybridMachine.TestCase
-TestHybridMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestHybridMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
