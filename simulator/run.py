@@ -164,9 +164,15 @@ def simulate(
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
     summary.update(latency_columns(cfg, latency))
     summary.update(_overload(workload, cfg, latency, rec, requests, summary))
-    summary.update(reuse_gap(workload, requests, cfg.policy.page_size))
+    summary.update(reuse_gap(workload, requests, _block(cfg, policy)))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, timeline, cfg, {"latency": latency.describe()})
+
+
+def _block(cfg: SimConfig, policy: KVPolicy) -> int:
+    """The page size prefixes are shared at: the option's, or a hybrid policy's own block
+    (vLLM raises an attention + Mamba model's block to fit the state: 528 for Qwen3.5-4B)."""
+    return policy.page_size if isinstance(policy, PoolKinds) else cfg.policy.page_size
 
 
 def latency_columns(cfg: SimConfig, latency) -> dict:
