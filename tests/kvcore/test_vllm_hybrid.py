@@ -3,7 +3,7 @@
 Worked examples a reader can redo by hand on a three-group toy layout, the per-kind hit finders,
 the sizes against the planner (`vllm_plan`), a differential test against the full-attention
 `vllm` policy, and a hypothesis state machine checking the invariants after every step.
-Cost: about 4 s in all (the state machine about 3 s).
+Cost: about 5 s in all on a loaded 2-core machine (the state machine about 3 s, the differential test 2 s).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def test_block_size_rules_and_errors() -> None:
 
 # -- differential: a window longer than every request is full attention -------------------------
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 60), st.integers(1, 20)),
                 min_size=1, max_size=12),
        st.sampled_from([1, 4, 16]))
@@ -315,7 +315,7 @@ class HybridMachine(RuleBasedStateMachine):
 
 
 TestHybridMachine = HybridMachine.TestCase
-TestHybridMachine.settings = settings(max_examples=20, stateful_step_count=25, deadline=None,
+TestHybridMachine.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
                                       suppress_health_check=list(HealthCheck))
 
 
