@@ -265,6 +265,9 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         return [last - 1]
 
     def _grow(self, reqs: list[HybridReq], targets: Sequence[int]) -> bool:
+        """Grow each request to its target, all or nothing. As in vLLM's allocate_slots the
+        skipped blocks are removed first, even when the allocation then fails: they are
+        blocks no token of the request needs any more, so no request's result changes."""
         for req in reqs:
             self._skip(req)
         plans = [self._plan(req, int(t)) for req, t in zip(reqs, targets, strict=True)]
