@@ -300,7 +300,9 @@ class HybridPagedPolicy(PrefixCache, PoolKinds):
             return
         r = self._req(rid)
         n = r.written - r.written % self.page_size
-        if n <= r.cached:
+        if n <= r.cached or r.swa_evicted > r.cached:
+            # nothing new, or decoding already freed SWA KV of its own tokens: SGLang caches a
+            # running request only between prefill chunks (cache_unfinished_req), before any
             return
         fork = -1
         if self.states is not None:  # the tree gets a copy; the request keeps running
