@@ -19,11 +19,13 @@ radix cache is kvcore/hybrid_radix_cache.py. Engine rules followed, SGLang v0.5:
   precedes its window. These frees happen before a decode or chunk allocates and are not
   undone when the allocation then fails (SGLang's order).
 * **Running requests capped by state slots** (model_executor/model_runner_kv_cache_mixin.py,
-  `_calculate_mamba_ratio`, default `--mamba-scheduler-strategy no_buffer`): at most
-  `slots // 3` run with the radix cache (a running request's own state, the cached state
-  its hit locks, the fork made when its prefix is cached), `slots // 1` without it; and at
-  most `max_requests`. `admit` returns None at the cap, which the engine treats as memory
-  it must wait for (it retries once a request leaves).
+  `_calculate_mamba_ratio` with the `no_buffer` Mamba scheduler strategy, v0.5's default;
+  later versions default to `auto`, whose `extra_buffer` choice adds 1 or 2 slots per request
+  and tracks states inside prompts, not modelled): at most `slots // 3` run with the radix
+  cache (a running request's own state, the cached state its hit locks, the fork made when
+  its prefix is cached), `slots // 1` without it; and at most `max_requests`. `admit`
+  returns None at the cap, which the engine treats as memory it must wait for (it retries
+  once a request leaves).
 * **Mamba states**: a running request owns one slot from admission (`HybridReqToTokenPool`);
   a hit copies the cached state into it (copy on write); caching a running prefix forks a new
   slot (`fork_from`, skipped when no slot can be freed); a finished request's slot goes to the
@@ -32,8 +34,11 @@ radix cache is kvcore/hybrid_radix_cache.py. Engine rules followed, SGLang v0.5:
   then SWA by its own LRU (SGLang `SWARadixCache.evict` with `swa_num_tokens`); states by
   their LRU when a slot is short (`evict_mamba`).
 
-`breakdown()` reports the full-attention pool in token slots (the engine's columns);
-`pool_usage()` reports every pool in bytes. No DecodeStretch: the engine steps one decode at a
+`breakdown()` reports the full-attention pool in token slots (the engine's columns) and
+`available_tokens()` is that pool's, which the engine budgets admissions on; a short SWA or
+state pool shows as a failed extend / decode or a refused admission, which the engine answers
+by undoing admissions or preempting (SGLang retracts). `pool_usage()` reports every pool in
+bytes. No DecodeStretch: the engine steps one decode at a
 time, so the periodic SWA frees happen when SGLang's do.
 """
 
@@ -295,7 +300,9 @@ class HybridPagedPolicy(PrefixCache, PoolKinds):
             return
         r = self._req(rid)
         n = r.written - r.written % self.page_size
-        if n <= r.cached:
+        if n <= r.cached or r.swa_evicted > r.cached:
+            # nothing new, or decoding already freed SWA KV of its own tokens: SGLang caches a
+            # running request only between prefill chunks (cache_unfinished_req), before any
             return
         fork = -1
         if self.states is not None:  # the tree gets a copy; the request keeps running
@@ -429,10 +436,11 @@ class HybridPagedPolicy(PrefixCache, PoolKinds):
             if r.state >= 0:
                 own_states.append(r.state)
         pages = np.concatenate(owned)
-        if len(np.unique(pages)) != len(pages) or len(pages) != self.pool.full.num_pages:
-            raise InvariantError(f"full pages: free + cached + private = {len(pages)} "
-                                 f"({len(np.unique(pages))} distinct), capacity "
-                                 f"{self.pool.full.num_pages}")
+        counts = np.bincount(pages, minlength=self.pool.full.num_pages + 1)
+        if counts.max() > 1 or counts[0] or len(pages) != self.pool.full.num_pages:
+            raise InvariantError(f"full pages: free + cached + private = {len(pages)} (pages "
+                                 f"owned twice: {np.flatnonzero(counts > 1)[:8].tolist()}), "
+                                 f"capacity {self.pool.full.num_pages}")
         if self.states is not None:
             held = own_states + self.tree.node_states()
             if len(set(held)) != len(held) or len(held) != self.states.used_size():

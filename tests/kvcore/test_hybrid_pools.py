@@ -123,4 +123,4 @@ class PoolsMachine(RuleBasedStateMachine):
 
 
 TestPoolsMachine = PoolsMachine.TestCase
-TestPoolsMachine.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
+TestPoolsMachine.settings = settings(max_examples=20, stateful_step_count=20, deadline=None)

@@ -175,7 +175,7 @@ def test_dispatch_and_errors() -> None:
 
 
 # -- differential: a window no request outgrows is full attention --------------------------------
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(ps=st.sampled_from([1, 4]), pages=st.integers(4, 24), chunked=st.booleans(),
        ops=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 20),
                               st.integers(1, 8)), min_size=1, max_size=40))
@@ -356,4 +356,4 @@ class HybridMachine(RuleBasedStateMachine):
 
 
 TestHybridMachine = HybridMachine.TestCase
-TestHybridMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestHybridMachine.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
