@@ -34,9 +34,11 @@ blocks at `cache_prefix` / `finish` (a sliding-window or Mamba decode block free
 is not cached: this simulator hands output token ids over only then).
 
 Units: the engine speaks in token slots; here a slot is 1 / block_size of a block of the
-shared pool, so `capacity` = blocks x block_size and `available_tokens` = free blocks x
-block_size (for a long request the full-attention group dominates its blocks, so slots are
-close to tokens). Bytes per kind come from `pool_usage`.
+shared pool in each attention group (`slot_groups`), so `capacity` = blocks x block_size /
+attention groups and `available_tokens` = free blocks x block_size / attention groups: one
+token of a request costs one slot, as under full attention (state blocks, a few per request,
+come on top and are not budgeted by the engine's token admission). Bytes per kind come from
+`pool_usage`.
 """
 
 from __future__ import annotations
@@ -86,7 +88,13 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
             config.layout, config.kv_bytes, self.max_context_len, kv_dtype=config.kv_dtype,
             block_size=config.page_size)
         bs = self.groups.block_size
-        super().__init__(self.groups.num_blocks * bs, bs)
+        #: the groups whose blocks grow with a request's tokens (attention kinds): a slot, the
+        #: engine's unit, is 1 / block_size of one block in each of them, so a token costs
+        #: one slot as it does under full attention; state groups take a few blocks per
+        #: request on top (vLLM reports "GPU KV cache size" the same way: blocks // groups x
+        #: block size, vllm/v1/core/kv_cache_utils.py `_report_kv_cache_config`, v0.11+)
+        self.slot_groups = max(1, sum(s.count for s in self.groups.specs if not s.is_state))
+        super().__init__(self.groups.num_blocks * bs // self.slot_groups, bs)
         self.mamba_cache_mode = mode
         self.specs = self.groups.specs
         self.has_state = any(s.is_state for s in self.specs)
@@ -175,7 +183,7 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         hit, tables, _ = self._lookup(ids, len(ids))
         blocks = np.array([b for t in tables for b in t if b], dtype=np.int64)
         idle = int(np.count_nonzero(self.pool.ref_cnt[blocks] == 0)) if len(blocks) else 0
-        return PrefixPeek(hit, idle * self.page_size)
+        return PrefixPeek(hit, self._slots(idle))
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:
@@ -389,11 +397,15 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         """Per KV cache group, the request's block table (0: the null block)."""
         return [list(t) for t in self._req(rid).tables]
 
+    def _slots(self, blocks: int) -> int:
+        """Blocks of the shared pool as engine slots (see `slot_groups`)."""
+        return blocks * self.page_size // self.slot_groups
+
     def available_tokens(self) -> int:
-        return self.pool.get_num_free_blocks() * self.page_size
+        return self._slots(self.pool.get_num_free_blocks())
 
     def evictable_tokens(self) -> int:
-        return self.pool.num_cached_free * self.page_size
+        return self._slots(self.pool.num_cached_free)
 
     def breakdown(self, head_reservation: int) -> MemoryBreakdown:
         """The shared pool in slots: held blocks are token states, but for the unwritten
@@ -416,8 +428,13 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
                 tokens -= end - w
                 reserved += max(min(end, r.final_len) - w, 0)
                 rounding += max(end - max(r.final_len, w), 0)
-        return MemoryBreakdown.for_pages(self.capacity, tokens, pool.num_cached_free * bs,
-                                         reserved, rounding, (free - pool.num_cached_free) * bs)
+        # the parts above are in blocks x block_size; as engine slots each is divided by
+        # slot_groups (floors), and free takes the rest, so the parts still sum to capacity
+        g = self.slot_groups
+        tokens, cached, reserved, rounding = (tokens // g, pool.num_cached_free * bs // g,
+                                              reserved // g, rounding // g)
+        return MemoryBreakdown.for_pages(self.capacity, tokens, cached, reserved, rounding,
+                                         self.capacity - tokens - cached - reserved - rounding)
 
     def page_table_entries(self) -> int:
         """Non-null entries of every live request's block tables: each holds one reference

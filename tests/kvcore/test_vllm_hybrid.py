@@ -77,7 +77,10 @@ def test_toy_layout_groups_blocks_and_a_prefill_by_hand() -> None:
     # three kinds of one layer each: groups of 1 layer, 3 groups; 30 x 512 B = 30 blocks of 16
     assert (g.block_size, g.page_bytes, g.group_size, g.num_blocks) == (16, 512, 1, 30)
     assert [(s.kind, s.count) for s in g.specs] == [("full", 1), ("sliding", 1), ("linear", 1)]
-    assert p.capacity == 30 * 16 and isinstance(p, PrefixCache) and isinstance(p, PoolKinds)
+    # slots: 30 blocks x 16 tokens over the 2 attention groups (full, sliding); the linear
+    # group's state blocks come on top of a request's tokens
+    assert p.slot_groups == 2 and p.capacity == 30 * 16 // 2
+    assert isinstance(p, PrefixCache) and isinstance(p, PoolKinds)
     ids = np.arange(50)
     assert p.admit(0, ids, 51, 2) is not None
     assert p.extend([0], [50])
@@ -86,16 +89,16 @@ def test_toy_layout_groups_blocks_and_a_prefill_by_hand() -> None:
     # linear (align): the running state at position 3 and the state at 48 (position 2)
     assert [len([b for b in x if b]) for x in t] == [4, 4, 2]
     assert t[2][:2] == [0, 0] and all(t[2][2:])
-    assert p.available_tokens() == (30 - 10) * 16
+    assert p.available_tokens() == (30 - 10) * 16 // 2  # slots over the 2 attention groups
     assert p.decode([0])  # 51 tokens; the next token needs 51 - 32 + 1 = 20 on: block 1 on
     t = p.block_tables(0)
     assert t[1][0] == 0 and all(t[1][1:])  # the sliding group freed block 0
     assert t[2] == [0, 0, 0, t[2][3]]  # the state at 48 was freed (cached), the running kept
     # cached now: full 0-2, sliding 0-2 (block 0 freed but hashed), linear position 2
-    assert p.evictable_tokens() == 2 * 16
+    assert p.evictable_tokens() == 2 * 16 // 2  # slots: blocks x 16 over 2 attention groups
     p.finish(0, np.arange(52))
     p.check_invariants()
-    assert p.available_tokens() == 30 * 16 and p.evictable_tokens() == 7 * 16
+    assert p.available_tokens() == 30 * 16 // 2 and p.evictable_tokens() == 7 * 16 // 2
 
 
 @pytest.mark.parametrize(("mode", "hit"), [("align", 0), ("all", 32), ("none", 0)])
@@ -121,7 +124,9 @@ def test_align_hits_at_the_cached_boundary_and_counts_per_kind() -> None:
     # attention and the sliding window accept 48 of B, the linear state 48 too
     assert {k: (v.hit_tokens, v.queried_tokens) for k, v in u.items()} == {
         "full": (48, 108), "swa": (48, 108), "mamba": (48, 108)}
-    assert u["full"].capacity_bytes == 30 * 512 and u["full"].used_bytes == 0
+    # both requests finished: the full group's 3 hashed blocks stay as cache (used = cache)
+    assert u["full"].capacity_bytes == 30 * 512
+    assert u["full"].used_bytes == u["full"].cached_bytes == 3 * 512
 
 
 def test_a_prompt_within_one_block_never_hits() -> None:
@@ -186,7 +191,7 @@ def test_pool_sizes_equal_the_planners(model: str) -> None:
     assert p.page_size == plan.block_size
     assert all(pool.pages == p.groups.num_blocks for pool in plan.pools)
     assert plan.kv_cache_tokens == p.groups.num_blocks // p.groups.num_groups * p.page_size
-    assert p.capacity == p.groups.num_blocks * p.page_size
+    assert p.capacity == p.groups.num_blocks * p.page_size // p.slot_groups
 
 
 def test_block_size_rules_and_errors() -> None:
@@ -217,13 +222,14 @@ def test_block_size_rules_and_errors() -> None:
        st.sampled_from([1, 4, 16]))
 def test_a_window_longer_than_every_request_is_full_attention(
         reqs: list[tuple[int, int, int]], bs: int) -> None:
-    """Same requests, ample memory: the hybrid policy with a full and a sliding layer whose
+    """Same requests, ample memory (the hybrid's two layers get twice the one-layer reference's
+    bytes, so both have the same slots): the hybrid policy with a full and a sliding layer whose
     window exceeds the context gives every request the hits of the full-attention `vllm`
     policy and, in each group, exactly the blocks it holds there (the window frees none)."""
     ctx = 128
     swa = LayerGroup("sliding", 1, kv_heads=1, head_dim=8, window=ctx + 1)
     hyb = make_policy("vllm", PolicyConfig(kv_tokens=0, page_size=bs, max_context_len=ctx,
-                                           max_requests=16, kv_bytes=4096 * 32 * bs,
+                                           max_requests=16, kv_bytes=2 * 4096 * 32 * bs,
                                            layout=HybridLayout((FULL1, swa))))
     ref = make_policy("vllm", PolicyConfig(kv_tokens=4096 * bs, page_size=bs,
                                            max_context_len=ctx, max_requests=16))
@@ -366,5 +372,5 @@ def test_bad_arguments_are_one_line_errors_and_change_nothing() -> None:
     assert p.written(3) == 0 and p.block_tables(3) == [[], [], []] and p.written(0) == 20
     # 7 free: the failed call still removed request 0's skipped block (its state at 16, now
     # cached), as vLLM removes skipped blocks before it allocates
-    assert p.available_tokens() == 7 * 16 and p.block_tables(0)[2] == [0, before[2][1]]
+    assert p.available_tokens() == 7 * 16 // 2 and p.block_tables(0)[2] == [0, before[2][1]]
     p.check_invariants()
