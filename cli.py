@@ -82,15 +82,14 @@ def run(
 ) -> None:
     """One simulation: prints the memory breakdown and the latency summary."""
     from experiments.run_one import simulate_one, write_one
-    from reports.tables import breakdown_table, latency_table, run_header
+    from reports.pool_view import run_tables
 
     if progress is None:  # long runs show a bar when someone is watching
         progress = sys.stderr.isatty()
     one = simulate_one(opts, events=events, progress=progress)
     con = _console()
-    con.print(run_header(one.row))
-    con.print(breakdown_table([one.row]))
-    con.print(latency_table([one.row]))
+    for table in run_tables(one.row):  # a hybrid run's pools per layer kind come last
+        con.print(table)
     _print_reuse(con, [one.row])
     _warn_overload([one.row])
     if events is not None:

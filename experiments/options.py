@@ -45,9 +45,11 @@ from kvcore.fields import (
     option_name,
     spec_field,
 )
+from kvcore.hybrid_presets import hybrid_layout
 from kvcore.memory import MemorySpec
-from kvcore.planner import resolve_kv_tokens
+from kvcore.planner import resolve_kv_bytes, resolve_kv_tokens
 from simulator.config import PoolSpec, SimConfig
+from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout
 from simulator.latency_profiles import is_profile_file, profile_for_rule
 from simulator.specs import EngineSpec, PolicySpec, TierSpec
 from workloads.spec import WorkloadSpec
@@ -275,9 +277,16 @@ class RunOptions:
 
     def resolved(self) -> dict[str, Any]:
         """Every option with memory, context length and model resolved: the columns that
-        lead each summary row, and what config.json stores."""
+        lead each summary row, and what config.json stores. The hybrid options
+        (simulator/hybrid.py) appear, at the values in effect, for a hybrid model only, so a
+        full-attention model's columns and config hash are what they were."""
         d = self.to_dict()
-        d["model"] = self.memory.model_preset().id
+        model = self.memory.model_preset().id
+        for name in HYBRID_OPTIONS:
+            del d[name]
+        if hybrid_layout(model) is not None:
+            d.update(resolved_hybrid_options(self.policy))
+        d["model"] = model
         d["max_context_len"] = self.memory.resolved_max_context_len()
         d["memory_rule"] = self.memory.rule
         d["kv_tokens"] = self.resolved_kv_tokens()
@@ -297,9 +306,12 @@ class RunOptions:
         memory spec resolves to, the window's end from the workload (no --duration-s: the
         window ends at the last arrival); the engines' constants at their defaults."""
         m = self.memory
-        pool = PoolSpec(model=m.model_preset().id, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
+        model = m.model_preset().id
+        hybrid = run_layout(self.policy, model) is not None
+        pool = PoolSpec(model=model, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
                         kv_tokens=self.resolved_kv_tokens(),
-                        max_context_len=m.resolved_max_context_len())
+                        max_context_len=m.resolved_max_context_len(),
+                        kv_bytes=resolve_kv_bytes(m, self.policy.page_size) if hybrid else 0)
         return SimConfig(policy=self.policy, pool=pool, engine=self.engine_spec(), tier=self.tier,
                          duration_s=self.workload.duration_s or 0.0)
 

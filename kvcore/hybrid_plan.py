@@ -117,6 +117,23 @@ def _spec_key(g: LayerGroup) -> tuple[str, int, int]:
     return (g.kind, g.window, g.chunk)
 
 
+def vllm_kinds(layout: HybridLayout) -> dict[tuple[str, int, int], LayerGroup]:
+    """One layer spec per kind (window / chunk distinguish specs), its layers summed."""
+    kinds: dict[tuple[str, int, int], LayerGroup] = {}
+    for g in layout.groups:
+        k = _spec_key(g)
+        kinds[k] = g if k not in kinds else LayerGroup(**{**asdict(g), "layers":
+                                                           kinds[k].layers + g.layers})
+    return kinds
+
+
+def vllm_group_size(counts: list[int]) -> int:
+    """Layers per KV cache group: the smallest kind's count, or the largest when it is under
+    1.25 x the smallest (vllm #29303; see the module notes)."""
+    group_size = min(counts)
+    return max(counts) if max(counts) < group_size * 1.25 else group_size
+
+
 def _worst_case_pages(g: LayerGroup, bs: int, ctx: int, batched: int) -> int:
     """Pages one request of `ctx` tokens may need in one group (vLLM max_memory_usage_bytes)."""
     if g.is_state:
@@ -141,15 +158,9 @@ def vllm_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
     if rule.padding_pct:
         log.append(f"Padding mamba page size by {rule.padding_pct:.2f}% to ensure that mamba "
                    "page size and attention page size are exactly equal.")
-    kinds: dict[tuple[str, int, int], LayerGroup] = {}
-    for g in layout.groups:  # one spec per kind (window / chunk distinguish specs)
-        k = _spec_key(g)
-        kinds[k] = g if k not in kinds else LayerGroup(**{**asdict(g), "layers":
-                                                           kinds[k].layers + g.layers})
+    kinds = vllm_kinds(layout)
     counts = [g.layers for g in kinds.values()]
-    group_size = min(counts)
-    if max(counts) < group_size * 1.25:
-        group_size = max(counts)
+    group_size = vllm_group_size(counts)
     for n in counts:  # vLLM warns per kind: padding / that kind's layers
         padding = cdiv(n, group_size) * group_size - n
         if padding:
@@ -259,4 +270,4 @@ def kv_waste_as_full(layout: HybridLayout, context_len: int, kv_dtype: str = "bf
 
 
 __all__ = ["KIND_LABELS", "BlockSizeRule", "HybridPlan", "Pool", "kv_waste_as_full",
-           "sglang_plan", "vllm_block_size", "vllm_plan"]
+           "sglang_plan", "vllm_block_size", "vllm_group_size", "vllm_kinds", "vllm_plan"]

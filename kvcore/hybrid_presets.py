@@ -47,6 +47,18 @@ LAYOUTS: dict[str, HybridLayout] = {
 # fmt: on
 
 
+#: layouts read from --model-config files, under the id their preset is registered with in
+#: kvcore.presets.MODELS (kvcore.memory.MemorySpec.model_preset fills both, in every process)
+CONFIG_LAYOUTS: dict[str, HybridLayout] = {}
+
+
+def hybrid_layout(model_id: str) -> HybridLayout | None:
+    """The layout a simulation of `model_id` uses when it is hybrid (a --model-config's first,
+    then the presets'), else None: the model runs the full-attention path."""
+    layout = CONFIG_LAYOUTS.get(model_id) or LAYOUTS.get(model_id)
+    return layout if layout is not None and layout.is_hybrid else None
+
+
 def layout_of(model: ModelPreset) -> HybridLayout:
     """The preset's layout: its LAYOUTS entry, else every layer full attention (MLA models too:
     one latent per token and layer, see ModelPreset.kv_bytes_per_token_layer)."""
@@ -55,4 +67,4 @@ def layout_of(model: ModelPreset) -> HybridLayout:
     return HybridLayout((_attn(FULL, model.num_layers, model.num_kv_heads, model.head_dim),))
 
 
-__all__ = ["LAYOUTS", "layout_of"]
+__all__ = ["CONFIG_LAYOUTS", "LAYOUTS", "hybrid_layout", "layout_of"]

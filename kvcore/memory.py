@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvcore.fields import MAX_I32, MAX_TOKENS, Domain, check_fields, flag, spec_field
+from kvcore.hybrid_presets import CONFIG_LAYOUTS
+from kvcore.model_config import layout_from_hf_config
 from kvcore.presets import ALIASES, DTYPE_BYTES, GPUS, MODELS, ModelPreset, get_model
 
 DEFAULT_ACTIVATION_PEAK_GIB = 2.0
@@ -171,7 +173,9 @@ class MemorySpec:
 
     def model_preset(self) -> ModelPreset:
         """The model; `model_config` is loaded and registered in the preset table under its id
-        (so configurations that name models by id find it), in every process that asks."""
+        (so configurations that name models by id find it), with its layer layout
+        (kvcore.hybrid_presets.CONFIG_LAYOUTS, which the simulator reads), in every process
+        that asks."""
         if self.model_config:
             preset = ModelPreset.from_hf_config(self.model_config)
             key = preset.id
@@ -179,6 +183,7 @@ class MemorySpec:
                 key = f"{key}-config"
                 preset = replace(preset, id=key)
             MODELS[key] = preset
+            CONFIG_LAYOUTS[key] = layout_from_hf_config(self.model_config)
             return preset
         return get_model(self.model)
 

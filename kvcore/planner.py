@@ -303,3 +303,10 @@ def resolve_kv_tokens(memory: MemorySpec, page_size: int = 1) -> int:
     same number `plan` reports as `kv_tokens`. ValueError if nothing fits."""
     return plan(memory, page_size=page_size, context_len=1, concurrency_contexts=(1,),
                 page_sizes=(page_size,), engine_figures=False).kv_tokens
+
+
+def resolve_kv_bytes(memory: MemorySpec, page_size: int = 1) -> int:
+    """The KV budget of one rank in bytes (`kv_budget_bytes_per_rank`, floored), which a
+    hybrid model's pools are sized from (kvcore.hybrid_plan), as `plan` computes it."""
+    return int(plan(memory, page_size=page_size, context_len=1, concurrency_contexts=(1,),
+                    page_sizes=(page_size,), engine_figures=False).kv_budget_bytes_per_rank)

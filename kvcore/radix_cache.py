@@ -49,6 +49,9 @@ _EMPTY_KEY = np.zeros(0, dtype=np.int64)
 class RadixCache:
     """Prefix cache over token ids. `allocator` receives the pages of evicted nodes."""
 
+    #: the node type (a subclass may carry more per-node state: kvcore/hybrid_radix_cache.py)
+    node_class: type[TreeNode] = TreeNode
+
     def __init__(
         self,
         page_size: int,
@@ -105,7 +108,7 @@ class RadixCache:
     def _new_node(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None,
                   host: np.ndarray | None = None) -> TreeNode:
         """`host`: the numpy array `value` was made from, when the caller has it (CPU)."""
-        node = TreeNode(key, value, parent, self._next_id)
+        node = self.node_class(key, value, parent, self._next_id)
         self._next_id += 1
         node.created = node.last_access = self._clock
         if len(key):

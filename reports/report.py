@@ -17,6 +17,8 @@ import pandas as pd
 
 from reports.io import atomic_write_text, read_csv_or_empty
 from reports.plots import left_out, plot_dir, saved_axes
+from reports.pool_view import HEADER as POOL_HEADER
+from reports.pool_view import pool_rows
 from reports.report_summary import summary_lines, table
 
 CAPTIONS = {
@@ -81,7 +83,13 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
            "|" + "|".join("---" for _ in cols) + "|"]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     md += ["", "Breakdown columns are time-weighted % of KV capacity; the full rows are in "
-           "summary.csv.", "", "## Figures", ""]
+           "summary.csv.", ""]
+    pools = pool_rows(df.to_dict("records"))  # hybrid runs only
+    if pools:
+        md += ["## Pools per layer kind", "", "| " + " | ".join(POOL_HEADER) + " |",
+               "|" + "|".join("---" for _ in POOL_HEADER) + "|"]
+        md += ["| " + " | ".join(p) + " |" for p in pools] + [""]
+    md += ["## Figures", ""]
     if page is not None:
         md += [f"Interactive version (hover values, toggle policies): "
                f"[figures/{page.name}](figures/{page.name})", ""]
@@ -106,7 +114,14 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
     for r in rows:
         h += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>"]
     h += ["</table></div><p>Breakdown columns are time-weighted % of KV capacity; the full "
-          "rows are in summary.csv.</p>", "<h2>Figures</h2>"]
+          "rows are in summary.csv.</p>"]
+    if pools:
+        h += ["<h2>Pools per layer kind</h2><table><tr>"]
+        h += [f"<th>{html.escape(c)}</th>" for c in POOL_HEADER] + ["</tr>"]
+        h += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in p) + "</tr>"
+              for p in pools]
+        h += ["</table>"]
+    h += ["<h2>Figures</h2>"]
     if page is not None:
         h += [f"<p><a href='figures/{page.name}'>Interactive version</a> (hover values, "
               "toggle policies).</p>"]

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from simulator.admission import AdmissionParams
+from simulator.hybrid import check_hybrid_options
 from simulator.specs import EngineSpec, PolicySpec, TierSpec
 
 
@@ -40,7 +41,9 @@ class PoolSpec:
     """The KV pool a run simulates: whose KV (model, TP degree, dtype; the GPU for the latency
     model) and how much of it. `kv_tokens` is resolved from the memory options (a direct size
     or a budget rule, kvcore.planner.resolve_kv_tokens); `max_context_len` 0 means the
-    model's maximum position."""
+    model's maximum position. `kv_bytes` is the KV budget of one rank in bytes, which a
+    hybrid model's pools are sized from (kvcore.hybrid_plan; the planner's
+    kv_budget_bytes_per_rank); 0 means `kv_tokens` slots of every layer as full attention."""
 
     model: str = "llama-3.1-8b"
     gpu: str = "h100"
@@ -48,9 +51,14 @@ class PoolSpec:
     kv_dtype: str = "bf16"
     kv_tokens: int = 65536
     max_context_len: int = 0
+    kv_bytes: int = 0
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "kv_tokens")
+        if isinstance(self.kv_bytes, bool) or not isinstance(self.kv_bytes, int) \
+                or self.kv_bytes < 0:
+            raise ValueError(f"PoolSpec.kv_bytes must be an integer >= 0, got "
+                             f"{self.kv_bytes!r}")
         if isinstance(self.max_context_len, bool) or self.max_context_len < 0:
             raise ValueError(f"PoolSpec.max_context_len must be >= 0, got "
                              f"{self.max_context_len!r}")
@@ -90,6 +98,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not self.duration_s >= 0:
             raise ValueError(f"--duration-s must be >= 0, got {self.duration_s!r}")
+        # the hybrid options against the model and policy (simulator/hybrid.py)
+        check_hybrid_options(self.policy, self.pool.model, self.tier.enabled)
 
     @classmethod
     def of(cls, **flat: Any) -> SimConfig:

@@ -13,6 +13,11 @@ is already in the KV cache) with one decode token for every running request. Two
 
 Every model also prices swapping KV to host memory (`swap_time`). Calls are O(batch) numpy with
 no pandas, since the simulator calls them about once per iteration.
+
+A hybrid model's run hands the roofline its `layout`: attention is then priced per layer kind
+(sliding-window layers over the window, chunked local ones over the current chunk, linear
+attention / Mamba by their state read and write; simulator/latency_layers.py). Without one
+(every full-attention model, and the pre-hybrid baseline) nothing changes.
 """
 
 from __future__ import annotations
@@ -25,8 +30,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvcore.presets import GpuPreset, ModelPreset, dtype_bytes, get_gpu, get_model
+from kvcore.layers import HybridLayout
+from kvcore.presets import (
+    GpuPreset,
+    ModelPreset,
+    dtype_bytes,
+    get_gpu,
+    get_model,
+    weight_dtype_bytes,
+)
 from kvcore.registry import Registry
+from simulator.latency_layers import LayerCosts
 
 # the two roofline constants a user calibrates to a GPU (--page-head-overhead-s,
 # --iteration-overhead-s; simulator/specs.py shows these defaults); docs/latency.md says how
@@ -56,6 +70,7 @@ class LatencyModel(ABC):
     gpu: GpuPreset
     tp: int = 1
     kv_dtype: str = "bf16"
+    layout: HybridLayout | None = None  # a hybrid's layer kinds (None: all full attention)
     name: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
@@ -107,10 +122,15 @@ class LatencyModel(ABC):
         """The constants, for reports and run metadata."""
         out: dict[str, Any] = {"latency_model": self.name, "model": self.model.id,
                                "gpu": self.gpu.id, "tp": self.tp, "kv_dtype": self.kv_dtype}
+        if self.layout is not None:
+            out["layout"] = self.layout.mix
         for f in dataclasses.fields(self):
-            if f.init and f.name not in ("model", "gpu", "tp", "kv_dtype"):
+            if f.init and f.name not in _SHAPE:
                 out[f.name] = getattr(self, f.name)
         return out
+
+
+_SHAPE = ("model", "gpu", "tp", "kv_dtype", "layout")  # what a model runs, not a constant
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -158,6 +178,7 @@ class RooflineLatency(LatencyModel):
     kernel_page_one: bool = False  # the kernel walks page 1 whatever the pool's page size
 
     _c: dict[str, float] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _layers: LayerCosts | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -168,7 +189,7 @@ class RooflineLatency(LatencyModel):
         if self.tp_link_gb_s <= 0:
             raise ValueError(f"tp_link_gb_s must be > 0, got {self.tp_link_gb_s!r}")
         m, tp = self.model, self.tp
-        wb = dtype_bytes(m.weight_dtype)
+        wb = weight_dtype_bytes(m.weight_dtype)  # mxfp4 / nvfp4 / int4 too (gpt-oss)
         heads = m.num_heads / tp
         if m.is_mla:  # absorbed attention over the latent: q.k over 576, values over 512
             qk, v = m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank
@@ -190,6 +211,9 @@ class RooflineLatency(LatencyModel):
         c["ar_fixed"] = 0.0 if tp == 1 else 2 * m.num_layers * self.tp_allreduce_latency_s
         c["copies_page"] = m.num_layers * (1 if m.is_mla else 2)
         c["swap_bw"] = self.gpu.host_link_bytes_s * self.swap_efficiency
+        layers = (LayerCosts(self.layout, m, self.kv_dtype, tp, self.page_head_overhead_s)
+                  if self.layout is not None and self.layout.is_hybrid else None)
+        object.__setattr__(self, "_layers", layers)
 
     def weight_bytes_read(self, tokens: float | np.ndarray) -> float | np.ndarray:
         """Weight bytes one rank reads for a batch of `tokens` tokens (MoE: expected distinct
@@ -214,12 +238,28 @@ class RooflineLatency(LatencyModel):
         t = t + pages * c["page"] + n_req * self.request_overhead_s + self.iteration_overhead_s
         return t + tokens * c["ar_tok"] + c["ar_fixed"]
 
+    def _hybrid_time(self, new: np.ndarray, before: np.ndarray, decode: np.ndarray,
+                     page_size: int) -> float:
+        """`_time` with the attention terms summed per layer kind (latency_layers.py)."""
+        c = self._c
+        a = self._layers.terms(new, before, decode, self.kernel_page_size(page_size),
+                               self.prefill_pages, self.prefill_attention_factor)
+        tokens = int(new.sum()) + decode.size
+        flops = tokens * c["flop_tok"] + a.flops
+        mem = self.weight_bytes_read(tokens) + a.kv_bytes
+        t = max(flops / c["flops_s"], mem / c["bytes_s"])
+        t = t + a.page_s + (new.size + decode.size) * self.request_overhead_s \
+            + self.iteration_overhead_s
+        return float(t + tokens * c["ar_tok"] + c["ar_fixed"])
+
     def iteration_time_arrays(
         self, new: np.ndarray, before: np.ndarray, decode: np.ndarray, page_size: int
     ) -> float:
         n_pre, n_dec = new.size, decode.size
         if n_pre == 0 and n_dec == 0:
             return 0.0
+        if self._layers is not None:
+            return self._hybrid_time(new, before, decode, page_size)
         t_new = int(new.sum()) if n_pre else 0
         kv_before = int(before.sum()) if n_pre else 0
         ctx_sum = int(decode.sum()) if n_dec else 0
@@ -235,6 +275,8 @@ class RooflineLatency(LatencyModel):
                                 kv_before + ctx_sum - n_dec, pages))
 
     def decode_step_times(self, contexts: Contexts, page_size: int, steps: int) -> np.ndarray:
+        if self._layers is not None:  # per layer kind: step by step (the reference)
+            return super().decode_step_times(contexts, page_size, max(steps, 0))
         c = np.asarray(contexts, dtype=np.int64).reshape(-1)
         n = c.size
         if n == 0 or steps <= 0:
@@ -297,19 +339,20 @@ def make_latency_model(
     gpu: GpuPreset | str,
     tp: int = 1,
     kv_dtype: str = "bf16",
+    layout: HybridLayout | None = None,
     **overrides: Any,
 ) -> LatencyModel:
-    """A latency model by registry name; `overrides` set its constants (dataclass fields)."""
+    """A latency model by registry name; `overrides` set its constants (dataclass fields);
+    `layout`: a hybrid model's layer kinds (the roofline prices attention per kind)."""
     key = name.strip().lower()
     if key not in LATENCY_MODELS:
         raise ValueError(f"unknown latency model {name!r}; known: {', '.join(LATENCY_MODELS)}")
     cls = LATENCY_MODELS.get(key)
-    allowed = {f.name for f in dataclasses.fields(cls) if f.init} - {
-        "model", "gpu", "tp", "kv_dtype"}
+    allowed = {f.name for f in dataclasses.fields(cls) if f.init} - set(_SHAPE)
     bad = sorted(set(overrides) - allowed)
     if bad:
         raise ValueError(f"unknown {key} latency constant(s) {', '.join(bad)}; known: "
                          f"{', '.join(sorted(allowed))}")
     m = model if isinstance(model, ModelPreset) else get_model(model)
     g = gpu if isinstance(gpu, GpuPreset) else get_gpu(gpu)
-    return cls(model=m, gpu=g, tp=tp, kv_dtype=kv_dtype, **overrides)
+    return cls(model=m, gpu=g, tp=tp, kv_dtype=kv_dtype, layout=layout, **overrides)

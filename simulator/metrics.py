@@ -8,8 +8,9 @@ end times (`add_profile`), so the integral is the same as if it had stepped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,17 @@ class Recorder:
     # inter-token gaps (s), each array's values `count` times over (a decode stretch hands one
     # step's time once for all its requests): pooled over requests, as the benchmarks do
     gaps: list[tuple[np.ndarray, int]] = field(default_factory=list)
+    # a hybrid policy's pools (its PoolKinds.pool_usage), set by the run; each kind's
+    # (used, cached) bytes integrated over the window like the parts (simulator/pool_columns.py)
+    pools: Callable[[], Mapping[str, Any]] | None = None
+    pool_seconds: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def _add_pools(self, w: float) -> None:
+        """The pools as they are now held for `w` seconds of the window."""
+        assert self.pools is not None
+        for kind, u in self.pools().items():
+            acc = self.pool_seconds.setdefault(kind, np.zeros(2))
+            acc += (u.used_bytes * w, u.cached_bytes * w)
 
     def _clip(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
         return np.clip(np.minimum(t1, self.window_end) - np.maximum(t0, self.window_start), 0, None)
@@ -67,6 +79,8 @@ class Recorder:
             self.over_seconds += over_reservation * w
             self.frag_index_seconds += frag_index * w
             self.page_entry_seconds += page_entries * w
+            if self.pools is not None:
+                self._add_pools(w)
         if t1 > self.window_start and t0 < self.window_end:
             self.peak_token_states = max(self.peak_token_states, int(parts[0]))
 
@@ -86,6 +100,8 @@ class Recorder:
                                                         frag_index * w))
             self.page_entry_seconds = float(_accumulate(self.page_entry_seconds,
                                                         page_entries * w))
+            if self.pools is not None:  # a stretch hands the pools as they end it
+                self._add_pools(float(w.sum()))
         inside = (ends > self.window_start) & (starts < self.window_end)
         if inside.any():
             self.peak_token_states = max(self.peak_token_states, int(parts[inside, 0].max()))

@@ -13,14 +13,16 @@ import torch
 
 from kvcore.breakdown import mean_frag_index, mean_share_pct
 from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy, policy_kind
-from kvcore.policies.capabilities import LowerTiers
+from kvcore.policies.capabilities import LowerTiers, PoolKinds
 from kvcore.presets import get_gpu, get_model
 from simulator.batch_means import batch_means_se, batch_ratio_se
 from simulator.config import SimConfig
 from simulator.engine import Engine
+from simulator.hybrid import hybrid_fields, run_layout
 from simulator.latency import make_latency_model
 from simulator.metrics import REQUEST_COLUMNS, TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
+from simulator.pool_columns import pool_columns
 from simulator.reuse_gap import reuse_gap
 from simulator.transfers import TransferModel, tier_tokens
 from workloads.request import Workload
@@ -44,8 +46,10 @@ def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
     spec field is an AttributeError here, never PolicyConfig's own default): the pool (size,
     KV dtype), the policy spec (page size, placement, eviction), the engine (device, batch
     limit as page-table rows), the tier spec (sizes resolved to slots, write policy), the
-    resolved context and the model's KV geometry on one tensor-parallel rank. Shape-only KV
-    (no buffer) in simulations."""
+    resolved context and the model's KV geometry on one tensor-parallel rank; a hybrid model
+    adds its layout, its per-rank KV budget in bytes and the hybrid options given
+    (simulator/hybrid.py; a full-attention model's config is what it always was). Shape-only
+    KV (no buffer) in simulations."""
     model = get_model(cfg.pool.model)
     pol, pool, tier = cfg.policy, cfg.pool, cfg.tier
     host, storage = tier_tokens(tier, model, pool.kv_dtype, pool.tp, pool.kv_tokens)
@@ -64,12 +68,22 @@ def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
         num_kv_heads=model.kv_heads_per_rank(pool.tp), head_dim=model.head_dim,
         kv_dtype=pool.kv_dtype, store_kv=False, host_tokens=host if host else 0,
         storage_tokens=storage if host else 0,
-        hicache_write_policy=tier.hicache_write_policy)
+        hicache_write_policy=tier.hicache_write_policy,
+        **hybrid_fields(pol, model, pool.kv_tokens, pool.kv_bytes, pool.kv_dtype,
+                        pool.tp).policy_kwargs(pol))
 
 
 def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
-    """The policy `cfg` names, built from `policy_config`."""
-    return make_policy(cfg.policy.policy, policy_config(cfg, max_context_len))
+    """The policy `cfg` names, built from `policy_config`. A hybrid run must get a policy
+    that reports its pools per layer kind (`PoolKinds`): one that silently stored every
+    layer as full attention would be the baseline under the hybrid's name."""
+    pc = policy_config(cfg, max_context_len)
+    policy = make_policy(cfg.policy.policy, pc)
+    if pc.is_hybrid and not isinstance(policy, PoolKinds):
+        policy.close()
+        raise ValueError(f"--policy {cfg.policy.policy} built no hybrid pools for "
+                         f"{cfg.pool.model} in this version; use --kv-layout full-attention")
+    return policy
 
 
 def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
@@ -98,14 +112,18 @@ def simulate(
     gpu = get_gpu(cfg.pool.gpu)
     max_ctx = cfg.pool.max_context_len or model.max_position
     policy = build_policy(cfg, max_ctx)
+    layout = run_layout(cfg.policy, model.id)
     latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp, cfg.pool.kv_dtype,
-                                 **cfg.engine.latency_constants(cfg.policy.page_size))
+                                 **cfg.engine.latency_constants(cfg.policy.page_size),
+                                 layout=layout)
     start, end = _window(workload, cfg)
     interval = cfg.engine.timeline_interval_s or (
         (end - start) / 2000 if np.isfinite(end) and end > start else 0.05
     )
     rec = Recorder(policy.capacity, start, end, interval, cfg.tuning.max_timeline_rows,
                    request_sink)
+    if isinstance(policy, PoolKinds):
+        rec.pools = policy.pool_usage
     env = simpy.Environment()
     bar = None
     tick: Callable[[int], None] | None = progress if callable(progress) else None
@@ -147,9 +165,15 @@ def simulate(
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
     summary.update(latency_columns(cfg, latency))
     summary.update(_overload(workload, cfg, latency, rec, requests, summary))
-    summary.update(reuse_gap(workload, requests, cfg.policy.page_size))
+    summary.update(reuse_gap(workload, requests, _block(cfg, policy)))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, timeline, cfg, {"latency": latency.describe()})
+
+
+def _block(cfg: SimConfig, policy: KVPolicy) -> int:
+    """The page size prefixes are shared at: the option's, or a hybrid policy's own block
+    (vLLM raises an attention + Mamba model's block to fit the state: 528 for Qwen3.5-4B)."""
+    return policy.page_size if isinstance(policy, PoolKinds) else cfg.policy.page_size
 
 
 def latency_columns(cfg: SimConfig, latency) -> dict:
@@ -245,6 +269,8 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
         "sim_end_s": engine.env.now,
         **tier_summary(engine, rec, policy),
     }
+    if isinstance(policy, PoolKinds):  # hybrids only: full-attention columns stay as they were
+        out.update(pool_columns(policy.pool_usage(), rec.pool_seconds, span))
     return out
 
 

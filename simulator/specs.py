@@ -42,6 +42,17 @@ def _policies() -> list[str]:
     return list(policy_names())
 
 
+def _mamba_cache_modes() -> list[str]:
+    from kvcore.policies.base import MAMBA_CACHE_MODES
+
+    return list(MAMBA_CACHE_MODES)
+
+
+#: --kv-layout: a hybrid model's own layer kinds, or every layer stored as full attention
+#: (the pre-hybrid baseline: what engines did before their hybrid managers)
+KV_LAYOUTS = ("hybrid", "full-attention")
+
+
 def _placements() -> list[str]:
     from kvcore.policies.placement import placement_names
 
@@ -82,9 +93,31 @@ class PolicySpec:
         None, "vLLM's switch: off turns paged and vllm into paged-nocache (blocks without a "
         "prefix cache); on requires a caching policy (default: as --policy says)",
         hashed=False)
+    # hybrid models (docs/hybrid.md); simulator/hybrid.py checks each applies to the run's
+    # model and policy (an option that would be ignored is an error), and leaves them out of
+    # the summary of a full-attention model, whose columns stay as they were
+    kv_layout: str = spec_field(
+        "hybrid", "hybrid models: their own layer kinds, or every layer stored as full "
+        "attention (the pre-hybrid baseline, to show what the hybrid layout saves)",
+        choices=KV_LAYOUTS)
+    swa_full_tokens_ratio: float | None = spec_field(
+        None, "paged on a sliding-window / chunked model: SWA pool tokens per full-attention "
+        "pool token (SGLang's option; default 0.8)", domain=Domain(0, 1, lo_inclusive=False))
+    mamba_full_memory_ratio: float | None = spec_field(
+        None, "paged on a Mamba / linear-attention model: state pool bytes per full-attention "
+        "KV byte (SGLang's option; default 0.9)", domain=Domain(0, 1e3, lo_inclusive=False))
+    max_mamba_cache_size: int | None = spec_field(
+        None, "paged on a Mamba / linear-attention model: state slots, instead of "
+        "--mamba-full-memory-ratio (SGLang's option)", domain=Domain(1, MAX_I32))
+    mamba_cache_mode: str | None = spec_field(
+        None, "vllm on a Mamba / linear-attention model: which states the prefix cache keeps "
+        "(vLLM's option; default align)", choices=_mamba_cache_modes)
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.mamba_full_memory_ratio is not None and self.max_mamba_cache_size is not None:
+            raise ValueError("give one of --mamba-full-memory-ratio and --max-mamba-cache-size "
+                             "(both size the state pool)")
         caching = self.enable_prefix_caching
         if caching is None:
             return
@@ -265,6 +298,6 @@ def check_device(device: str) -> None:
             raise ValueError(f"--device {device!r}: no such CUDA device here ({n} found)")
 
 
-__all__ = ["ADMISSION_MODES", "LOAD_MODES", "PREEMPT_MODES",
+__all__ = ["ADMISSION_MODES", "KV_LAYOUTS", "LOAD_MODES", "PREEMPT_MODES",
            "PREFETCH_POLICIES", "SCHEDULES", "EngineSpec", "PolicySpec", "TierSpec",
            "caching_policies", "check_device"]

@@ -30,10 +30,13 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
+from kvcore.hybrid_plan import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_TOKENS_RATIO
+from kvcore.layers import HybridLayout
 from kvcore.registry import Registry
 from kvcore.tiers import TierConfig
 
 __all__ = [
+    "MAMBA_CACHE_MODES",
     "POLICIES",
     "AdmitResult",
     "KVPolicy",
@@ -46,6 +49,10 @@ __all__ = [
     "policy_names",
     "register_policy",
 ]
+
+#: vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`): "none" one state
+#: per request, "align" the state kept at block boundaries, "all" a state per block
+MAMBA_CACHE_MODES: tuple[str, ...] = ("none", "align", "all")
 
 #: how an extend/decode past the model's context is worded (policies with per-request
 #: reservations pass their own phrase)
@@ -258,6 +265,18 @@ class PolicyConfig:
     `max_requests` is the number of page-table rows (concurrent requests). `placement` is read
     by contiguous policies only, `eviction` by cache-holding ones; `store_kv` allocates a real
     K/V buffer (tests, small pools) instead of shape-only accounting.
+
+    Hybrid models (docs/hybrid.md): `layout` None, or a layout that is not hybrid, is the
+    full-attention path, unchanged. A hybrid `layout` makes the policies registered with
+    `supports_hybrid` (`paged`, `paged-nocache`, `vllm`) build their hybrid pools from
+    `kv_bytes` (the KV budget of one rank in bytes, the planner's figure: kvcore.hybrid_plan
+    sizes the pools from it); `kv_tokens` stays the size of a pool storing every layer as
+    full attention. The SGLang knobs (defaults: sglang
+    server_args.py, v0.5): `swa_full_tokens_ratio` (SWA pool tokens / full pool tokens),
+    `mamba_full_memory_ratio` (state pool bytes / full-attention KV bytes),
+    `max_mamba_cache_size` (state slots; 0: from the ratio). vLLM's `mamba_cache_mode`:
+    vllm/config/cache.py's field defaults to "none" (prefix caching off); with prefix caching
+    on, current vLLM (v0.24 and later) runs hybrids in "align", the default here.
     """
 
     kv_tokens: int
@@ -276,6 +295,18 @@ class PolicyConfig:
     host_tokens: int = 0
     storage_tokens: int = 0
     hicache_write_policy: str = "write_through"
+    # hybrid models (see the class notes)
+    layout: HybridLayout | None = None
+    kv_bytes: int = 0
+    swa_full_tokens_ratio: float = SGLANG_SWA_FULL_TOKENS_RATIO
+    mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO
+    max_mamba_cache_size: int = 0
+    mamba_cache_mode: str = "align"
+
+    @property
+    def is_hybrid(self) -> bool:
+        """A layout with layers that are not full attention: the hybrid policies' path."""
+        return self.layout is not None and self.layout.is_hybrid
 
     @property
     def num_pages(self) -> int:
@@ -306,6 +337,7 @@ class PolicyKind:
     when: str
     caches_prefix: bool = False  # keeps a prefix cache (--enable-prefix-caching applies)
     supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
+    supports_hybrid: bool = False  # builds a hybrid policy when PolicyConfig.layout is hybrid
 
 
 #: every policy, registered in the module named after it (kvcore/policies/paged.py, vllm.py,
@@ -314,12 +346,14 @@ POLICIES: Registry[PolicyKind] = Registry("policy")
 
 
 def register_policy(name: str, when: str, *, caches_prefix: bool = False,
-                    supports_tiers: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+                    supports_tiers: bool = False,
+                    supports_hybrid: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
     """Register a factory under `name` with its capabilities; `when` is the one-line 'pick it
     when' shown to users."""
 
     def deco(factory: PolicyFactory) -> PolicyFactory:
-        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers), when)
+        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers,
+                                      supports_hybrid), when)
         return factory
 
     return deco
@@ -339,5 +373,11 @@ def policy_kind(name: str) -> PolicyKind:
 
 
 def make_policy(name: str, config: PolicyConfig) -> KVPolicy:
-    """Build a registered policy by name; an unknown name lists the known ones."""
-    return POLICIES.get(name).build(config)
+    """Build a registered policy by name; an unknown name lists the known ones. A hybrid
+    layout is refused, in one line, by a policy that has no hybrid form."""
+    kind = POLICIES.get(name)
+    if config.is_hybrid and not kind.supports_hybrid:
+        able = [n for n in POLICIES.names() if POLICIES.get(n).supports_hybrid]
+        raise ValueError(f"policy {name!r} does not support hybrid layouts; use "
+                         f"{' or '.join(able)}")
+    return kind.build(config)

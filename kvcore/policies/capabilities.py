@@ -14,12 +14,16 @@ iteration, no tier traffic.
 * `LowerTiers`: host (and storage) tiers behind the device pool; admission may load from them,
   at most what the storage prefetch delivered. Both tiered policies keep them in one tier
   controller (kvcore/tier_controller.py).
+* `PoolKinds`: a hybrid model's pools, one per layer kind (full attention, sliding window,
+  chunked local, Mamba / linear-attention state), each with its bytes and its prefix hits;
+  `breakdown()` still reports the full-attention pool in slots.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,7 +31,11 @@ from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, KVPolicy, PrefixPeek
 from kvcore.tiers import TierHit, TierState
 
-__all__ = ["CAPABILITIES", "DecodeStretch", "LowerTiers", "PrefixCache", "Reserving"]
+__all__ = ["CAPABILITIES", "POOL_KINDS", "DecodeStretch", "LowerTiers", "PoolKinds",
+           "PoolUsage", "PrefixCache", "Reserving"]
+
+#: the pool kinds a hybrid policy reports, in the order summaries list them
+POOL_KINDS: tuple[str, ...] = ("full", "swa", "chunked", "mamba")
 
 
 class PrefixCache(KVPolicy):
@@ -142,5 +150,40 @@ class LowerTiers(KVPolicy):
         what it holds is cache, the rest is free."""
 
 
+@dataclass(frozen=True)
+class PoolUsage:
+    """One pool kind of a hybrid policy now: its bytes on one rank (capacity, in use by
+    running requests or the cache, of which held by the cache alone) and its prefix hits so
+    far (tokens this pool served to admissions, of the tokens admissions asked it for). The
+    run turns these into the per-kind summary columns (simulator/pool_columns.py)."""
+
+    kind: str
+    capacity_bytes: int
+    used_bytes: int
+    cached_bytes: int
+    hit_tokens: int
+    queried_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in POOL_KINDS:
+            raise ValueError(f"pool kind {self.kind!r} is not one of: {', '.join(POOL_KINDS)}")
+        if not 0 <= self.cached_bytes <= self.used_bytes <= self.capacity_bytes:
+            raise ValueError(f"{self.kind} pool: need 0 <= cached <= used <= capacity bytes, "
+                             f"got {self.cached_bytes}, {self.used_bytes}, "
+                             f"{self.capacity_bytes}")
+        if not 0 <= self.hit_tokens <= self.queried_tokens:
+            raise ValueError(f"{self.kind} pool: need 0 <= hit <= queried tokens, got "
+                             f"{self.hit_tokens}, {self.queried_tokens}")
+
+
+class PoolKinds(KVPolicy):
+    """A hybrid policy: one pool (or KV cache group set) per layer kind."""
+
+    @abstractmethod
+    def pool_usage(self) -> dict[str, PoolUsage]:
+        """Each pool kind the policy holds (keys from POOL_KINDS), read-only."""
+
+
 #: every capability, in the order DEVELOPERS.md lists them
-CAPABILITIES: tuple[type[KVPolicy], ...] = (PrefixCache, Reserving, DecodeStretch, LowerTiers)
+CAPABILITIES: tuple[type[KVPolicy], ...] = (PrefixCache, Reserving, DecodeStretch, LowerTiers,
+                                            PoolKinds)

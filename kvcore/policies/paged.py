@@ -2,13 +2,15 @@
 
 `paged` is `PagedPolicy` (kvcore/policies/paged_radix.py: PagedAllocator + RadixCache), or
 `TieredPagedPolicy` (kvcore/policies/paged_tiers.py) when the configuration asks for a host
-tier. `paged-nocache` is the same pool with the radix cache disabled (SGLang's
---disable-radix-cache): a configuration of `paged` under its own name.
+tier, or `HybridPagedPolicy` (kvcore/policies/paged_hybrid.py: SGLang's full / SWA / Mamba
+pools) when the layout is hybrid. `paged-nocache` is the same pool with the radix cache
+disabled (SGLang's --disable-radix-cache): a configuration of `paged` under its own name.
 """
 
 from __future__ import annotations
 
 from kvcore.policies.base import KVPolicy, PolicyConfig, register_policy
+from kvcore.policies.paged_hybrid import HybridPagedPolicy
 from kvcore.policies.paged_radix import PagedPolicy
 from kvcore.policies.paged_tiers import TieredPagedPolicy
 
@@ -24,8 +26,10 @@ class PagedNoCachePolicy(PagedPolicy):
 
 @register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
                  "real traffic, any page size; reuses shared prefixes",
-                 caches_prefix=True, supports_tiers=True)
+                 caches_prefix=True, supports_tiers=True, supports_hybrid=True)
 def _make_paged(config: PolicyConfig) -> KVPolicy:
+    if config.is_hybrid:
+        return _hybrid(config, cache_enabled=True)
     tier_config = config.tier_config
     if tier_config.enabled:
         return TieredPagedPolicy(config, tier_config)
@@ -33,9 +37,21 @@ def _make_paged(config: PolicyConfig) -> KVPolicy:
 
 
 @register_policy("paged-nocache", when="paging without prefix reuse: isolates what the radix "
-                 "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)")
+                 "cache buys (vLLM paper's vLLM setting; SGLang --disable-radix-cache)",
+                 supports_hybrid=True)
 def _make_paged_nocache(config: PolicyConfig) -> KVPolicy:
+    if config.is_hybrid:
+        return _hybrid(config, cache_enabled=False)
     return PagedNoCachePolicy(config)
 
 
-__all__ = ["PagedNoCachePolicy", "PagedPolicy", "TieredPagedPolicy"]
+def _hybrid(config: PolicyConfig, cache_enabled: bool) -> KVPolicy:
+    """SGLang's hybrid pools; no host tier behind them (its hybrid caches have their own
+    HiCache variants, not modelled here)."""
+    if config.tier_config.enabled:
+        raise ValueError("a host tier (--hicache-size / --hicache-ratio) is not supported "
+                         "on a hybrid layout")
+    return HybridPagedPolicy(config, cache_enabled=cache_enabled)
+
+
+__all__ = ["HybridPagedPolicy", "PagedNoCachePolicy", "PagedPolicy", "TieredPagedPolicy"]

@@ -13,6 +13,7 @@ from kvcore.memory import DEFAULT_BUDGET, MemorySpec
 from kvcore.planner import resolve_kv_tokens
 from kvcore.presets import MODELS, get_model
 from simulator.config import FLAT_FIELDS
+from simulator.hybrid import HYBRID_OPTIONS
 from simulator.specs import EngineSpec, PolicySpec
 from workloads.spec import WorkloadSpec
 
@@ -111,7 +112,10 @@ def test_sim_config_is_built_from_the_options_by_name():
     """Every SimConfig field is an option or an engine internal: a new engine knob that users
     should set shows up here."""
     sim = set(FLAT_FIELDS)
-    assert sim - set(OPTIONS) == ENGINE_INTERNALS
+    # kv_bytes: the pool's budget in bytes, resolved from the memory options (hybrids only)
+    assert sim - set(OPTIONS) == ENGINE_INTERNALS | {"kv_bytes"}
+    sim -= {"kv_bytes", *HYBRID_OPTIONS}  # a full-attention model's columns have no hybrid
+    assert not set(HYBRID_OPTIONS) & set(opts().resolved())
     o = opts(kv_tokens=4096, warmup_s=3.0, duration_s=50.0, timeline_interval_s=0.25,
              admission="vllm", eviction="lfu", seed=9)
     flat = o.sim_config().to_dict()

@@ -12,6 +12,13 @@ Used by tests/simulator/test_engine_fuzz.py (a fast slice in the suite) and by
 benchmarks/fuzz_engine.py (the full sweep, thousands of cases). Case `i` takes its
 (policy, admission, schedule, preempt) combination from `COMBOS[i % len(COMBOS)]`, so any
 run of len(COMBOS) consecutive seeds covers every combination once.
+
+Hybrid cases (seeds from HYBRID_SEED0 on): the same draws on a small hybrid model
+(HYBRID_MODELS: sliding-window layers whose window slides within these contexts, or Mamba-2
+layers with a tiny state, beside full attention) under the policies with a hybrid form,
+cycling through HYBRID_COMBOS; no host tier (hybrid pools have none). A hybrid policy that
+takes no decode stretch is still compared stepped against fast-forwarded: the engine's own
+paths around it (admission, chunking, preemption) must agree, invariants every iteration.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcore.hybrid_presets import CONFIG_LAYOUTS
+from kvcore.layers import FULL, MAMBA, SLIDING, HybridLayout, LayerGroup
+from kvcore.presets import MODELS, ModelPreset
 from kvcore.tiers import WRITE_POLICIES
 from simulator.config import SimConfig
 from simulator.guard import LivelockError
@@ -53,6 +63,32 @@ COMBOS = tuple(itertools.product(POLICIES, ADMISSION_MODES, SCHEDULES, PREEMPT_M
 #: policies with lower KV tiers: about a third of their cases get a host (and storage) tier
 TIERED = ("paged", "vllm")
 PAGE_SIZES = (1, 4, 16)
+#: the small hybrid models of the hybrid cases: 4 layers of 1 KV head x 8 (32 B per token and
+#: layer in bf16); a window of 48 tokens, or Mamba-2 states of 96 B per layer (vLLM's block
+#: rule then gives 16-token blocks)
+HYBRID_MODELS: dict[str, HybridLayout] = {
+    "fuzz-swa": HybridLayout((LayerGroup(SLIDING, 2, kv_heads=1, head_dim=8, window=48),
+                              LayerGroup(FULL, 2, kv_heads=1, head_dim=8))),
+    "fuzz-mamba": HybridLayout((LayerGroup(MAMBA, 3, num_v_heads=2, v_head_dim=4,
+                                           k_head_dim=4, n_groups=1, conv_kernel=2),
+                                LayerGroup(FULL, 1, kv_heads=1, head_dim=8))),
+}
+HYBRID_POLICIES = ("paged", "paged-nocache", "vllm")
+HYBRID_COMBOS = tuple(itertools.product(HYBRID_POLICIES, HYBRID_MODELS, ADMISSION_MODES,
+                                        SCHEDULES, PREEMPT_MODES))
+HYBRID_SEED0 = 1_000_000
+
+
+def register_hybrid_models() -> None:
+    """Register the fuzz's hybrid models as presets with their layouts (idempotent)."""
+    for name, layout in HYBRID_MODELS.items():
+        MODELS.setdefault(name, ModelPreset(
+            name, name, num_layers=layout.num_layers, num_heads=2, num_kv_heads=1,
+            head_dim=8, hidden_size=16, intermediate_size=32, vocab_size=1000,
+            max_position=4096, num_params=1e6, source="tests/simulator/engine_fuzz.py"))
+        CONFIG_LAYOUTS.setdefault(name, layout)
+
+
 # preemptions in a row without progress before the engine calls it a livelock (small
 # workloads: a real run needs a handful)
 STALL_LIMIT = 500
@@ -98,8 +134,21 @@ def time_limit(seconds: float) -> Iterator[None]:
 def make_case(seed: int) -> tuple[Workload, SimConfig]:
     """The workload and engine of case `seed`: 2-14 requests (some in closed-loop chat
     sessions) with shared prefixes, duplicates and bursts; a 300-900 slot pool; for the
-    policies with lower tiers, sometimes a host tier (and storage behind it)."""
-    policy, admission, schedule, preempt = COMBOS[seed % len(COMBOS)]
+    policies with lower tiers, sometimes a host tier (and storage behind it). Seeds from
+    HYBRID_SEED0 on: a hybrid model (see the module notes)."""
+    if seed >= HYBRID_SEED0:
+        register_hybrid_models()
+        policy, model, admission, schedule, preempt = HYBRID_COMBOS[
+            (seed - HYBRID_SEED0) % len(HYBRID_COMBOS)]
+        w, cfg = _case(seed, policy, admission, schedule, preempt, tiers=False)
+        # SGLang's Mamba radix cache runs page size 1 (v0.5); vLLM raises its own block size
+        ps = 1 if policy != "vllm" and model == "fuzz-mamba" else cfg.policy.page_size
+        return w, cfg.replace(model=model, page_size=ps, placement="first-fit")
+    return _case(seed, *COMBOS[seed % len(COMBOS)], tiers=True)
+
+
+def _case(seed: int, policy: str, admission: str, schedule: str, preempt: str,
+          tiers: bool) -> tuple[Workload, SimConfig]:
     rng = np.random.default_rng([seed, 0xF022])
     ps = int(rng.choice(PAGE_SIZES))
     kv_tokens = int(rng.integers(300, 901))
@@ -147,7 +196,7 @@ def make_case(seed: int) -> tuple[Workload, SimConfig]:
         w = Workload("fuzz", reqs, sessions=moved, seed=seed)
     chunk = int(rng.choice((0, 8, 32, 256)))
     tier: dict[str, object] = {}
-    if policy in TIERED and rng.random() < 0.35:  # a host tier, sometimes storage behind it
+    if tiers and policy in TIERED and rng.random() < 0.35:  # a host tier, maybe storage
         tier = {"hicache_ratio": float(rng.choice((0.5, 1.0, 4.0))),
                 "hicache_write_policy": str(rng.choice(WRITE_POLICIES)),
                 "hicache_load": str(rng.choice(LOAD_MODES))}
@@ -244,7 +293,7 @@ def describe(seed: int) -> str:
     """A one-line description of case `seed` for failure messages."""
     w, config = make_case(seed)
     cfg = config.to_dict()
-    return (f"seed {seed}: {cfg['policy']} admission={cfg['admission']} "
+    return (f"seed {seed}: {cfg['policy']} model={cfg['model']} admission={cfg['admission']} "
             f"schedule={cfg['schedule']} preempt={cfg['preempt']} page={cfg['page_size']} "
             f"kv_tokens={cfg['kv_tokens']} max_ctx={cfg['max_context_len']} "
             f"rows={cfg['max_running_requests']} "

@@ -4,14 +4,22 @@ decode stretch; the full sweep (thousands of cases) under `--run-slow` or
 `python benchmarks/fuzz_engine.py`.
 
 Cost: the slice is 144 cases, each simulated twice with invariants every iteration: about
-60 s of CPU on a busy 2-core box (the former slice, seeds 0-71: 29 s there, 25 s quiet).
+60 s of CPU on a busy 2-core box (the former slice, seeds 0-71: 29 s there, 25 s quiet); the
+hybrid slice, 6 cases, about 8 s more there (hybrid policies step every decode).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.simulator.engine_fuzz import COMBOS, describe, make_case, run_case
+from tests.simulator.engine_fuzz import (
+    COMBOS,
+    HYBRID_COMBOS,
+    HYBRID_SEED0,
+    describe,
+    make_case,
+    run_case,
+)
 
 #: Two seeds per combination c, of c + 72 j (j < 10): the first that take a decode stretch
 #: (37 of seeds 0-287 take none, so stepping and the fast-forward would run the same code;
@@ -29,6 +37,11 @@ FAST_SLICE = (
     187, 188, 189, 193, 208, 216, 218, 219, 224, 238, 243, 250, 251, 252, 254, 324, 326, 406,
 )
 PER_COMBO = 2
+#: hybrid cases (engine_fuzz.HYBRID_COMBOS: policy x small hybrid model x admission x
+#: schedule x preemption): one of each (policy, model) pair, among the cheapest of the first 72
+#: (`python benchmarks/fuzz_engine.py` lists them; none takes a decode stretch, since the
+#: hybrid policies step decodes one at a time)
+HYBRID_SLICE = tuple(HYBRID_SEED0 + k for k in (11, 22, 28, 37, 53, 67))
 
 
 @pytest.mark.parametrize("seed", FAST_SLICE)
@@ -37,6 +50,21 @@ def test_fuzz_case(seed: int) -> None:
     assert outcome.ok, f"{describe(seed)}: {outcome.kind}: {outcome.detail}"
     assert outcome.stretches >= 1, (f"{describe(seed)}: no decode stretch taken, so stepping "
                                     "was compared with itself")
+
+
+@pytest.mark.parametrize("seed", HYBRID_SLICE)
+def test_hybrid_fuzz_case(seed: int) -> None:
+    outcome = run_case(seed, time_limit_s=30.0)
+    assert outcome.ok, f"{describe(seed)}: {outcome.kind}: {outcome.detail}"
+    assert outcome.requests >= 2
+
+
+def test_the_hybrid_slice_covers_each_policy_and_model() -> None:
+    pairs = [HYBRID_COMBOS[s - HYBRID_SEED0][:2] for s in HYBRID_SLICE]
+    assert {p: pairs.count(p) for p in pairs} == dict.fromkeys(
+        {c[:2] for c in HYBRID_COMBOS}, 1)
+    _, cfg = make_case(HYBRID_SLICE[0])
+    assert cfg.pool.model == "fuzz-swa" and cfg.tier.enabled is False
 
 
 def test_the_slice_covers_every_combination_twice() -> None:

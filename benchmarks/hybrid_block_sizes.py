@@ -1,0 +1,113 @@
+"""The hit-rate cliff of large blocks on a hybrid model: prefix hit rate against the block size
+for Qwen3.5-4B (24 gated-delta-net + 8 full-attention layers) under the `vllm` policy on a
+slice of the bundled Mooncake conversation trace, one H100 under vLLM's budget rule; beside it
+the same model with every layer stored as full attention (`--kv-layout full-attention`, the
+pre-hybrid baseline) and the trace's ideal reuse. The gallery figure of docs/hybrid.md:
+
+    python benchmarks/hybrid_block_sizes.py                # 400 requests, arrivals x 8
+    python benchmarks/hybrid_block_sizes.py 100 4 /tmp/x   # a quick look, elsewhere
+    python benchmarks/hybrid_block_sizes.py --replot 400 8 # the figure again from the CSV
+
+The arrivals are sped up (`--rate-scale`, default 8) so that requests share iterations: the
+hybrid `vllm` policy decodes one step per iteration, and the hit rate depends on which
+prompts arrive, not on when (the pool holds every prefix of the slice).
+
+vLLM raises the attention block of an attention + Mamba hybrid until one attention page holds
+one layer's state (kvcore.hybrid_plan.vllm_block_size: 528 tokens for Qwen3.5-4B), so no
+block below 528 exists; Mamba's prefix cache (mode "align") keeps states at block boundaries
+only, so a prompt shares at most its whole blocks. Writes OUT/hybrid_block_size.csv (every
+run's summary columns that matter here) and OUT/hybrid_block_size_hit_rate.png.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from experiments.options import RunOptions
+from kvcore.hybrid_plan import vllm_block_size
+from kvcore.hybrid_presets import LAYOUTS
+from reports.io import atomic_write_text, save_figure_atomic
+from simulator.run import simulate
+from workloads import build_workload
+from workloads.reuse import ideal_reuse
+
+MODEL = "qwen3.5-4b"
+HYBRID_BLOCKS = (528, 1056, 2112, 4224)  # any smaller block is raised to 528 by vLLM
+FULL_BLOCKS = (16, 64, 256, 528, 1056, 2112, 4224)
+COLUMNS = ("kv_layout", "page_size", "block_size", "prefix_hit_rate", "ideal_reuse",
+           "full_pool_used_pct", "mamba_pool_used_pct", "ttft_p50_s", "ttft_p99_s",
+           "tpot_p50_s", "requests_completed", "sim_wall_s")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--replot"]:
+        n, scale = int(sys.argv[2]), float(sys.argv[3])
+        out = Path(sys.argv[4]) if len(sys.argv) > 4 else Path("docs/gallery")
+        plot(pd.read_csv(out / "hybrid_block_size.csv"), n, scale,
+             out / "hybrid_block_size_hit_rate.png")
+        return
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 400
+    scale = float(sys.argv[2]) if len(sys.argv) > 2 else 8.0
+    out = Path(sys.argv[3]) if len(sys.argv) > 3 else Path("docs/gallery")
+    base = {"workload": "mooncake-conv", "num_requests": n, "model": MODEL, "gpu": "h100",
+            "budget": "vllm", "policy": "vllm", "max_context_len": 32768,
+            "rate_scale": scale}
+    w = build_workload(RunOptions.from_mapping(base).workload_spec())
+    rows = []
+    for layout, blocks in (("hybrid", HYBRID_BLOCKS), ("full-attention", FULL_BLOCKS)):
+        for bs in blocks:
+            opts = RunOptions.from_mapping({**base, "page_size": bs, "kv_layout": layout})
+            t = time.time()
+            s = simulate(w, opts.sim_config()).summary
+            eff = (vllm_block_size(LAYOUTS[MODEL], "bf16", 1, bs).block_size
+                   if layout == "hybrid" else bs)
+            row = {"kv_layout": layout, "page_size": bs, "block_size": eff,
+                   "ideal_reuse": ideal_reuse(w, 1), **{k: s.get(k) for k in COLUMNS
+                                                        if k in s}}
+            rows.append(row)
+            print(" ".join(f"{k}={row.get(k)}" for k in COLUMNS), f"wall={time.time() - t:.0f}s",
+                  flush=True)
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "hybrid_block_size.csv", df.to_csv(index=False))
+    plot(df, n, scale, out / "hybrid_block_size_hit_rate.png")
+
+
+def plot(df: pd.DataFrame, n: int, scale: float, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for layout, style, label, z in (
+            ("full-attention", "s--", "same model, every layer full attention (pre-hybrid)", 2),
+            ("hybrid", "o-", "Qwen3.5-4B hybrid (vLLM: blocks of >= 528, Mamba cache align)",
+             3)):
+        d = df[df.kv_layout == layout].drop_duplicates("block_size").sort_values("block_size")
+        ax.plot(d.block_size, d.prefix_hit_rate, style, label=label, zorder=z, ms=7 - z)
+    ax.axhline(float(df.ideal_reuse.iloc[0]), color="grey", ls=":",
+               label="ideal reuse (token level, infinite cache)")
+    ax.axvline(528, color="tab:red", lw=0.8, alpha=0.5)
+    ax.text(528, 0.005, " smallest hybrid block: 528", color="tab:red", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(df.block_size)))
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_ylim(0, max(float(df.ideal_reuse.iloc[0]), float(df.prefix_hit_rate.max())) * 1.15)
+    ax.set_xlabel("block size (tokens)")
+    ax.set_ylabel("prefix hit rate")
+    ax.set_title(f"Prefix hit rate vs block size: Mooncake conversation trace, first {n} "
+                 f"requests (arrivals x {scale:g}), H100", fontsize=9)
+    ax.legend(fontsize=7, loc="center right")
+    fig.tight_layout()
+    save_figure_atomic(path, fig, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

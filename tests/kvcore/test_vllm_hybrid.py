@@ -1,0 +1,376 @@
+"""The `vllm` policy on hybrid layouts (kvcore/policies/vllm_hybrid.py, kvcore/hybrid_groups.py).
+
+Worked examples a reader can redo by hand on a three-group toy layout, the per-kind hit finders,
+the sizes against the planner (`vllm_plan`), a differential test against the full-attention
+`vllm` policy, and a hypothesis state machine checking the invariants after every step.
+Cost: about 5 s in all on a loaded 2-core machine (the state machine about 3 s, the
+differential test 2 s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvcore.hybrid_groups import (
+    GroupSpec,
+    chunked_hit,
+    full_hit,
+    longest_hit,
+    sliding_hit,
+    state_hit,
+)
+from kvcore.hybrid_plan import vllm_plan
+from kvcore.hybrid_presets import LAYOUTS
+from kvcore.layers import HybridLayout, LayerGroup
+from kvcore.policies import PolicyConfig, make_policy
+from kvcore.policies.capabilities import PoolKinds, PrefixCache
+from kvcore.policies.vllm_block import VLLMBlockPolicy
+from kvcore.policies.vllm_hybrid import VLLMHybridPolicy
+
+# one token in one attention layer: 2 x 1 head x 8 x 2 B = 32 B. The linear layer's state:
+# conv (2 - 1) x (2 x 4 + 4) x 2 B = 24 B, recurrent 1 x 4 x 4 x 2 B = 32 B: 56 B, so vLLM's
+# block is 16 x cdiv(56, 16 x 32) = 16 tokens and one page is 16 x 32 = 512 B.
+FULL1 = LayerGroup("full", 1, kv_heads=1, head_dim=8)
+SWA1 = LayerGroup("sliding", 1, kv_heads=1, head_dim=8, window=32)
+LIN1 = LayerGroup("linear", 1, num_k_heads=1, num_v_heads=1, k_head_dim=4, v_head_dim=4,
+                  conv_kernel=2)
+TOY = HybridLayout((FULL1, SWA1, LIN1))
+PAGE = 512
+
+
+def toy(mode: str = "align", blocks: int = 30, layout: HybridLayout = TOY,
+        page_size: int = 16, ctx: int = 256) -> VLLMHybridPolicy:
+    cfg = PolicyConfig(kv_tokens=0, page_size=page_size, max_context_len=ctx, max_requests=8,
+                       layout=layout, kv_bytes=blocks * PAGE, mamba_cache_mode=mode)
+    pol = make_policy("vllm", cfg)
+    assert isinstance(pol, VLLMHybridPolicy)
+    return pol
+
+
+def run_prompt(p: VLLMHybridPolicy, rid: int, ids: np.ndarray, out: int = 2,
+               chunk: int = 1000) -> int:
+    """Admit, prefill in `chunk`-token steps, decode `out` - 1 tokens, finish: the hit."""
+    res = p.admit(rid, ids, len(ids) + out - 1, out)
+    assert res is not None
+    w = res.cached_len
+    while w < len(ids):
+        w = min(w + chunk, len(ids))
+        assert p.extend([rid], [w])
+        p.check_invariants()
+    for _ in range(out - 1):
+        assert p.decode([rid])
+    p.check_invariants()
+    p.finish(rid, np.concatenate([ids, 900_000 + np.arange(out)]))
+    p.check_invariants()
+    return res.cached_len
+
+
+# -- worked examples ---------------------------------------------------------------------------
+
+def test_toy_layout_groups_blocks_and_a_prefill_by_hand() -> None:
+    p = toy()
+    g = p.groups
+    # three kinds of one layer each: groups of 1 layer, 3 groups; 30 x 512 B = 30 blocks of 16
+    assert (g.block_size, g.page_bytes, g.group_size, g.num_blocks) == (16, 512, 1, 30)
+    assert [(s.kind, s.count) for s in g.specs] == [("full", 1), ("sliding", 1), ("linear", 1)]
+    # slots: 30 blocks x 16 tokens over the 2 attention groups (full, sliding); the linear
+    # group's state blocks come on top of a request's tokens
+    assert p.slot_groups == 2 and p.capacity == 30 * 16 // 2
+    assert isinstance(p, PrefixCache) and isinstance(p, PoolKinds)
+    ids = np.arange(50)
+    assert p.admit(0, ids, 51, 2) is not None
+    assert p.extend([0], [50])
+    t = p.block_tables(0)
+    # full: cdiv(50, 16) = 4 blocks; sliding: 4 (all of the chunk's tokens are computed);
+    # linear (align): the running state at position 3 and the state at 48 (position 2)
+    assert [len([b for b in x if b]) for x in t] == [4, 4, 2]
+    assert t[2][:2] == [0, 0] and all(t[2][2:])
+    assert p.available_tokens() == (30 - 10) * 16 // 2  # slots over the 2 attention groups
+    assert p.decode([0])  # 51 tokens; the next token needs 51 - 32 + 1 = 20 on: block 1 on
+    t = p.block_tables(0)
+    assert t[1][0] == 0 and all(t[1][1:])  # the sliding group freed block 0
+    assert t[2] == [0, 0, 0, t[2][3]]  # the state at 48 was freed (cached), the running kept
+    # cached now: full 0-2, sliding 0-2 (block 0 freed but hashed), linear position 2
+    assert p.evictable_tokens() == 2 * 16 // 2  # slots: blocks x 16 over 2 attention groups
+    p.finish(0, np.arange(52))
+    p.check_invariants()
+    assert p.available_tokens() == 30 * 16 // 2 and p.evictable_tokens() == 7 * 16 // 2
+
+
+@pytest.mark.parametrize(("mode", "hit"), [("align", 0), ("all", 32), ("none", 0)])
+def test_mamba_mode_decides_the_hit_of_a_shorter_shared_prefix(mode: str, hit: int) -> None:
+    """A's 50-token prompt caches full and sliding blocks 0-2 and states at 48 (align) or at
+    16, 32, 48 (all); B shares A's first 40 tokens: full attention and the sliding window
+    (2 blocks from the right) accept 32 tokens, the linear layers only a cached state at or
+    below 32: none in align (the cliff), the one at 32 in all; mode none caches nothing."""
+    p = toy(mode)
+    run_prompt(p, 0, np.arange(50))
+    b = np.concatenate([np.arange(40), 5000 + np.arange(20)])
+    assert p.peek_prefix(b[:-1]) == hit
+    assert run_prompt(p, 1, b) == hit
+
+
+def test_align_hits_at_the_cached_boundary_and_counts_per_kind() -> None:
+    p = toy("align")
+    run_prompt(p, 0, np.arange(50))
+    b = np.concatenate([np.arange(48), 7000 + np.arange(12)])  # shares 48 = 3 blocks
+    assert run_prompt(p, 1, b) == 48
+    u = p.pool_usage()
+    # queried: 49 + 59 prompt tokens (the last one is always recomputed); alone, full
+    # attention and the sliding window accept 48 of B, the linear state 48 too
+    assert {k: (v.hit_tokens, v.queried_tokens) for k, v in u.items()} == {
+        "full": (48, 108), "swa": (48, 108), "mamba": (48, 108)}
+    # both requests finished: the full group's 3 hashed blocks stay as cache (used = cache)
+    assert u["full"].capacity_bytes == 30 * 512
+    assert u["full"].used_bytes == u["full"].cached_bytes == 3 * 512
+
+
+def test_a_prompt_within_one_block_never_hits() -> None:
+    """Block granularity: 16 tokens, the last recomputed, leave 15 to match: 0 blocks."""
+    p = toy("all", layout=HybridLayout((FULL1, SWA1)))
+    run_prompt(p, 0, np.arange(16))
+    assert run_prompt(p, 1, np.arange(16)) == 0
+    assert run_prompt(p, 2, np.arange(17)) == 16
+
+
+def test_freed_sliding_blocks_still_hit_until_reused() -> None:
+    """Blocks that left the window go to the free queue hashed: a later identical prompt
+    finds them; once allocations pop them (eviction), the full group's hit ends there."""
+    p = toy("all", layout=HybridLayout((FULL1, SWA1)), blocks=20)
+    run_prompt(p, 0, np.arange(100), out=30)  # 7 full + 7 sliding + 1 decode block, freed
+    assert run_prompt(p, 1, np.arange(100)) == 96
+    run_prompt(p, 2, 50_000 + np.arange(150))  # 10 + 10 blocks: evicts every cached block
+    assert p.peek_prefix(np.arange(99)) == 0
+
+
+# -- the finders -------------------------------------------------------------------------------
+
+def _has(blocks: set[int]):
+    return lambda i: i in blocks
+
+
+def test_finders_by_hand() -> None:
+    # block 4 tokens, max 24 tokens = 6 blocks
+    assert full_hit(_has({0, 1, 3}), 24, 4) == (8, 0)
+    # window 9 needs cdiv(8, 4) = 2 cached blocks in a row, found from the right
+    assert sliding_hit(_has({0, 1, 3, 4, 5}), 24, 4, 9) == (24, 4)
+    assert sliding_hit(_has({0, 1, 2, 4}), 24, 4, 9) == (12, 1)
+    assert sliding_hit(_has({0, 2, 4}), 24, 4, 9) == (4, 0)  # no run: the run from block 0
+    # chunk 8: the candidate's chunk starts at 16 (block 4); blocks 4.. from there
+    assert chunked_hit(_has({4}), 20, 4, 8) == (20, 4)
+    assert chunked_hit(_has(set()), 16, 4, 8) == (16, 4)  # aligned: nothing to look up
+    assert state_hit(_has({0, 2}), 24, 4) == (12, 2)
+    assert state_hit(_has({5}), 20, 4) == (0, 0)  # block 5 ends at 24 > 20
+
+
+def test_fixed_point_shrinks_until_every_kind_accepts() -> None:
+    """full accepts 24; the state finder then 16 (cached state at block 3); the sliding
+    window at 16 needs blocks 2-3, missing block 2: the run from block 0 is blocks 0-1, 8;
+    the state at 8 (block 1) is cached: 8 is the fixed point."""
+    specs = (GroupSpec("full", 0, 0, 1, 1), GroupSpec("sliding", 9, 0, 1, 1),
+             GroupSpec("mamba", 0, 0, 1, 1))
+    cached = [_has({0, 1, 2, 3, 4, 5}), _has({0, 1, 3, 4, 5}), _has({1, 3})]
+    hit, first = longest_hit(specs, cached, 24, 4)
+    assert hit == 8 and first[2] == 1
+
+
+# -- sizes agree with the planner ---------------------------------------------------------------
+
+@pytest.mark.parametrize("model", ["gpt-oss-120b", "qwen3.5-4b", "nemotron-nano-9b-v2",
+                                   "llama-4-scout", "qwen3-next-80b-a3b", "gemma-3-27b"])
+def test_pool_sizes_equal_the_planners(model: str) -> None:
+    layout, budget, ctx = LAYOUTS[model], 10 * 2**30, 32_768
+    p = make_policy("vllm", PolicyConfig(kv_tokens=0, page_size=16, max_context_len=ctx,
+                                         layout=layout, kv_bytes=budget))
+    assert isinstance(p, VLLMHybridPolicy)
+    plan = vllm_plan(layout, budget, ctx, block_size=16)
+    assert p.page_size == plan.block_size
+    assert all(pool.pages == p.groups.num_blocks for pool in plan.pools)
+    assert plan.kv_cache_tokens == p.groups.num_blocks // p.groups.num_groups * p.page_size
+    assert p.capacity == p.groups.num_blocks * p.page_size // p.slot_groups
+
+
+def test_block_size_rules_and_errors() -> None:
+    base = dict(kv_tokens=0, max_context_len=4096, layout=LAYOUTS["qwen3.5-4b"],
+                kv_bytes=2**30)
+    assert make_policy("vllm", PolicyConfig(page_size=16, **base)).page_size == 528  # raised
+    assert make_policy("vllm", PolicyConfig(page_size=1056, **base)).page_size == 1056  # kept
+    with pytest.raises(ValueError, match="mamba_cache_mode must be one of none, align, all"):
+        make_policy("vllm", PolicyConfig(page_size=16, mamba_cache_mode="some", **base))
+    with pytest.raises(ValueError, match="kv_bytes must be > 0"):
+        make_policy("vllm", PolicyConfig(page_size=16, **{**base, "kv_bytes": 0}))
+    with pytest.raises(ValueError, match="no host tier on a hybrid layout"):
+        make_policy("vllm", PolicyConfig(page_size=16, host_tokens=4096, **base))
+    with pytest.raises(ValueError, match="does not divide by the block size"):
+        make_policy("vllm", PolicyConfig(page_size=48, **{**base,
+                                                          "layout": LAYOUTS["llama-4-scout"]}))
+    # a layout that is not hybrid keeps today's policy
+    full = HybridLayout((LayerGroup("full", 2, kv_heads=1, head_dim=8),))
+    assert isinstance(make_policy("vllm", PolicyConfig(kv_tokens=64, page_size=16,
+                                                       layout=full)), VLLMBlockPolicy)
+
+
+# -- differential: a window longer than every request is full attention -------------------------
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 60), st.integers(1, 20)),
+                min_size=1, max_size=12),
+       st.sampled_from([1, 4, 16]))
+def test_a_window_longer_than_every_request_is_full_attention(
+        reqs: list[tuple[int, int, int]], bs: int) -> None:
+    """Same requests, ample memory (the hybrid's two layers get twice the one-layer reference's
+    bytes, so both have the same slots): the hybrid policy with a full and a sliding layer whose
+    window exceeds the context gives every request the hits of the full-attention `vllm`
+    policy and, in each group, exactly the blocks it holds there (the window frees none)."""
+    ctx = 128
+    swa = LayerGroup("sliding", 1, kv_heads=1, head_dim=8, window=ctx + 1)
+    hyb = make_policy("vllm", PolicyConfig(kv_tokens=0, page_size=bs, max_context_len=ctx,
+                                           max_requests=16, kv_bytes=2 * 4096 * 32 * bs,
+                                           layout=HybridLayout((FULL1, swa))))
+    ref = make_policy("vllm", PolicyConfig(kv_tokens=4096 * bs, page_size=bs,
+                                           max_context_len=ctx, max_requests=16))
+    assert isinstance(hyb, VLLMHybridPolicy) and isinstance(ref, VLLMBlockPolicy)
+    for rid, (prefix, extra, out) in enumerate(reqs):
+        ids = np.concatenate([np.arange(prefix * 20), 10_000 * (rid + 1) + np.arange(extra)])
+        final = len(ids) + out - 1
+        a, b = hyb.admit(rid, ids, final, out), ref.admit(rid, ids, final, out)
+        assert a is not None and b is not None and a.cached_len == b.cached_len
+        for pol in (hyb, ref):
+            assert pol.extend([rid], [len(ids)])
+            for _ in range(out - 1):
+                assert pol.decode([rid])
+        full, window = hyb.block_tables(rid)
+        assert len(full) == len(window) == len(ref.block_ids(rid)) and all(window)
+        hyb.check_invariants()
+        for pol in (hyb, ref):
+            pol.finish(rid, np.concatenate([ids, 77 + np.arange(out)]))
+    assert hyb.available_tokens() == ref.available_tokens()
+
+
+# -- the state machine ------------------------------------------------------------------------
+
+PREFIXES = [np.arange(64), 1000 + np.arange(64)]
+
+
+class HybridMachine(RuleBasedStateMachine):
+    """Random admit / prefill chunk / decode / finish / release on the toy layout (full,
+    sliding window 32, linear attention) in a pool small enough to evict; after every step the
+    policy's own checks and these, each computed here from the tables and the pool:
+    blocks in use + free = the pool; every block a live table names is held; no sliding block
+    the next token needs is freed; each running request holds its running state block (mode
+    none: exactly one), and held state blocks = those the live tables name."""
+
+    @initialize(mode=st.sampled_from(["align", "all", "none"]), blocks=st.integers(12, 40))
+    def start(self, mode: str, blocks: int) -> None:
+        self.p = toy(mode, blocks=blocks)
+        self.live: dict[int, tuple[np.ndarray, int]] = {}
+        self.next = 0
+
+    @rule(which=st.integers(0, 1), cut=st.integers(1, 64), extra=st.integers(0, 40),
+          out=st.integers(1, 40))
+    def admit(self, which: int, cut: int, extra: int, out: int) -> None:
+        ids = np.concatenate([PREFIXES[which][:cut], 50_000 + 100 * self.next + np.arange(extra)])
+        rid, self.next = self.next, self.next + 1
+        if self.p.admit(rid, ids, len(ids) + out - 1, out) is not None:
+            self.live[rid] = (ids, len(ids) + out - 1)
+
+    @precondition(lambda self: self.live)
+    @rule(pick=st.integers(0, 100), step=st.integers(1, 48))
+    def grow(self, pick: int, step: int) -> None:
+        rid = sorted(self.live)[pick % len(self.live)]
+        ids, final = self.live[rid]
+        w = self.p.written(rid)
+        if w < len(ids):
+            self.p.extend([rid], [min(w + step, len(ids))])
+        elif w < final:
+            self.p.decode([rid])
+
+    @precondition(lambda self: self.live)
+    @rule(pick=st.integers(0, 100), finish=st.booleans())
+    def end(self, pick: int, finish: bool) -> None:
+        rid = sorted(self.live)[pick % len(self.live)]
+        ids, _ = self.live.pop(rid)
+        if finish:
+            w = self.p.written(rid)
+            self.p.finish(rid, np.concatenate([ids, 3 + np.arange(max(w - len(ids), 0))]))
+        else:
+            self.p.release(rid)
+
+    @invariant()
+    def holds(self) -> None:
+        p = self.p
+        p.check_invariants()
+        pool, bs, nb = p.pool, p.page_size, p.groups.num_blocks
+        assert int(np.count_nonzero(pool.ref_cnt[1:] > 0)) + pool.get_num_free_blocks() == nb
+        state_named: set[int] = set()
+        for rid in self.live:
+            w = p.written(rid)
+            full, window, state = p.block_tables(rid)
+            assert all(pool.ref_cnt[b] > 0 for t in (full, window, state) for b in t if b)
+            assert all(window[max(w - 32 + 1, 0) // bs:])
+            if p.mamba_cache_mode == "none":
+                assert len(state) == (1 if w else 0)
+            elif w:
+                assert state[-1]
+            state_named.update(b for b in state if b)
+        held_state = np.count_nonzero((pool.ref_cnt > 0) & (p.group_of == 2))
+        assert held_state == len(state_named)  # a shared hit state counts once
+
+
+TestHybridMachine = HybridMachine.TestCase
+TestHybridMachine.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
+                                      suppress_health_check=list(HealthCheck))
+
+
+def test_chunked_local_frees_past_chunks_and_hits_from_the_chunk_start() -> None:
+    """Chunk 32, blocks of 16. A prefills 50 tokens (4 blocks per group) and decodes one:
+    at 50 tokens its current chunk starts at 32, so blocks 0-1 go back to the free queue
+    (hashed). B repeats A's 50 tokens and adds 10: capped at 59, whole blocks 0-2; full
+    attention accepts 48; the candidate's chunk starts at 32 (block 2), which is cached:
+    the hit is 48 and B takes no chunked block before block 2."""
+    chunked = LayerGroup("chunked", 1, kv_heads=1, head_dim=8, chunk=32)
+    p = toy(layout=HybridLayout((FULL1, chunked)))
+    ids = np.arange(50)
+    assert p.admit(0, ids, 51, 2) is not None and p.extend([0], [50])
+    assert [len(t) for t in p.block_tables(0)] == [4, 4]
+    assert p.decode([0])
+    assert p.block_tables(0)[1][:2] == [0, 0] and all(p.block_tables(0)[1][2:])
+    p.finish(0, np.arange(52))
+    b = np.concatenate([ids, 3000 + np.arange(10)])
+    assert p.admit(1, b, 61, 2) is not None
+    full, local = p.block_tables(1)
+    assert p.written(1) == 48 and len(full) == 3 and local[:2] == [0, 0] and local[2]
+    p.check_invariants()
+
+
+def test_bad_arguments_are_one_line_errors_and_change_nothing() -> None:
+    p = toy(ctx=64)
+    assert p.admit(0, np.arange(20), 30, 11) is not None and p.extend([0], [20])
+    before = p.block_tables(0)
+    with pytest.raises(ValueError, match="already admitted"):
+        p.admit(0, np.arange(5), 6, 2)
+    with pytest.raises(ValueError, match="below written 20"):
+        p.extend([0], [10])
+    with pytest.raises(ValueError, match="exceeds max_context_len 64"):
+        p.extend([0], [65])
+    with pytest.raises(ValueError, match="not admitted"):
+        p.decode([7])
+    with pytest.raises(ValueError, match="same request twice"):
+        p.decode([0, 0])
+    assert p.block_tables(0) == before and p.written(0) == 20
+    # memory short, all or nothing: 30 blocks; request 0 holds 2 + 2 + 2, a 64-token prefill
+    # takes 4 full + 4 sliding + 1 state block (the running one, at the boundary 64): 9
+    for rid in (1, 2, 3):
+        assert p.admit(rid, 100 * rid + np.arange(64), 64, 1) is not None
+    assert p.extend([1], [64]) and p.extend([2], [64])  # 6 + 9 + 9 = 24
+    assert not p.extend([3], [64])  # 9 > 6 free
+    assert not p.extend([0, 3], [21, 64])  # nor batched with one that would fit
+    assert p.written(3) == 0 and p.block_tables(3) == [[], [], []] and p.written(0) == 20
+    # 7 free: the failed call still removed request 0's skipped block (its state at 16, now
+    # cached), as vLLM removes skipped blocks before it allocates
+    assert p.available_tokens() == 7 * 16 // 2 and p.block_tables(0)[2] == [0, before[2][1]]
+    p.check_invariants()
