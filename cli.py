@@ -267,7 +267,11 @@ def run(
     if opts.output.out:
         check_writable(opts.output.out)
     sink = EventCollector() if events is not None else None
-    row, result = simulate_options(opts, progress=progress, event_sink=sink)
+    from reports.schema import REQUESTS_FILE
+
+    out = opts.output.out  # rows streamed there as requests finish (a day in bounded memory)
+    row, result = simulate_options(opts, progress=progress, event_sink=sink,
+                                   requests_file=Path(out) / REQUESTS_FILE if out else None)
     con = _console()
     con.print(run_header(row))
     con.print(breakdown_table([row]))
@@ -277,7 +281,6 @@ def run(
     if sink is not None:
         sink.write(events, result.timeline, result.requests)
         con.print(f"events: {events} (open in ui.perfetto.dev)")
-    out = opts.output.out
     if out:
         from reports.plots import plot_dir
 
@@ -313,8 +316,9 @@ def sweep(
     hicache_ratios: Optional[str] = typer.Option(  # noqa: UP045
         None, "--hicache-ratios", help="host KV tier sizes as multiples of the device pool, "
         "comma list (0: none) [default: --hicache-ratio]", rich_help_panel="Grid"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="worker processes (local pool, or the "
-                             "local Dask cluster)", rich_help_panel="Grid"),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="worker processes (local pool, or the "
+                             "local Dask cluster); 0: one per core, one for a small sweep",
+                             rich_help_panel="Grid"),
     executor: str = typer.Option("local", "--executor", help="where cells run [local, dask]",
                                  rich_help_panel="Executor"),
     scheduler_address: Optional[str] = typer.Option(  # noqa: UP045
@@ -336,7 +340,8 @@ def sweep(
     check_jobs(jobs)
     check_writable(out)
     runner = make_executor(executor, run_cell, scheduler_address, preload=CELL_PRELOAD)
-    runner.warm_up(jobs)  # local workers start importing now, while this process sets up
+    if jobs > 1:  # with 0 the sweep's size decides (run_sweep), once the workload is built
+        runner.warm_up(jobs)  # local workers start importing now, while this process sets up
 
     from experiments.grid import page_sizes_for, sweep_axes
     from experiments.runner import config_document, run_sweep
@@ -679,7 +684,8 @@ def plan(
                                    help="page sizes simulated with --trace / --workload"),
     seeds: int = typer.Option(1, "--seeds", help="seeds per page size (from --seed): with "
                               "2 or more the recommendation measures its noise band"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="local worker processes; 0: one per "
+                             "core, one for a small study"),
     find_rate: bool = typer.Option(False, "--find-rate", help="also search the highest "
                                    "sustainable rate (as kvsim capacity) at --page-size"),
     at_sustainable_rate: bool = typer.Option(

@@ -34,10 +34,39 @@ Row = dict[str, Any]
 CellFn = Callable[[Cell], Row]
 
 
+AUTO = 0  # --jobs 0 (the default): as many processes as help (`auto_jobs`)
+# below this many simulated requests in all cells together a sweep runs in this process: at
+# about 2,000 simulated requests per second of CPU (docs/performance.md) such a sweep takes a
+# few seconds, about what starting a worker costs (a fork server importing torch, SimPy and
+# pandas: about 2 s of CPU on the reference machine), so workers would not pay for themselves
+AUTO_MIN_REQUESTS = 10_000
+
+
 def check_jobs(jobs: int) -> None:
-    """--jobs: how many processes run cells."""
-    if not 1 <= jobs <= MAX_JOBS:
-        raise ValueError(f"--jobs must be in [1, {MAX_JOBS}], got {jobs}")
+    """--jobs: how many processes run cells (0: `auto_jobs`)."""
+    if not (jobs == AUTO or 1 <= jobs <= MAX_JOBS):
+        raise ValueError(f"--jobs must be 0 (as many as the cores) or in [1, {MAX_JOBS}], "
+                         f"got {jobs}")
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity API (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def auto_jobs(cells: int, requests: int | None, available: int | None = None) -> int:
+    """--jobs 0: one process per core present, at most one per cell; one process when the
+    sweep is small (`requests`, the simulated requests of all cells together, below
+    AUTO_MIN_REQUESTS; None: unknown, taken as large)."""
+    n = cores() if available is None else available
+    if cells <= 1 or (requests is not None and requests < AUTO_MIN_REQUESTS):
+        return 1
+    return max(1, min(n, cells, MAX_JOBS))
 
 
 class Executor(Protocol):

@@ -4,6 +4,14 @@ Averages are integrals over the measurement window [start, end] divided by its l
 engine that sits idle holding only cache and free memory counts that time too. When the engine
 advances many decode steps at once it hands over one breakdown row per step with its start and
 end times (`add_profile`), so the integral is the same as if it had stepped.
+
+Memory stays bounded on a day-long run: finished requests' rows go, every `CHUNK_ROWS`, into
+columns (simulator/request_table.py) and, when the run streams them (`request_sink`), to the
+sink, keeping in memory only the columns the summary reads. The timeline keeps at most
+`max_timeline_rows` samples: when full, every other *periodic* sample is dropped and the
+sampling interval doubles; the forced samples (the engine going idle: what the pool holds
+while nothing runs) are kept, so the memory figures still drop to what is held in each idle
+gap, until they alone fill half the rows (then they are halved too, oldest pairs first).
 """
 
 from __future__ import annotations
@@ -12,16 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from kvcore.breakdown import PARTS, mean_share_pct
-
-REQUEST_COLUMNS = (
-    "request_id", "session_id", "turn", "status", "reject_reason", "arrival_s", "admit_s",
-    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "normalized_latency_s",
-    "prompt_len", "output_len", "final_len", "cached_tokens", "token_hit_tokens",
-    "preemptions", "recomputed_tokens", "swapped_tokens", "host_hit_tokens",
-    "storage_hit_tokens", "load_stall_s",
-)  # fmt: skip
+from simulator.request_table import (
+    CHUNK_ROWS,
+    REQUEST_COLUMNS,  # noqa: F401  (re-exported: the table's columns)
+    SUMMARY_COLUMNS,
+    RequestTable,
+    chunk_columns,
+)
 
 TIMELINE_COLUMNS = ("time_s", *PARTS, "batch_size", "waiting", "running", "host_used")
 
@@ -33,7 +41,8 @@ class Recorder:
     window_end: float
     timeline_interval_s: float
     max_timeline_rows: int
-    request_sink: Callable[[list[tuple]], None] | None = None
+    # streamed runs: each chunk of finished rows, one array per column (request_table)
+    request_sink: Callable[[dict[str, np.ndarray]], None] | None = None
     part_seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(PARTS)))
     over_seconds: float = 0.0
     peak_token_states: int = 0
@@ -42,8 +51,10 @@ class Recorder:
     iterations: int = 0
     batch_sum: int = 0
     peak_batch: int = 0
-    request_rows: list[tuple] = field(default_factory=list)
+    request_rows: list[tuple] = field(default_factory=list)  # the chunk being filled
+    table: RequestTable | None = None  # the finished chunks' columns (set in __post_init__)
     timeline: list[tuple] = field(default_factory=list)
+    _forced: list[bool] = field(default_factory=list)  # timeline row i was a forced sample
     _last_sample: float = -1e300
     # the host KV tier now (slots used, of which locked by loads in flight), set by the engine
     # when there is one; integrated like the device parts
@@ -52,6 +63,11 @@ class Recorder:
     # inter-token gaps (s), each array's values `count` times over (a decode stretch hands one
     # step's time once for all its requests): pooled over requests, as the benchmarks do
     gaps: list[tuple[np.ndarray, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.table is None:
+            self.table = RequestTable(SUMMARY_COLUMNS if self.request_sink is not None
+                                      else None)
 
     def _clip(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
         return np.clip(np.minimum(t1, self.window_end) - np.maximum(t0, self.window_start), 0, None)
@@ -110,12 +126,33 @@ class Recorder:
         if not force and now - self._last_sample < self.timeline_interval_s:
             return
         if len(self.timeline) >= self.max_timeline_rows:
-            # keep memory bounded: halve the resolution and keep going
-            self.timeline = self.timeline[::2]
-            self.timeline_interval_s = max(self.timeline_interval_s * 2, 1e-3)
+            self._thin_timeline()
         self._last_sample = now
         self.timeline.append((now, *(int(x) for x in parts), batch, waiting, running,
                               self.host[0]))
+        self._forced.append(force)
+
+    def _thin_timeline(self) -> None:
+        """Keep memory bounded (the rule in the module docstring): drop every other periodic
+        sample and double the interval; forced (idle) samples stay unless they fill half the
+        rows themselves."""
+        forced = sum(self._forced)
+        thin_forced = forced * 2 >= self.max_timeline_rows
+        keep, periodic, idle = [], 0, 0
+        for i, f in enumerate(self._forced):
+            if f and not thin_forced:
+                keep.append(i)
+            elif f:
+                idle += 1
+                if idle % 2:
+                    keep.append(i)
+            else:
+                periodic += 1
+                if periodic % 2:
+                    keep.append(i)
+        self.timeline = [self.timeline[i] for i in keep]
+        self._forced = [self._forced[i] for i in keep]
+        self.timeline_interval_s = max(self.timeline_interval_s * 2, 1e-3)
 
     def add_gaps(self, values: np.ndarray, count: int = 1) -> None:
         """Inter-token gaps: every gap between two consecutive output tokens of a request."""
@@ -129,13 +166,25 @@ class Recorder:
 
     def add_request(self, row: tuple) -> None:
         self.request_rows.append(row)
-        if self.request_sink is not None and len(self.request_rows) >= 4096:
+        if len(self.request_rows) >= CHUNK_ROWS:
             self.flush_requests()
 
     def flush_requests(self) -> None:
-        if self.request_sink is not None and self.request_rows:
-            self.request_sink(self.request_rows)
-            self.request_rows = []
+        """The rows so far as a chunk of columns: to the sink (streamed runs) and the table."""
+        if not self.request_rows:
+            return
+        chunk = chunk_columns(self.request_rows)
+        self.request_rows = []
+        if self.request_sink is not None:
+            self.request_sink(chunk)
+        assert self.table is not None
+        self.table.add(chunk)
+
+    def requests_frame(self) -> pd.DataFrame:
+        """The kept columns of every finished request (all of them without a sink)."""
+        self.flush_requests()
+        assert self.table is not None
+        return self.table.frame()
 
     @property
     def window_length(self) -> float:
