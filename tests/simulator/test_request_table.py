@@ -136,6 +136,28 @@ def test_interrupted_run_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(Interrupted):
         simulate_options(opts, event_sink=boom, requests_file=tmp_path / "requests.parquet")
     assert list(tmp_path.iterdir()) == []
-    row, result = simulate_options(opts, requests_file=tmp_path / "requests.parquet")
+    _row, result = simulate_options(opts, requests_file=tmp_path / "requests.parquet")
     assert [p.name for p in tmp_path.iterdir()] == ["requests.parquet"]
     assert len(result.requests) == 40 and "config_hash" not in result.requests.columns
+
+
+def test_timeline_stays_bounded_and_keeps_idle_samples():
+    """The timeline's thinning rule (simulator/metrics.py): never more than max rows; the
+    forced (idle) samples survive thinning until they fill half the rows; time stays sorted."""
+    rec = metrics.Recorder(capacity=100, window_start=0.0, window_end=1e9,
+                           timeline_interval_s=1.0, max_timeline_rows=40)
+    parts = np.array([5, 0, 0, 0, 0, 95])
+    forced_times = []
+    for i in range(2000):
+        t = float(i)
+        force = i % 50 == 0  # the engine went idle
+        if force:
+            forced_times.append(t)
+        rec.sample(t, parts, 0, 0, 0, force=force)
+        assert len(rec.timeline) <= 40
+        times = [r[0] for r in rec.timeline]
+        assert times == sorted(times)
+        if len(forced_times) < 20:  # fewer than half the rows: every idle sample is kept
+            assert set(forced_times) <= set(times)
+    assert rec.timeline_interval_s > 1.0
+    assert len(rec.timeline) == len(rec._forced)
