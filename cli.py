@@ -316,9 +316,9 @@ def sweep(
     hicache_ratios: Optional[str] = typer.Option(  # noqa: UP045
         None, "--hicache-ratios", help="host KV tier sizes as multiples of the device pool, "
         "comma list (0: none) [default: --hicache-ratio]", rich_help_panel="Grid"),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="worker processes (local pool, or the "
-                             "local Dask cluster); 0: one per core, one for a small sweep",
-                             rich_help_panel="Grid"),
+    jobs: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--jobs", "-j", help="worker processes (local pool, or the local Dask cluster)",
+        show_default="one per core; one for a small sweep", rich_help_panel="Grid"),
     executor: str = typer.Option("local", "--executor", help="where cells run [local, dask]",
                                  rich_help_panel="Executor"),
     scheduler_address: Optional[str] = typer.Option(  # noqa: UP045
@@ -337,10 +337,10 @@ def sweep(
     from reports.io import check_writable
 
     out = Path(opts.output.out or "kvsim-sweep")
-    check_jobs(jobs)
+    jobs = check_jobs(jobs)  # no --jobs: AUTO, decided by run_sweep once the workload is built
     check_writable(out)
     runner = make_executor(executor, run_cell, scheduler_address, preload=CELL_PRELOAD)
-    if jobs > 1:  # with 0 the sweep's size decides (run_sweep), once the workload is built
+    if jobs > 1:
         runner.warm_up(jobs)  # local workers start importing now, while this process sets up
 
     from experiments.grid import page_sizes_for, sweep_axes
@@ -684,8 +684,9 @@ def plan(
                                    help="page sizes simulated with --trace / --workload"),
     seeds: int = typer.Option(1, "--seeds", help="seeds per page size (from --seed): with "
                               "2 or more the recommendation measures its noise band"),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="local worker processes; 0: one per "
-                             "core, one for a small study"),
+    jobs: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--jobs", "-j", help="local worker processes",
+        show_default="one per core; one for a small study"),
     find_rate: bool = typer.Option(False, "--find-rate", help="also search the highest "
                                    "sustainable rate (as kvsim capacity) at --page-size"),
     at_sustainable_rate: bool = typer.Option(
@@ -712,7 +713,7 @@ def plan(
     from experiments.planning import page_size_grid, static_plan
     from reports.recommend import check_tolerance
 
-    check_jobs(jobs)
+    jobs = check_jobs(jobs)
     check_steps(steps)
     if context_len is not None and not 1 <= context_len <= 1 << 24:
         raise ValueError(f"--context-len must be in [1, 16,777,216], got {context_len}")

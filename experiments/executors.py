@@ -34,7 +34,7 @@ Row = dict[str, Any]
 CellFn = Callable[[Cell], Row]
 
 
-AUTO = 0  # --jobs 0 (the default): as many processes as help (`auto_jobs`)
+AUTO = 0  # no --jobs (the default): as many processes as help (`auto_jobs`)
 # below this many simulated requests in all cells together a sweep runs in this process: at
 # about 2,000 simulated requests per second of CPU (docs/performance.md) such a sweep takes a
 # few seconds, about what starting a worker costs (a fork server importing torch, SimPy and
@@ -42,11 +42,13 @@ AUTO = 0  # --jobs 0 (the default): as many processes as help (`auto_jobs`)
 AUTO_MIN_REQUESTS = 10_000
 
 
-def check_jobs(jobs: int) -> None:
-    """--jobs: how many processes run cells (0: `auto_jobs`)."""
-    if not (jobs == AUTO or 1 <= jobs <= MAX_JOBS):
-        raise ValueError(f"--jobs must be 0 (as many as the cores) or in [1, {MAX_JOBS}], "
-                         f"got {jobs}")
+def check_jobs(jobs: int | None) -> int:
+    """--jobs: how many processes run cells; without it (None) AUTO (`auto_jobs`)."""
+    if jobs is None:
+        return AUTO
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"--jobs must be in [1, {MAX_JOBS}], got {jobs}")
+    return jobs
 
 
 def cores() -> int:
@@ -60,7 +62,7 @@ def cores() -> int:
 
 
 def auto_jobs(cells: int, requests: int | None, available: int | None = None) -> int:
-    """--jobs 0: one process per core present, at most one per cell; one process when the
+    """No --jobs: one process per core present, at most one per cell; one process when the
     sweep is small (`requests`, the simulated requests of all cells together, below
     AUTO_MIN_REQUESTS; None: unknown, taken as large)."""
     n = cores() if available is None else available

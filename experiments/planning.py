@@ -73,7 +73,7 @@ def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 0,
     todo, _ = pending_cells(grid, out / SUMMARY_FILE)
     shared = SharedWorkloads()  # the workload, built once for every page size
     try:
-        jobs = sweep_jobs(jobs, todo, shared)  # 0: as many as the cores, if worth it
+        jobs = sweep_jobs(jobs, todo, shared)  # AUTO (0): as many as the cores, if worth it
         if jobs > 1:  # cells in worker processes: the bar moves per cell
             df = run_sweep(grid, out, jobs=jobs, progress=progress, shared=shared)
         else:  # cells in this process: one bar over every page size's requests

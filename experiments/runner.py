@@ -187,8 +187,8 @@ def local_executor() -> Executor:
 
 def sweep_jobs(jobs: int, cells: list[RunOptions], shared: SharedWorkloads | None = None,
                to_files: bool = True) -> int:
-    """The processes a sweep of `cells` runs on: `jobs`, or with 0 (the default) as many as
-    the cores present unless the sweep is small (experiments.executors.auto_jobs). Builds the
+    """The processes a sweep of `cells` runs on: `jobs`, or with AUTO (0: no --jobs given)
+    as many as the cores present unless the sweep is small (executors.auto_jobs). Builds the
     workloads the cells share first (`shared`, or a throwaway set), which also counts the
     requests to simulate (a cell whose workload is its own counts as the mean of the rest);
     with more than one process and `to_files`, writes them for the local workers."""
@@ -216,11 +216,11 @@ def run_sweep(cells: list[RunOptions], out: str | Path, *, jobs: int = 1,
               executor: Executor | None = None,
               shared: SharedWorkloads | None = None) -> pd.DataFrame:
     """Run the cells not yet in out/summary.csv on `executor` (default: local processes)
-    with `jobs` processes (0: `sweep_jobs`); append each row as its cell finishes. A cell an
-    executor ran twice (a lost worker's task re-run) is written once: rows are de-duplicated
-    by config hash. A workload several cells use is built once (experiments/shared.py; a
-    caller's `shared`, which it then closes itself) and handed to local workers as one
-    file."""
+    with `jobs` processes (AUTO, 0: `sweep_jobs` decides); append each row as its cell
+    finishes. A cell an executor ran twice (a lost worker's task re-run) is written once:
+    rows are de-duplicated by config hash. A workload several cells use is built once
+    (experiments/shared.py; a caller's `shared`, which it then closes itself) and handed to
+    local workers as one file."""
 
     from experiments.executors import LocalExecutor
 

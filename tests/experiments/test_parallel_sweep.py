@@ -62,9 +62,9 @@ def test_auto_jobs_rule():
     assert auto_jobs(3, 10**6, available=8) == 3  # at most one per cell
     assert auto_jobs(1, 10**6, available=8) == 1
     assert auto_jobs(4, None, available=2) == 2  # unknown size: taken as large
-    check_jobs(0)
-    with pytest.raises(ValueError, match="--jobs must be 0"):
-        check_jobs(-1)
+    assert check_jobs(None) == 0 and check_jobs(3) == 3  # no --jobs: auto
+    with pytest.raises(ValueError, match="--jobs must be in"):
+        check_jobs(0)
 
 
 def test_sweep_jobs_counts_the_shared_workload():
