@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -62,7 +63,7 @@ class Recorder:
     host_seconds: np.ndarray = field(default_factory=lambda: np.zeros(2))
     # inter-token gaps (s), each array's values `count` times over (a decode stretch hands one
     # step's time once for all its requests): pooled over requests, as the benchmarks do
-    gaps: list[tuple[np.ndarray, int]] = field(default_factory=list)
+    gaps: list[tuple[np.ndarray, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.table is None:
@@ -155,9 +156,13 @@ class Recorder:
         self.timeline_interval_s = max(self.timeline_interval_s * 2, 1e-3)
 
     def add_gaps(self, values: np.ndarray, count: int = 1) -> None:
-        """Inter-token gaps: every gap between two consecutive output tokens of a request."""
+        """Inter-token gaps: every gap between two consecutive output tokens of a request.
+        Every GAP_GROUPS groups the list is merged into one (distinct values, counts) group,
+        so a day-long run holds its distinct gap values, not one array per decode step."""
         if len(values):
             self.gaps.append((values, count))
+            if len(self.gaps) >= GAP_GROUPS:
+                self.gaps = [merge_gap_groups(self.gaps)]
 
     def itl_percentiles(self, qs: tuple[float, ...]) -> list[float]:
         """Percentiles of the pooled gaps (numpy's linear rule over the gaps listed one by
@@ -202,14 +207,32 @@ def _accumulate(total, terms: np.ndarray):
     return np.add.accumulate(np.concatenate([first, np.asarray(terms, dtype=float)]), axis=0)[-1]
 
 
-def weighted_percentiles(groups: list[tuple[np.ndarray, int]], qs: tuple[float, ...]
+GAP_GROUPS = 8192  # gap groups kept before they are merged (Recorder.add_gaps)
+
+
+def _group_counts(groups: list[tuple[np.ndarray, Any]]) -> np.ndarray:
+    return np.concatenate([c if isinstance(c, np.ndarray) else np.full(len(v), c, np.int64)
+                           for v, c in groups])
+
+
+def merge_gap_groups(groups: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """The groups as one: each distinct value once with its total count. The percentiles of
+    the values listed one by one depend only on that multiset, so they are unchanged
+    (tests/simulator/test_request_table.py compares them)."""
+    values = np.concatenate([v for v, _ in groups])
+    uniq, inverse = np.unique(values, return_inverse=True)
+    counts = np.bincount(inverse.ravel(), weights=_group_counts(groups), minlength=len(uniq))
+    return uniq, np.rint(counts).astype(np.int64)
+
+
+def weighted_percentiles(groups: list[tuple[np.ndarray, Any]], qs: tuple[float, ...]
                          ) -> list[float]:
-    """np.percentile(linear) of the values each repeated its group's count, without building
-    that array (a long run has one gap per output token)."""
+    """np.percentile(linear) of the values each repeated its group's count (an int, or one
+    per value), without building that array (a long run has one gap per output token)."""
     if not groups:
         return [float("nan")] * len(qs)
     values = np.concatenate([v for v, _ in groups])
-    counts = np.concatenate([np.full(len(v), c, dtype=np.int64) for v, c in groups])
+    counts = _group_counts(groups)
     order = np.argsort(values, kind="stable")
     values, cum = values[order], np.cumsum(counts[order])
     n = int(cum[-1])

@@ -161,3 +161,20 @@ def test_timeline_stays_bounded_and_keeps_idle_samples():
             assert set(forced_times) <= set(times)
     assert rec.timeline_interval_s > 1.0
     assert len(rec.timeline) == len(rec._forced)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from([0.001, 0.002, 0.0025, 0.01, 0.5, 0.0]),
+                                   min_size=1, max_size=6),
+                          st.integers(1, 40)), min_size=1, max_size=12),
+       st.integers(1, 11))
+def test_merged_gap_groups_keep_the_percentiles_exactly(groups, cut):
+    """Merging the first groups (as Recorder.add_gaps does every GAP_GROUPS) leaves every ITL
+    percentile bit for bit what np.percentile gives over the gaps listed one by one."""
+    groups = [(np.array(v), c) for v, c in groups]
+    merged = [metrics.merge_gap_groups(groups[:cut]), *groups[cut:]]
+    flat = np.concatenate([np.repeat(v, c) for v, c in groups])
+    qs = (0.0, 12.5, 50.0, 90.0, 99.0, 100.0)
+    want = [float(np.percentile(flat, q)) for q in qs]
+    assert metrics.weighted_percentiles(merged, qs) == want
+    assert metrics.weighted_percentiles(groups, qs) == want
