@@ -94,8 +94,7 @@ def run(
     _warn_overload([one.row])
     if events is not None:
         con.print(f"events: {events} (open in ui.perfetto.dev)")
-    out = opts.output.out
-    if out:
+    if out := opts.output.out:
         con.print(f"results: {out}/ (summary.csv, requests.parquet, timeline.parquet, "
                   f"config.json, {write_one(opts, one)} figures)")
 
@@ -107,8 +106,9 @@ def run(
 def sweep(
     opts: RunOptions,
     lists: dict[str, str | None],
-    jobs: int = typer.Option(1, "--jobs", "-j", help="worker processes (local pool, or the "
-                             "local Dask cluster)", rich_help_panel="Grid"),
+    jobs: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--jobs", "-j", help="worker processes (local pool, or the local Dask cluster)",
+        show_default="one per core; one for a small sweep", rich_help_panel="Grid"),
     executor: str = typer.Option("local", "--executor", help="where cells run [local, dask]",
                                  rich_help_panel="Executor"),
     scheduler_address: Optional[str] = typer.Option(  # noqa: UP045
@@ -325,7 +325,9 @@ def plan(
         "--max-context-len, else the model's maximum]"),
     tolerance: float = typer.Option(0.02, "--tolerance", help="page-size recommendation: "
                                     "within this fraction of the best"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="local worker processes"),
+    jobs: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--jobs", "-j", help="local worker processes",
+        show_default="one per core; one for a small study"),
     find_rate: bool = typer.Option(False, "--find-rate", help="also search the highest "
                                    "sustainable rate (as kvsim capacity) at --page-size"),
     at_sustainable_rate: bool = typer.Option(

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from kvcore.policies.paged import PagedPolicy
 from kvcore.validation import InvariantError
 from simulator.config import SimConfig
-from simulator.metrics import REQUEST_COLUMNS
+from simulator.request_table import COLUMN_KINDS, REQUEST_COLUMNS
 from simulator.run import simulate
 from workloads.request import (
     PROMPT_TAG,
@@ -47,16 +47,9 @@ from workloads.request import (
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 MIB = 1 << 20
 
-ROW_SCHEMA = pa.schema([
-    ("request_id", pa.int64()), ("session_id", pa.int64()), ("turn", pa.int64()),
-    ("status", pa.string()), ("reject_reason", pa.string()), ("arrival_s", pa.float64()),
-    ("admit_s", pa.float64()), ("first_token_s", pa.float64()), ("finish_s", pa.float64()),
-    ("ttft_s", pa.float64()), ("tpot_s", pa.float64()), ("e2e_s", pa.float64()),
-    ("normalized_latency_s", pa.float64()), ("prompt_len", pa.int64()),
-    ("output_len", pa.int64()), ("final_len", pa.int64()), ("cached_tokens", pa.int64()),
-    ("token_hit_tokens", pa.int64()), ("preemptions", pa.int64()),
-    ("recomputed_tokens", pa.int64()), ("swapped_tokens", pa.int64()),
-])
+# the recorder's columns (simulator/request_table.py), as requests.parquet types them
+ROW_SCHEMA = pa.schema([(c, {"i": pa.int64(), "f": pa.float64(), "s": pa.string()}[k])
+                        for c, k in COLUMN_KINDS.items()])
 assert tuple(ROW_SCHEMA.names) == REQUEST_COLUMNS
 
 
@@ -106,13 +99,19 @@ class RowSink:
         self.samples: list[tuple[float, int, float, str]] = []
         self.lock = threading.Lock()
 
-    def __call__(self, rows: list[tuple]) -> None:
-        cols = list(zip(*rows, strict=True))
-        table = pa.Table.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(cols, ROW_SCHEMA, strict=True)],
-            schema=ROW_SCHEMA)
-        self.writer.write_table(table)
-        self.rows += len(rows)
+    def __call__(self, chunk: dict[str, np.ndarray]) -> None:
+        """One chunk of finished requests, one array per column (NaN = missing)."""
+        arrays = []
+        for f in ROW_SCHEMA:
+            v = chunk[f.name]
+            if pa.types.is_integer(f.type):
+                missing = np.isnan(v)
+                arrays.append(pa.array(np.where(missing, 0, v).astype(np.int64),
+                                       mask=missing if missing.any() else None))
+            else:
+                arrays.append(pa.array(v, type=f.type, from_pandas=True))
+        self.writer.write_table(pa.Table.from_arrays(arrays, schema=ROW_SCHEMA))
+        self.rows += len(arrays[0])
         self.sample("sink")
 
     def sample(self, source: str) -> None:

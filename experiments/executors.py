@@ -34,10 +34,41 @@ Row = dict[str, Any]
 CellFn = Callable[[Cell], Row]
 
 
-def check_jobs(jobs: int) -> None:
-    """--jobs: how many processes run cells."""
+AUTO = 0  # no --jobs (the default): as many processes as help (`auto_jobs`)
+# below this many simulated requests in all cells together a sweep runs in this process: at
+# about 2,000 simulated requests per second of CPU (docs/performance.md) such a sweep takes a
+# few seconds, about what starting a worker costs (a fork server importing torch, SimPy and
+# pandas: about 2 s of CPU on the reference machine), so workers would not pay for themselves
+AUTO_MIN_REQUESTS = 10_000
+
+
+def check_jobs(jobs: int | None) -> int:
+    """--jobs: how many processes run cells; without it (None) AUTO (`auto_jobs`)."""
+    if jobs is None:
+        return AUTO
     if not 1 <= jobs <= MAX_JOBS:
         raise ValueError(f"--jobs must be in [1, {MAX_JOBS}], got {jobs}")
+    return jobs
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity API (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def auto_jobs(cells: int, requests: int | None, available: int | None = None) -> int:
+    """No --jobs: one process per core present, at most one per cell; one process when the
+    sweep is small (`requests`, the simulated requests of all cells together, below
+    AUTO_MIN_REQUESTS; None: unknown, taken as large)."""
+    n = cores() if available is None else available
+    if cells <= 1 or (requests is not None and requests < AUTO_MIN_REQUESTS):
+        return 1
+    return max(1, min(n, cells, MAX_JOBS))
 
 
 class Executor(Protocol):

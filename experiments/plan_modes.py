@@ -36,7 +36,7 @@ class PlanRequest:
     tolerance: float = 0.02
     page_sizes: str | None = DEFAULT_PAGE_SIZES  # None: the default list
     seeds: tuple[int, ...] | None = None  # the seed axis (`--seeds`), else --seed
-    jobs: int = 1
+    jobs: int | None = None  # None: one process per core, one for a small study
     find_rate: bool = False
     at_sustainable_rate: bool = False
     steps: int = 4
@@ -166,12 +166,13 @@ def page_size_recommendation(opts: RunOptions, sizes: list[int],
                              req: PlanRequest) -> StudyAnswer:
     """`--trace` / `--workload`: the page-size study, its figures and its recommendation (none
     from an overloaded run: the lines say so and at which rate it ran)."""
+    from experiments.executors import check_jobs
     from experiments.planning import page_size_study
     from reports.plan_view import recommendation_notes, reuse_line
     from reports.plots import plot_dir
     from reports.recommend import recommend_page_size
 
-    out, df = page_size_study(opts, sizes, jobs=req.jobs, progress=req.progress,
+    out, df = page_size_study(opts, sizes, jobs=check_jobs(req.jobs), progress=req.progress,
                               seeds=req.seeds)
     rec = recommend_page_size(df, req.tolerance)
     figs = plot_dir(out, out / "figures")

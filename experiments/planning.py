@@ -46,7 +46,7 @@ def page_size_grid(opts: RunOptions, sizes: Sequence[int],
     return cells(opts, axes)
 
 
-def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 1,
+def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 0,
                     progress: bool = True, seeds: Sequence[int] | None = None
                     ) -> tuple[Path, pd.DataFrame]:
     """Simulate the options at each page size into --out (default kvsim-plan); returns the
@@ -54,7 +54,14 @@ def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 1,
     job the progress bar moves per simulated request, over every page size."""
     from experiments.executors import LocalExecutor
     from experiments.progress import RequestBar
-    from experiments.runner import config_document, pending_cells, run_cell, run_sweep
+    from experiments.runner import (
+        config_document,
+        pending_cells,
+        run_cell,
+        run_sweep,
+        sweep_jobs,
+    )
+    from experiments.shared import SharedWorkloads
     from reports.io import check_writable
     from reports.results import write_config
     from reports.schema import SUMMARY_FILE
@@ -65,16 +72,21 @@ def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 1,
         c.sim_config()
     check_writable(out)
     write_config(out, config_document("plan", opts, axes={"page_size": list(sizes)}))
-    if jobs > 1:  # cells in worker processes: the bar moves per cell
-        df = run_sweep(grid, out, jobs=jobs, progress=progress)
-    else:  # cells in this process: one bar over every page size's requests
-        todo, _ = pending_cells(grid, out / SUMMARY_FILE)
-        bar = RequestBar(len(todo), enabled=progress, desc="plan")
-        try:
-            df = run_sweep(grid, out, progress=False,
-                           executor=LocalExecutor(lambda cell: run_cell(cell, bar)))
-        finally:
-            bar.close()
+    todo, _ = pending_cells(grid, out / SUMMARY_FILE)
+    shared = SharedWorkloads()  # the workload, built once for every page size
+    try:
+        jobs = sweep_jobs(jobs, todo, shared)  # AUTO (0): as many as the cores, if worth it
+        if jobs > 1:  # cells in worker processes: the bar moves per cell
+            df = run_sweep(grid, out, jobs=jobs, progress=progress, shared=shared)
+        else:  # cells in this process: one bar over every page size's requests
+            bar = RequestBar(len(todo), enabled=progress, desc="plan")
+            try:
+                df = run_sweep(grid, out, progress=False, shared=shared,
+                               executor=LocalExecutor(lambda cell: run_cell(cell, bar)))
+            finally:
+                bar.close()
+    finally:
+        shared.close()
     hashes = {c.config_hash() for c in grid}
     return out, df[df["config_hash"].astype(str).isin(hashes)]
 

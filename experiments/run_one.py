@@ -31,12 +31,15 @@ def simulate_one(opts: RunOptions, *, events: Path | None = None,
     from experiments.runner import simulate_options
     from reports.events import EventCollector
     from reports.io import check_writable
+    from reports.schema import REQUESTS_FILE
 
     check_events_path(events)
     if opts.output.out:
         check_writable(opts.output.out)
     sink = EventCollector() if events is not None else None
-    row, result = simulate_options(opts, progress=progress, event_sink=sink)
+    out = opts.output.out  # rows streamed there as requests finish (a day in bounded memory)
+    row, result = simulate_options(opts, progress=progress, event_sink=sink,
+                                   requests_file=Path(out) / REQUESTS_FILE if out else None)
     if sink is not None:
         sink.write(events, result.timeline, result.requests)
     return RunOutcome(row, result, events)

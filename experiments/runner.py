@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 import kvcore
 from experiments.options import RunOptions
 from experiments.progress import RequestBar
+from experiments.shared import SharedWorkloads
 from reports.schema import METRICS, SUMMARY_FILE
 from simulator.config import FLAT_FIELDS
+from workloads.spec import arrival_only_unused
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,6 +59,8 @@ def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
     other counters; the engine's echo of its own configuration is left out)."""
     row: dict[str, Any] = {"config_hash": opts.config_hash()}
     row.update(opts.resolved())
+    for k in arrival_only_unused(row):  # a column only for the arrival process that reads it
+        del row[k]
     trace = opts.workload.trace
     row["workload"] = workload.name if trace is None else trace
     row["rate_req_s"] = _rate(opts, workload)
@@ -74,10 +78,16 @@ def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
 
 
 def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
-                     event_sink: Callable[..., None] | None = None
+                     event_sink: Callable[..., None] | None = None,
+                     requests_file: str | Path | None = None,
+                     workload: Workload | None = None,
                      ) -> tuple[dict[str, Any], SimResult]:
     """Build the workload and the engine config from `opts` and simulate; (row, result).
-    `progress`: True for a bar of this run, or a RequestBar shared by several runs."""
+    `progress`: True for a bar of this run, or a RequestBar shared by several runs.
+    `requests_file`: stream the per-request rows there as the run goes (Parquet row groups,
+    published atomically when the run ends; the run's tags as in requests.parquet), so a
+    day-long run keeps only the summary's columns in memory. `workload`: the workload `opts`
+    builds, already built (a sweep shares one between its cells, experiments/shared.py)."""
     from experiments.slo import slo_columns
     from simulator.run import simulate
     from workloads import build_workload
@@ -85,21 +95,57 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
 
     cfg = opts.sim_config()
     spec = opts.workload_spec()
-    workload = build_workload(spec)
+    if workload is None:
+        workload = build_workload(spec)
     check_options_used(spec, workload)
     tick = progress.start_run(workload.num_requests) if isinstance(progress, RequestBar) \
         else progress
-    result = simulate(workload, cfg, progress=tick, event_sink=event_sink)
+    if requests_file is None:
+        result = simulate(workload, cfg, progress=tick, event_sink=event_sink)
+    else:
+        result = _simulate_streamed(opts, workload, cfg, Path(requests_file), tick,
+                                    event_sink)
     row = summary_row(opts, result.summary, workload)
     out = opts.output
-    row.update(slo_columns(result.requests, out.slo_ttft, out.slo_tpot, out.slo_percentile))
+    row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile))
     return row, result
 
 
+def _simulate_streamed(opts: RunOptions, workload: Workload, cfg: Any, path: Path,
+                       tick: Any, event_sink: Callable[..., None] | None) -> SimResult:
+    """simulate() with its rows streamed to `path` (nothing there if the run fails)."""
+    from reports.io import ParquetStream
+    from simulator.request_table import COLUMN_KINDS
+    from simulator.run import simulate
+
+    tags = {"config_hash": opts.config_hash(), "policy": opts.policy.policy,
+            "page_size": int(opts.policy.page_size)}
+    with ParquetStream(path, COLUMN_KINDS, tags) as stream:
+        result = simulate(workload, cfg, progress=tick, request_sink=stream.write,
+                          event_sink=event_sink)
+        stream.commit()
+    result.load = lambda: _read_requests(path, tuple(tags))
+    result.extra["requests_file"] = str(path)
+    return result
+
+
+def _read_requests(path: Path, tags: tuple[str, ...]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.read_parquet(path).drop(columns=list(tags))
+
+
 def run_cell(cell: Mapping[str, Any], progress: RequestBar | None = None) -> dict[str, Any]:
-    """One sweep cell (a dict of option values) -> its summary row (`progress`: a bar in this
+    """One sweep cell (a dict of option values, and perhaps the file of the workload the
+    sweep built for it: experiments/shared.py) -> its summary row (`progress`: a bar in this
     process, for a sweep that runs here)."""
-    row, _ = simulate_options(RunOptions.from_mapping(cell), progress=progress or False)
+    from experiments.shared import SHARED_KEY, workload_for
+
+    values = dict(cell)
+    shared = values.pop(SHARED_KEY, None)
+    opts = RunOptions.from_mapping(values)
+    row, _ = simulate_options(opts, progress=progress or False,
+                              workload=workload_for(opts.workload_spec(), shared))
     return row
 
 
@@ -139,22 +185,66 @@ def local_executor() -> Executor:
     return LocalExecutor(run_cell, CELL_PRELOAD)
 
 
+def sweep_jobs(jobs: int, cells: list[RunOptions], shared: SharedWorkloads | None = None,
+               to_files: bool = True) -> int:
+    """The processes a sweep of `cells` runs on: `jobs`, or with AUTO (0: no --jobs given)
+    as many as the cores present unless the sweep is small (executors.auto_jobs). Builds the
+    workloads the cells share first (`shared`, or a throwaway set), which also counts the
+    requests to simulate (a cell whose workload is its own counts as the mean of the rest);
+    with more than one process and `to_files`, writes them for the local workers."""
+    from experiments.executors import AUTO, auto_jobs
+
+    own = shared or SharedWorkloads()
+    try:
+        counts = own.prepare(cells)
+        if jobs == AUTO:
+            known = [n for n in counts if n is not None]
+            total = None if not known else round(sum(known) / len(known) * len(counts))
+            jobs = auto_jobs(len(cells), total)
+        if jobs > 1 and to_files:
+            own.write_files()
+        return jobs
+    finally:
+        if shared is None:
+            own.close()
+
+
 def run_sweep(cells: list[RunOptions], out: str | Path, *, jobs: int = 1,
               progress: bool = True,
               on_row: Callable[[dict[str, Any]], None] | None = None,
               announce: Callable[[int, int], None] | None = None,
-              executor: Executor | None = None) -> pd.DataFrame:
-    """Run the cells not yet in out/summary.csv on `executor` (default: local processes);
-    append each row as its cell finishes. A cell an executor ran twice (a lost worker's task
-    re-run) is written once: rows are de-duplicated by config hash."""
-    from tqdm import tqdm
+              executor: Executor | None = None,
+              shared: SharedWorkloads | None = None) -> pd.DataFrame:
+    """Run the cells not yet in out/summary.csv on `executor` (default: local processes)
+    with `jobs` processes (AUTO, 0: `sweep_jobs` decides); append each row as its cell
+    finishes. A cell an executor ran twice (a lost worker's task re-run) is written once:
+    rows are de-duplicated by config hash. A workload several cells use is built once
+    (experiments/shared.py; a caller's `shared`, which it then closes itself) and handed to
+    local workers as one file."""
 
-    from reports.io import append_rows_atomic, read_csv_or_empty
+    from experiments.executors import LocalExecutor
 
     summary = Path(out) / SUMMARY_FILE
     todo, skipped = pending_cells(cells, summary)
     if announce is not None:
         announce(len(todo), skipped)
+    own = shared or SharedWorkloads()
+    local = executor is None or isinstance(executor, LocalExecutor)
+    try:
+        jobs = sweep_jobs(jobs, todo, own, to_files=local)
+        return _run_todo(todo, summary, jobs, progress, on_row, executor, own)
+    finally:
+        if shared is None:
+            own.close()
+
+
+def _run_todo(todo: list[RunOptions], summary: Path, jobs: int, progress: bool,
+              on_row: Callable[[dict[str, Any]], None] | None, executor: Executor | None,
+              shared: SharedWorkloads) -> pd.DataFrame:
+    from tqdm import tqdm
+
+    from reports.io import append_rows_atomic, read_csv_or_empty
+
     bar = tqdm(total=len(todo), unit="cell", desc="sweep", disable=not progress)
 
     written: set[str] = set()
@@ -169,11 +259,11 @@ def run_sweep(cells: list[RunOptions], out: str | Path, *, jobs: int = 1,
             on_row(row)
 
     try:
-        (executor or local_executor()).run_cells([c.to_dict() for c in todo], jobs, record)
+        (executor or local_executor()).run_cells([shared.tag(c) for c in todo], jobs, record)
     finally:
         bar.close()
     return read_csv_or_empty(summary)
 
 
 __all__ = ["CELL_PRELOAD", "config_document", "local_executor", "pending_cells", "run_cell",
-           "run_sweep", "simulate_options", "summary_row"]
+           "run_sweep", "simulate_options", "summary_row", "sweep_jobs"]

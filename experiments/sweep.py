@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def run_grid(opts: RunOptions, lists: Mapping[str, str | None], *, jobs: int, executor: str,
+def run_grid(opts: RunOptions, lists: Mapping[str, str | None], *, jobs: int | None,
+             executor: str,
              scheduler_address: str | None, progress: bool,
              say: Callable[[str], None]) -> tuple[Path, pd.DataFrame]:
     """Run the cross product of `lists` (axis -> comma list, None: the option's value) over
@@ -30,10 +31,11 @@ def run_grid(opts: RunOptions, lists: Mapping[str, str | None], *, jobs: int, ex
     from reports.results import write_config
 
     out = Path(opts.output.out or "kvsim-sweep")
-    check_jobs(jobs)
+    jobs = check_jobs(jobs)  # no --jobs: AUTO, decided by run_sweep once the workload is built
     check_writable(out)
     runner = make_executor(executor, run_cell, scheduler_address, preload=CELL_PRELOAD)
-    runner.warm_up(jobs)  # local workers start importing now, while this process sets up
+    if jobs > 1:
+        runner.warm_up(jobs)  # local workers start importing now, while this process sets up
     page_sizes, notes = page_sizes_for(opts, lists.get("page_size"))
     for note in notes:
         say(note)

@@ -104,6 +104,102 @@ def write_parquet_atomic(path: str | Path, df: pd.DataFrame) -> Path:
     return _atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
+# a column kind (simulator/request_table.py) -> its Parquet type
+_ARROW_KINDS = {"i": "int64", "f": "float64", "s": "string"}
+
+
+class ParquetStream:
+    """A Parquet file written in row groups as a run goes, published atomically: the groups go
+    to a temporary file beside `path` (named as `_atomic`'s, so a killed writer's leftover is
+    removed by the next writer of `path`), and `commit()` renames it over `path`; `abort()`
+    (or an exception inside a `with` block) removes it. A reader never sees a half file.
+
+    `kinds`: column -> "i" (integers, NaN = missing), "f" (floats) or "s" (text or None), in
+    file order; `constants`: columns of one value on every row (a run's tags), after them."""
+
+    def __init__(self, path: str | Path, kinds: Mapping[str, str],
+                 constants: Mapping[str, Any] | None = None) -> None:
+        import pyarrow as pa
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(self.path)
+        self.kinds = dict(kinds)
+        self.constants = dict(constants or {})
+        fields = [pa.field(c, _ARROW_KINDS[k]) for c, k in self.kinds.items()]
+        fields += [pa.field(c, pa.string() if isinstance(v, str) else pa.int64())
+                   for c, v in self.constants.items()]
+        self.schema = pa.schema(fields)
+        self.rows = 0
+        self.tmp: str | None = None
+        self._writer: Any = None
+
+    def _open(self) -> None:
+        """The temporary file, made at the first row group (or the commit of a run without
+        rows): a short run killed by SIGKILL leaves nothing behind, a long one a hidden
+        temporary that the next writer of `path` removes (`remove_stale_temps`)."""
+        import pyarrow.parquet as pq
+
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
+                                        dir=self.path.parent)
+        os.close(fd)
+        self._writer = pq.ParquetWriter(self.tmp, self.schema)
+
+    def write(self, columns: Mapping[str, Any]) -> None:
+        """One row group: every column of `kinds`, as equal-length numpy arrays."""
+        import numpy as np
+        import pyarrow as pa
+
+        n = len(next(iter(columns.values())))
+        arrays = []
+        for c, k in self.kinds.items():
+            v = columns[c]
+            if k == "i":
+                missing = np.isnan(v)
+                arrays.append(pa.array(np.where(missing, 0, v).astype(np.int64),
+                                       mask=missing if missing.any() else None))
+            elif k == "f":
+                arrays.append(pa.array(v, type=pa.float64(), from_pandas=True))
+            else:
+                arrays.append(pa.array(v, type=pa.string(), from_pandas=True))
+        for c, v in self.constants.items():
+            arrays.append(pa.array([v] * n, type=self.schema.field(c).type))
+        if self._writer is None:
+            self._open()
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
+        self.rows += n
+
+    def commit(self) -> Path:
+        """Close the file and move it over `path`."""
+        if self._writer is None:
+            self._open()
+        assert self.tmp is not None
+        self._writer.close()
+        try:
+            os.chmod(self.tmp, _MODE)
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        return self.path
+
+    def abort(self) -> None:
+        """Close and remove the temporary file: nothing is published."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp)
+
+    def __enter__(self) -> ParquetStream:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
 def save_figure_atomic(path: str | Path, fig: Any, **kwargs: Any) -> Path:
     """A matplotlib figure as PNG (format given explicitly: the temp name has no suffix)."""
     return _atomic(path, lambda tmp: fig.savefig(tmp, format="png", **kwargs))

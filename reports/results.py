@@ -26,15 +26,22 @@ def write_run(out: str | Path, rows: Sequence[Mapping[str, Any]], results: Seque
               config_doc: Mapping[str, Any]) -> None:
     """summary.csv (one row per run), requests.parquet / timeline.parquet (each result's
     `requests` and `timeline` frames, tagged with the run's config_hash, policy and page size)
-    and config.json, each written atomically."""
+    and config.json, each written atomically. A single run that streamed its rows to
+    out/requests.parquet as it went (`result.extra["requests_file"]`) is not written again."""
     out = Path(out)
+    # a run that streamed its rows there (experiments.runner.simulate_options) has written
+    # requests.parquet already, atomically
+    streamed = len(results) == 1 and \
+        results[0].extra.get("requests_file") == str(out / REQUESTS_FILE)
     req_parts, tl_parts = [], []
     for row, res in zip(rows, results, strict=True):
         tag = {"config_hash": row["config_hash"], "policy": row["policy"],
                "page_size": row["page_size"]}
-        req_parts.append(res.requests.assign(**tag))
+        if not streamed:
+            req_parts.append(res.requests.assign(**tag))
         tl_parts.append(res.timeline.assign(**tag))
-    write_parquet_atomic(out / REQUESTS_FILE, _safe_concat(req_parts))
+    if not streamed:
+        write_parquet_atomic(out / REQUESTS_FILE, _safe_concat(req_parts))
     write_parquet_atomic(out / TIMELINE_FILE, _safe_concat(tl_parts))
     write_csv_atomic(out / SUMMARY_FILE, pd.DataFrame(list(rows)))
     write_config(out, config_doc)

@@ -4,6 +4,14 @@ Averages are integrals over the measurement window [start, end] divided by its l
 engine that sits idle holding only cache and free memory counts that time too. When the engine
 advances many decode steps at once it hands over one breakdown row per step with its start and
 end times (`add_profile`), so the integral is the same as if it had stepped.
+
+Memory stays bounded on a day-long run: finished requests' rows go, every `CHUNK_ROWS`, into
+columns (simulator/request_table.py) and, when the run streams them (`request_sink`), to the
+sink, keeping in memory only the columns the summary reads. The timeline keeps at most
+`max_timeline_rows` samples: when full, every other *periodic* sample is dropped and the
+sampling interval doubles; the forced samples (the engine going idle: what the pool holds
+while nothing runs) are kept, so the memory figures still drop to what is held in each idle
+gap, until they alone fill half the rows (then they are halved too, oldest pairs first).
 """
 
 from __future__ import annotations
@@ -13,16 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from kvcore.breakdown import PARTS, mean_share_pct
-
-REQUEST_COLUMNS = (
-    "request_id", "session_id", "turn", "status", "reject_reason", "arrival_s", "admit_s",
-    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "normalized_latency_s",
-    "prompt_len", "output_len", "final_len", "cached_tokens", "token_hit_tokens",
-    "preemptions", "recomputed_tokens", "swapped_tokens", "host_hit_tokens",
-    "storage_hit_tokens", "load_stall_s",
-)  # fmt: skip
+from simulator.request_table import (
+    CHUNK_ROWS,
+    REQUEST_COLUMNS,  # noqa: F401  (re-exported: the table's columns)
+    SUMMARY_COLUMNS,
+    RequestTable,
+    chunk_columns,
+)
 
 TIMELINE_COLUMNS = ("time_s", *PARTS, "batch_size", "waiting", "running", "host_used")
 
@@ -34,7 +42,8 @@ class Recorder:
     window_end: float
     timeline_interval_s: float
     max_timeline_rows: int
-    request_sink: Callable[[list[tuple]], None] | None = None
+    # streamed runs: each chunk of finished rows, one array per column (request_table)
+    request_sink: Callable[[dict[str, np.ndarray]], None] | None = None
     part_seconds: np.ndarray = field(default_factory=lambda: np.zeros(len(PARTS)))
     over_seconds: float = 0.0
     peak_token_states: int = 0
@@ -43,8 +52,10 @@ class Recorder:
     iterations: int = 0
     batch_sum: int = 0
     peak_batch: int = 0
-    request_rows: list[tuple] = field(default_factory=list)
+    request_rows: list[tuple] = field(default_factory=list)  # the chunk being filled
+    table: RequestTable | None = None  # the finished chunks' columns (set in __post_init__)
     timeline: list[tuple] = field(default_factory=list)
+    _forced: list[bool] = field(default_factory=list)  # timeline row i was a forced sample
     _last_sample: float = -1e300
     # the host KV tier now (slots used, of which locked by loads in flight), set by the engine
     # when there is one; integrated like the device parts
@@ -52,7 +63,7 @@ class Recorder:
     host_seconds: np.ndarray = field(default_factory=lambda: np.zeros(2))
     # inter-token gaps (s), each array's values `count` times over (a decode stretch hands one
     # step's time once for all its requests): pooled over requests, as the benchmarks do
-    gaps: list[tuple[np.ndarray, int]] = field(default_factory=list)
+    gaps: list[tuple[np.ndarray, Any]] = field(default_factory=list)
     # a hybrid policy's pools (its PoolKinds.pool_usage), set by the run; each kind's
     # (used, cached) bytes integrated over the window like the parts (simulator/pool_columns.py)
     pools: Callable[[], Mapping[str, Any]] | None = None
@@ -64,6 +75,11 @@ class Recorder:
         for kind, u in self.pools().items():
             acc = self.pool_seconds.setdefault(kind, np.zeros(2))
             acc += (u.used_bytes * w, u.cached_bytes * w)
+
+    def __post_init__(self) -> None:
+        if self.table is None:
+            self.table = RequestTable(SUMMARY_COLUMNS if self.request_sink is not None
+                                      else None)
 
     def _clip(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
         return np.clip(np.minimum(t1, self.window_end) - np.maximum(t0, self.window_start), 0, None)
@@ -126,17 +142,42 @@ class Recorder:
         if not force and now - self._last_sample < self.timeline_interval_s:
             return
         if len(self.timeline) >= self.max_timeline_rows:
-            # keep memory bounded: halve the resolution and keep going
-            self.timeline = self.timeline[::2]
-            self.timeline_interval_s = max(self.timeline_interval_s * 2, 1e-3)
+            self._thin_timeline()
         self._last_sample = now
         self.timeline.append((now, *(int(x) for x in parts), batch, waiting, running,
                               self.host[0]))
+        self._forced.append(force)
+
+    def _thin_timeline(self) -> None:
+        """Keep memory bounded (the rule in the module docstring): drop every other periodic
+        sample and double the interval; forced (idle) samples stay unless they fill half the
+        rows themselves."""
+        forced = sum(self._forced)
+        thin_forced = forced * 2 >= self.max_timeline_rows
+        keep, periodic, idle = [], 0, 0
+        for i, f in enumerate(self._forced):
+            if f and not thin_forced:
+                keep.append(i)
+            elif f:
+                idle += 1
+                if idle % 2:
+                    keep.append(i)
+            else:
+                periodic += 1
+                if periodic % 2:
+                    keep.append(i)
+        self.timeline = [self.timeline[i] for i in keep]
+        self._forced = [self._forced[i] for i in keep]
+        self.timeline_interval_s = max(self.timeline_interval_s * 2, 1e-3)
 
     def add_gaps(self, values: np.ndarray, count: int = 1) -> None:
-        """Inter-token gaps: every gap between two consecutive output tokens of a request."""
+        """Inter-token gaps: every gap between two consecutive output tokens of a request.
+        Every GAP_GROUPS groups the list is merged into one (distinct values, counts) group,
+        so a day-long run holds its distinct gap values, not one array per decode step."""
         if len(values):
             self.gaps.append((values, count))
+            if len(self.gaps) >= GAP_GROUPS:
+                self.gaps = [merge_gap_groups(self.gaps)]
 
     def itl_percentiles(self, qs: tuple[float, ...]) -> list[float]:
         """Percentiles of the pooled gaps (numpy's linear rule over the gaps listed one by
@@ -145,13 +186,25 @@ class Recorder:
 
     def add_request(self, row: tuple) -> None:
         self.request_rows.append(row)
-        if self.request_sink is not None and len(self.request_rows) >= 4096:
+        if len(self.request_rows) >= CHUNK_ROWS:
             self.flush_requests()
 
     def flush_requests(self) -> None:
-        if self.request_sink is not None and self.request_rows:
-            self.request_sink(self.request_rows)
-            self.request_rows = []
+        """The rows so far as a chunk of columns: to the sink (streamed runs) and the table."""
+        if not self.request_rows:
+            return
+        chunk = chunk_columns(self.request_rows)
+        self.request_rows = []
+        if self.request_sink is not None:
+            self.request_sink(chunk)
+        assert self.table is not None
+        self.table.add(chunk)
+
+    def requests_frame(self) -> pd.DataFrame:
+        """The kept columns of every finished request (all of them without a sink)."""
+        self.flush_requests()
+        assert self.table is not None
+        return self.table.frame()
 
     @property
     def window_length(self) -> float:
@@ -169,15 +222,32 @@ def _accumulate(total, terms: np.ndarray):
     return np.add.accumulate(np.concatenate([first, np.asarray(terms, dtype=float)]), axis=0)[-1]
 
 
-def weighted_percentiles(groups: list[tuple[np.ndarray, int]], qs: tuple[float, ...]
+GAP_GROUPS = 8192  # gap groups kept before they are merged (Recorder.add_gaps)
+
+
+def _group_counts(groups: list[tuple[np.ndarray, Any]]) -> np.ndarray:
+    return np.concatenate([c if isinstance(c, np.ndarray) else np.full(len(v), c, np.int64)
+                           for v, c in groups])
+
+
+def merge_gap_groups(groups: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """The groups as one: each distinct value once with its total count. The percentiles of
+    the values listed one by one depend only on that multiset, so they are unchanged
+    (tests/simulator/test_request_table.py compares them)."""
+    values = np.concatenate([v for v, _ in groups])
+    uniq, inverse = np.unique(values, return_inverse=True)
+    counts = np.bincount(inverse.ravel(), weights=_group_counts(groups), minlength=len(uniq))
+    return uniq, np.rint(counts).astype(np.int64)
+
+
+def weighted_percentiles(groups: list[tuple[np.ndarray, Any]], qs: tuple[float, ...]
                          ) -> list[float]:
-    """np.percentile(linear) of the values each repeated its group's count, without building
-    that array (a long run has one gap per output token)."""
+    """np.percentile(linear) of the values each repeated its group's count (an int, or one
+    per value), without building that array (a long run has one gap per output token)."""
     if not groups:
         return [float("nan")] * len(qs)
     values = np.concatenate([v for v, _ in groups])
-    counts = np.repeat(np.array([c for _, c in groups], dtype=np.int64),
-                       [len(v) for v, _ in groups])
+    counts = _group_counts(groups)
     order = np.argsort(values, kind="stable")
     values, cum = values[order], np.cumsum(counts[order])
     n = int(cum[-1])

@@ -20,7 +20,7 @@ from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.hybrid import hybrid_fields, run_layout
 from simulator.latency import make_latency_model
-from simulator.metrics import REQUEST_COLUMNS, TIMELINE_COLUMNS, Recorder
+from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
 from simulator.pool_columns import pool_columns
 from simulator.reuse_gap import reuse_gap
@@ -34,11 +34,23 @@ TORCH_THREADS = 1
 
 @dataclass
 class SimResult:
+    """A run's summary, per-request table and timeline. A run that streamed its rows
+    (`simulate(request_sink=...)`) keeps only the summary's columns in memory (`columns`);
+    `requests` is then read from where the sink wrote them when first asked for (`load`)."""
+
     summary: dict
-    requests: pd.DataFrame
+    columns: pd.DataFrame  # the per-request columns kept in memory (all, without a sink)
     timeline: pd.DataFrame
     config: SimConfig
     extra: dict = field(default_factory=dict)
+    load: Callable[[], pd.DataFrame] | None = None  # the whole table of a streamed run
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """Every column of every request (read once from the sink's file, if streamed)."""
+        if self.load is not None:
+            self.columns, self.load = self.load(), None
+        return self.columns
 
 
 def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
@@ -102,10 +114,12 @@ def simulate(
     workload: Workload,
     cfg: SimConfig,
     progress: bool | Callable[[int], None] = False,
-    request_sink: Callable[[list[tuple]], None] | None = None,
+    request_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
     event_sink: Callable[..., None] | None = None,
 ) -> SimResult:
-    """Run one engine over `workload`; deterministic for the same inputs and seed."""
+    """Run one engine over `workload`; deterministic for the same inputs and seed.
+    `request_sink`: streams the finished requests' rows in chunks of columns (a day's run in
+    bounded memory); the result then keeps only the columns its summary reads."""
     torch.set_num_threads(TORCH_THREADS)
     wall0 = time.perf_counter()
     model = get_model(cfg.pool.model)
@@ -159,8 +173,7 @@ def simulate(
     # run(until=end) stops before close_window's event at `end`: count the queue here
     backlog.setdefault("queue", len(engine.waiting))
     engine.close_idle(max(rec.window_end, env.now))
-    rec.flush_requests()
-    requests = pd.DataFrame(rec.request_rows, columns=list(REQUEST_COLUMNS))
+    requests = rec.requests_frame()
     timeline = pd.DataFrame(rec.timeline, columns=list(TIMELINE_COLUMNS))
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
     summary.update(latency_columns(cfg, latency))

@@ -15,7 +15,7 @@ import numpy as np
 
 from workloads.errors import WorkloadError
 
-ARRIVAL_KINDS = ("poisson", "gamma", "fixed", "trace")
+ARRIVAL_KINDS = ("poisson", "gamma", "fixed", "trace", "diurnal")
 _CHUNK = 4096
 
 
@@ -26,6 +26,7 @@ class ArrivalConfig:
     kind: str = "poisson"
     rate: float = 1.0  # arrivals per second
     cv: float = 1.0  # coefficient of variation of inter-arrival gaps (gamma); 1 = Poisson
+    peak_to_trough: float = 3.0  # diurnal: the rate at its peak over the rate at its trough
 
 
 def _check_bounds(num_requests: int | None, duration_s: float | None) -> None:
@@ -132,6 +133,58 @@ def trace_arrivals(
     return t
 
 
+DAY_S = 86400.0  # the diurnal curve's period
+
+
+def diurnal_amplitude(peak_to_trough: float) -> float:
+    """a in rate(t) = mean x (1 - a cos(2 pi t / day)): peak / trough = (1 + a) / (1 - a)."""
+    if not (isinstance(peak_to_trough, (int, float)) and math.isfinite(peak_to_trough)
+            and peak_to_trough >= 1):
+        raise WorkloadError(f"peak_to_trough must be a number >= 1, got {peak_to_trough!r}")
+    return (peak_to_trough - 1.0) / (peak_to_trough + 1.0)
+
+
+def diurnal_rate(t: np.ndarray | float, rate: float, peak_to_trough: float
+                 ) -> np.ndarray | float:
+    """The diurnal process's rate at time t (s): mean `rate`, trough at t = 0 (midnight),
+    peak at 12 h, period one day."""
+    a = diurnal_amplitude(peak_to_trough)
+    return rate * (1.0 - a * np.cos(2.0 * np.pi * np.asarray(t) / DAY_S))
+
+
+def diurnal_arrivals(
+    rate: float,
+    peak_to_trough: float,
+    rng: np.random.Generator,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+) -> np.ndarray:
+    """A non-homogeneous Poisson process with the rate `diurnal_rate` (a day of traffic:
+    quiet at night, busy in the afternoon), drawn by thinning (Lewis and Shedler 1979):
+    candidates at the peak rate, each kept with probability rate(t) / peak rate. Drawn in
+    chunks of candidates, so the only array that grows is the kept times. Unlike the
+    homogeneous processes the first arrival is not moved to 0: the clock is the time of day."""
+    _check_rate(rate)
+    _check_bounds(num_requests, duration_s)
+    peak = rate * (1.0 + diurnal_amplitude(peak_to_trough))
+    out: list[np.ndarray] = []
+    kept, last = 0, 0.0
+    while True:
+        t = last + np.cumsum(rng.exponential(1.0 / peak, _CHUNK))
+        last = float(t[-1])
+        t = t[rng.random(_CHUNK) * peak < diurnal_rate(t, rate, peak_to_trough)]
+        if duration_s is not None:
+            t = t[t < duration_s]
+        if num_requests is not None:
+            t = t[: num_requests - kept]
+        out.append(t)
+        kept += len(t)
+        if (num_requests is not None and kept >= num_requests) or \
+                (duration_s is not None and last >= duration_s):
+            break
+    return np.concatenate(out)
+
+
 def arrival_times(
     config: ArrivalConfig,
     rng: np.random.Generator,
@@ -146,6 +199,9 @@ def arrival_times(
         return gamma_arrivals(config.rate, config.cv, rng, num_requests, duration_s)
     if kind == "fixed":
         return fixed_arrivals(config.rate, num_requests, duration_s)
+    if kind == "diurnal":
+        return diurnal_arrivals(config.rate, config.peak_to_trough, rng, num_requests,
+                                duration_s)
     if kind == "trace":
         raise WorkloadError("arrival 'trace' needs a trace with timestamps")
     choices = ", ".join(ARRIVAL_KINDS)

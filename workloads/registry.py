@@ -152,6 +152,7 @@ def _trace_options(spec: WorkloadSpec, rate: float | None, num: int | None) -> d
     return dict(
         format=spec.format, skip_bad_rows=spec.skip_bad_rows, seed=spec.seed,
         arrival=spec.arrival, rate=spec.rate if spec.rate is not None else rate, cv=spec.cv,
+        peak_to_trough=spec.peak_to_trough,
         rate_scale=spec.rate_scale, duration_s=spec.duration_s,
         num_requests=spec.num_requests if bounded else num,
         max_new_tokens=spec.max_new_tokens, max_context_len=spec.max_context_len,
@@ -195,6 +196,8 @@ def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
         ignored.append("rate_scale")  # it speeds up recorded timestamps only
     if (spec.arrival or ("trace" if timestamps else "poisson")) != "gamma" and changed("cv"):
         ignored.append("cv")
+    if spec.arrival != "diurnal" and changed("peak_to_trough"):
+        ignored.append("peak_to_trough")
     if spec.trace is None and (changed("format") or changed("skip_bad_rows")):
         ignored += [n for n in ("format", "skip_bad_rows") if changed(n)]
     if ignored:
@@ -230,13 +233,16 @@ def build_workload(spec: WorkloadSpec | None = None) -> Workload:
         num = entry.num_requests
     units = None if num is None else math.ceil(num / unit)
     rng = np.random.default_rng([spec.seed, 0xA7])
-    starts = arrival_times(ArrivalConfig(kind, rate, spec.cv), rng, units, spec.duration_s)
+    starts = arrival_times(ArrivalConfig(kind, rate, spec.cv, spec.peak_to_trough), rng, units,
+                           spec.duration_s)
     w = entry.build(replace(spec), starts, num)
     if num is not None and unit == 1:
         w.requests = w.requests[:num]
     w.name = spec.name
     w.description = entry.description
     w.meta.update(arrival=kind, rate=rate, cv=spec.cv, seed=spec.seed)
+    if kind == "diurnal":
+        w.meta["peak_to_trough"] = spec.peak_to_trough
     return w
 
 

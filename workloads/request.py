@@ -64,7 +64,7 @@ def unique_prompt(seed: int, key: int, n: int, tag: int = PROMPT_TAG) -> PromptS
     return PromptSpec((("unique", namespace_of(seed, key, tag), int(n), 0),))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PromptSpec:
     """How to build a prompt's token ids: concatenated segments, each either explicit ids,
     a run of hash blocks, or unique synthetic content. Kept small so a million requests fit."""
@@ -102,9 +102,13 @@ class PromptSpec:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """One request as the simulator sees it.
+
+    Slotted, with no per-request `meta` dict unless a generator has something to say: a day
+    of traffic holds a million of them (about 610 bytes each with a `__dict__` and an empty
+    dict, measured with tracemalloc on a ShareGPT-like workload; see docs/performance.md).
 
     `output_len` is the true number of generated tokens: it only ends decoding (and feeds the
     oracle policies and the memory breakdown). Schedulers and admission see `max_new_tokens`.
@@ -122,7 +126,7 @@ class Request:
     turn: int | None = None
     think_time_s: float = 0.0
     output_namespace: int | None = None
-    meta: dict = field(default_factory=dict)
+    meta: dict | None = None  # where a generator or trace row says more (its line, its group)
 
     @property
     def prompt_len(self) -> int:

@@ -23,8 +23,22 @@ from workloads.traces.formats import TRACE_FORMATS
 from workloads.traces.load import DEFAULT_MAX_CONTEXT_LEN
 
 DEFAULT_WORKLOAD = "sharegpt"
-ARRIVALS = ("poisson", "gamma", "fixed", "trace")
+ARRIVALS = ("poisson", "gamma", "fixed", "trace", "diurnal")
 LENGTH_MODELS = ("sharegpt", "alpaca", "sharegpt-real", "fixed", "uniform", "lognormal")
+
+# options read by one arrival process only -> that process. Summary rows and the config hash
+# carry them only for runs of that process (experiments.runner.summary_row,
+# RunOptions.config_hash), so the columns and hashes of every other run are what they were
+# before the option existed: a resumed sweep does not re-run its cells, and recorded results
+# keep their columns.
+ARRIVAL_ONLY: dict[str, str] = {"peak_to_trough": "diurnal"}
+
+
+def arrival_only_unused(values: dict) -> list[str]:
+    """The ARRIVAL_ONLY options among `values` (flat option name -> value) that the run's
+    arrival process does not read."""
+    return [k for k, kind in ARRIVAL_ONLY.items() if k in values and values.get("arrival") != kind]
+
 
 _NAME_SOURCES: list[Callable[[], Iterable[str]]] = []
 
@@ -66,6 +80,9 @@ class WorkloadSpec:
                                      "else poisson)", choices=ARRIVALS)
     cv: float = spec_field(1.0, "coefficient of variation of gamma arrivals",
                            domain=_ABOVE_ZERO)
+    peak_to_trough: float = spec_field(
+        3.0, "diurnal arrivals: the rate at its peak (12 h) over the rate at its trough "
+        "(midnight); --rate is the day's mean", domain=Domain(1))
     rate_scale: float = spec_field(1.0, "trace replay speed-up", domain=_ABOVE_ZERO)
     duration_s: float | None = spec_field(
         None, "seconds of arrivals to generate; also ends the measurement window",

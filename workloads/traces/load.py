@@ -82,6 +82,7 @@ def load_trace_bytes(
     arrival: str | None = None,
     rate: float | None = None,
     cv: float = 1.0,
+    peak_to_trough: float = 3.0,
     rate_scale: float = 1.0,
     duration_s: float | None = None,
     num_requests: int | None = None,
@@ -93,7 +94,7 @@ def load_trace_bytes(
 
     `arrival=None` replays the trace's timestamps when it has them (`"trace"`; a `rate` then
     rescales them to that mean rate, see `rate_scale_for`) and otherwise needs `rate` for a
-    Poisson process; `"poisson" | "gamma" | "fixed"` replace the timestamps.
+    Poisson process; `"poisson" | "gamma" | "fixed" | "diurnal"` replace the timestamps.
     `num_requests` keeps the first rows, `duration_s` the rows arriving before it (after
     scaling). Bad and failed row counts land in `meta`.
     """
@@ -132,7 +133,7 @@ def load_trace_bytes(
             )
         bound = len(rows) if num_requests is None else min(num_requests, len(rows))
         rng = np.random.default_rng([seed, 0xA1])
-        times = arrival_times(ArrivalConfig(kind, rate, cv), rng, bound, duration_s)
+        times = arrival_times(ArrivalConfig(kind, rate, cv, peak_to_trough), rng, bound, duration_s)
 
     requests: list[Request] = []
     clipped = 0
