@@ -29,7 +29,9 @@ SGLang (v0.5; python/sglang/srt/model_executor/model_runner.py and pool_configur
   bytes/token), swa_tokens = r x full_tokens;
 * Mamba / linear attention: a state pool of budget x m / (1 + m) bytes, m =
   --mamba-full-memory-ratio (0.9), or --max-mamba-cache-size slots; the rest is full-attention
-  KV; the running-request cap is the state pool's slot count.
+  KV; the running-request cap is the state slots over `MAMBA_SLOTS_PER_REQUEST` (3 with the
+  radix cache: a running request's slot, the state it forks when its prefix is cached and
+  one in flight; 1 without the cache).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ VLLM_DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE
 # GPU with >= 70 GiB (H100 / H200 class); it sizes the sliding-window worst case.
 VLLM_MAX_NUM_BATCHED_TOKENS = 8192
 SGLANG_SWA_FULL_TOKENS_RATIO = 0.8  # sglang server_args.py --swa-full-tokens-ratio default
+#: state slots per running request with the radix cache (SGLang v0.5
+#: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, no_buffer strategy); 1 without the cache
+MAMBA_SLOTS_PER_REQUEST = 3
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # sglang server_args.py --mamba-full-memory-ratio default
 
 
@@ -206,8 +211,10 @@ def sglang_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
                 max_running_requests: int | None = None,
                 swa_full_tokens_ratio: float = SGLANG_SWA_FULL_TOKENS_RATIO,
                 mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO,
-                max_mamba_cache_size: int | None = None) -> HybridPlan:
-    """SGLang's full / SWA / state pools for a per-rank budget (see the module notes)."""
+                max_mamba_cache_size: int | None = None,
+                radix_cache: bool = True) -> HybridPlan:
+    """SGLang's full / SWA / state pools for a per-rank budget (see the module notes);
+    `radix_cache` False: SGLang's chunk cache (one state slot per running request)."""
     if not 0 < swa_full_tokens_ratio <= 1:
         raise ValueError(f"swa_full_tokens_ratio must be in (0, 1], got {swa_full_tokens_ratio}")
     if mamba_full_memory_ratio <= 0:
@@ -250,11 +257,13 @@ def sglang_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
     for g in layout.attention_groups():
         if g.kind != FULL:
             caps.append(swa_tokens / min(context_len, (g.window or g.chunk) + page_size))
-    if slots is not None:
-        caps.append(float(slots))
+    state_cap = None if slots is None else slots // (MAMBA_SLOTS_PER_REQUEST if radix_cache
+                                                     else 1)
+    if state_cap is not None:
+        caps.append(float(state_cap))
     conc = min(caps) if caps else 0.0
-    cap = slots if max_running_requests is None else (
-        max_running_requests if slots is None else min(slots, max_running_requests))
+    cap = state_cap if max_running_requests is None else (
+        max_running_requests if state_cap is None else min(state_cap, max_running_requests))
     base_tokens, base_conc = _baseline(layout, budget_bytes, context_len, kv_dtype, tp,
                                        page_size)
     return HybridPlan("sglang", page_size, full_tokens, conc, context_len, pools, base_tokens,
@@ -269,5 +278,6 @@ def kv_waste_as_full(layout: HybridLayout, context_len: int, kv_dtype: str = "bf
     return 1.0 - need / full
 
 
-__all__ = ["KIND_LABELS", "BlockSizeRule", "HybridPlan", "Pool", "kv_waste_as_full",
+__all__ = ["KIND_LABELS", "MAMBA_SLOTS_PER_REQUEST", "BlockSizeRule", "HybridPlan", "Pool",
+           "kv_waste_as_full",
            "sglang_plan", "vllm_block_size", "vllm_group_size", "vllm_kinds", "vllm_plan"]

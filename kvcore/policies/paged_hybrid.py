@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
-from kvcore.hybrid_plan import HybridPlan, sglang_plan
+from kvcore.hybrid_plan import MAMBA_SLOTS_PER_REQUEST, HybridPlan, sglang_plan
 from kvcore.hybrid_radix_cache import HybridLock, HybridRadixCache
 from kvcore.layers import CHUNKED, FULL, SLIDING, HybridLayout
 from kvcore.mamba_pool import MambaPool
@@ -63,9 +63,6 @@ from kvcore.validation import InvariantError, positive_int
 
 __all__ = ["MAMBA_SLOTS_PER_REQUEST", "HybridPagedPolicy"]
 
-#: state slots per running request with the radix cache (SGLang v0.5
-#: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, no_buffer strategy); 1 without the cache
-MAMBA_SLOTS_PER_REQUEST = 3
 
 
 @dataclass

@@ -223,6 +223,22 @@ for _name in CHOICE:
 VALID["--arrival"] = st.sampled_from(["poisson", "gamma", "fixed"])  # 'trace' needs a trace
 VALID["--max-concurrency"] = _i(1, 4)
 VALID["--latency-profile"] = st.sampled_from(["vllm-paper-2023", "vllm-hopper", "sglang-hopper"])
+VALID["--peak-to-trough"] = _f(1, 10)  # read by --arrival diurnal only
+# hybrid models' options (simulator/hybrid.py): each is read on a hybrid model by the policy
+# whose layout it sizes, and is an error elsewhere; SGLang's Mamba cache runs page 1, and its
+# state pool needs a pool of a few GiB to run one request (3 slots per running request)
+VALID["--swa-full-tokens-ratio"] = _f(0.1, 1)
+VALID["--mamba-full-memory-ratio"] = _f(0.1, 4)
+VALID["--max-mamba-cache-size"] = _i(3, 64)
+_SGLANG_MAMBA = ["--model", "qwen3.5-4b", "--policy", "paged", "--page-size", "1",
+                 "--kv-tokens", "65536"]
+HYBRID_CONTEXT = {
+    "--swa-full-tokens-ratio": ["--model", "gpt-oss-20b", "--policy", "paged"],
+    "--kv-layout": ["--model", "gpt-oss-20b"],
+    "--mamba-full-memory-ratio": _SGLANG_MAMBA,
+    "--max-mamba-cache-size": _SGLANG_MAMBA,
+    "--mamba-cache-mode": ["--model", "qwen3.5-4b", "--policy", "vllm", "--kv-tokens", "65536"],
+}
 # options of the roofline model (BASE runs the constant one)
 ROOFLINE_ONLY = ("--page-head-overhead-s", "--iteration-overhead-s", "--attention-backend",
                  "--latency-profile")
@@ -258,6 +274,9 @@ def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
         extra = ["--budget", "vllm"]
     if option in ROOFLINE_ONLY:
         extra = ["--latency", "roofline"]
+    if option == "--peak-to-trough":
+        extra = ["--arrival", "diurnal"]
+    extra += HYBRID_CONTEXT.get(option, [])
     if option == "--attention-backend" and value == "fa2":
         extra += ["--page-size", "256"]  # upstream FA2 runs only multiples of 256
     args = ["run", *_where_used(option, value, with_base(option, value)), *extra]

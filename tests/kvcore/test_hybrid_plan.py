@@ -83,7 +83,12 @@ def test_sglang_swa_and_mamba_pools_by_hand():
     # qwen3.5-4b: a state pool of 10 GiB x 0.9 / 1.9 bytes in requests of 24 x 2,146,304 B
     q = sglang_plan(LAYOUTS["qwen3.5-4b"], GIB10, 8192, max_running_requests=1000)
     slots = int(GIB10 * 0.9 / 1.9 // (24 * 2_146_304))
-    assert q.pools[0].pages == slots == q.running_request_cap
+    # the running cap: 3 slots per running request with the radix cache (SGLang v0.5), 1
+    # without it (the chunk cache)
+    assert q.pools[0].pages == slots and q.running_request_cap == slots // 3
+    chunk = sglang_plan(LAYOUTS["qwen3.5-4b"], GIB10, 8192, max_running_requests=1000,
+                        radix_cache=False)
+    assert chunk.running_request_cap == slots
     assert q.kv_cache_tokens == int((GIB10 - slots * 24 * 2_146_304) // (8 * 4096))
     fixed = sglang_plan(LAYOUTS["qwen3.5-4b"], GIB10, 8192, max_mamba_cache_size=10)
     assert fixed.pools[0].pages == 10
