@@ -41,4 +41,6 @@ def test_hybrid_vllm_runs_and_mamba_mode_decides_the_hits(monkeypatch: pytest.Mo
     align = _simulate(monkeypatch, "align")
     assert 0.5 < align["prefix_hit_rate"] <= 1056 / 1224
     assert align["capacity_slots"] == 60 * 528  # 60 blocks of 528 tokens
+    # the summary says which block ran: --page-size asked 16, vLLM's rule raised it to 528
+    assert align["page_size"] == 16 and align["effective_page_size"] == 528
     assert _simulate(monkeypatch, "none")["prefix_hit_rate"] == 0.0
