@@ -96,12 +96,16 @@ def admission_notes(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
     return out
 
 
-def _num(v: Any) -> float:
+def as_number(v: Any) -> float:
+    """A summary cell as a float (NaN for a missing or non-numeric one)."""
     try:
         f = float(v)
     except (TypeError, ValueError):
         return math.nan
     return f
+
+
+_num = as_number
 
 
 def delta(value: Any, base: Any) -> tuple[float, float]:

@@ -13,16 +13,10 @@ from typing import Any
 
 from rich.table import Table
 
-KINDS = ("full", "swa", "chunked", "mamba")  # the order kvcore's POOL_KINDS lists them
+from kvcore.policies.capabilities import POOL_KINDS
+from reports.deltas import as_number as _num
+
 HEADER = ("policy", "page", "pool", "capacity (GiB)", "used %", "cached %", "hit rate")
-
-
-def _num(v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f
 
 
 def pool_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[str]]:
@@ -30,7 +24,7 @@ def pool_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[str]]:
     hit rate (formatted)."""
     out = []
     for r in rows:
-        for kind in KINDS:
+        for kind in POOL_KINDS:
             cap = _num(r.get(f"{kind}_pool_capacity_bytes"))
             if math.isnan(cap):
                 continue
