@@ -374,9 +374,7 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
 
     # -- ending ----------------------------------------------------------------------------
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
-        req = self._req(rid)
-        self._learn(req, token_ids)
-        self._cache(req)
+        self.cache_prefix(rid, token_ids)
         self.release(rid)
 
     def release(self, rid: int) -> None:

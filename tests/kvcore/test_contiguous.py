@@ -18,6 +18,7 @@ import kvcore.policies.contiguous  # noqa: F401 - registers the policies
 from kvcore.policies.base import PolicyConfig, make_policy, policy_help
 from kvcore.policies.capabilities import PrefixCache
 from kvcore.policies.contiguous import next_pow2
+from tests.kvcore.draws import draw_extend
 
 POLICIES = ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]
 
@@ -201,11 +202,7 @@ class ContiguousMachine(RuleBasedStateMachine):
     def extend(self, data: st.DataObject) -> None:
         if not self.lens:
             return
-        rids = data.draw(st.lists(st.sampled_from(sorted(self.lens)), unique=True, min_size=1))
-        targets = []
-        for rid in rids:
-            w = self.pol.written(rid)
-            targets.append(data.draw(st.integers(w, max(w, self.lens[rid][0]))))
+        rids, targets = draw_extend(data, self.pol.written, {r: v[0] for r, v in self.lens.items()})
         assert self.pol.extend(rids, targets)
         for rid, t in zip(rids, targets, strict=True):
             assert self.pol.written(rid) == t

@@ -19,6 +19,7 @@ from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.capabilities import PoolKinds, PrefixCache
 from kvcore.policies.paged_hybrid import HybridPagedPolicy
 from kvcore.policies.paged_radix import PagedPolicy
+from tests.kvcore.draws import draw_extend
 
 GIB10 = 10 * 2**30
 
@@ -292,11 +293,8 @@ class HybridMachine(RuleBasedStateMachine):
     def extend(self, data) -> None:
         if not self.live:
             return
-        rids = data.draw(st.lists(st.sampled_from(sorted(self.live)), unique=True, min_size=1))
-        targets = []
-        for rid in rids:
-            w = self.pol.written(rid)
-            targets.append(data.draw(st.integers(w, max(w, len(self.live[rid][0])))))
+        prompts = {r: len(p) for r, (p, _) in self.live.items()}
+        rids, targets = draw_extend(data, self.pol.written, prompts)
         before = [self.pol.written(r) for r in rids]
         ok = self.pol.extend(rids, targets)
         event(f"extend ok={ok}")

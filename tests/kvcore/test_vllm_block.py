@@ -21,6 +21,7 @@ from kvcore.policies.base import PolicyConfig, make_policy, policy_help
 from kvcore.policies.capabilities import DecodeStretch
 from kvcore.policies.vllm_block import VLLMBlockPolicy
 from kvcore.validation import InvariantError
+from tests.kvcore.draws import draw_extend
 
 #: (rid, start, end) -> token ids of positions start..end-1 of that request
 TokenSource = Callable[[int, int, int], np.ndarray]
@@ -322,11 +323,8 @@ class VLLMMachine(RuleBasedStateMachine):
     def extend(self, data: st.DataObject) -> None:
         if not self.live:
             return
-        rids = data.draw(st.lists(st.sampled_from(sorted(self.live)), unique=True, min_size=1))
-        targets = []
-        for rid in rids:
-            w = self.pol.written(rid)
-            targets.append(data.draw(st.integers(w, max(w, len(self.live[rid][0])))))
+        prompts = {r: len(p) for r, (p, _) in self.live.items()}
+        rids, targets = draw_extend(data, self.pol.written, prompts)
         before = [self.pol.written(r) for r in rids]
         free = self.pol.available_tokens()
         ok = self.pol.extend(rids, targets)
