@@ -35,6 +35,7 @@ from kvcore.policies.base import KVPolicy, PrefixPeek
 from kvcore.policies.capabilities import Reserving
 from kvcore.registry import Registry
 from simulator.request import SimRequest, remaining_new_tokens
+from simulator.running_batch import RunningBatch
 from simulator.scheduler import preempt_victim, retract_victim
 
 
@@ -133,7 +134,7 @@ class SGLangAdmission(Admission):
         return sreq.prompt_len + 1  # the budget keeps room for one new token
 
     def _fits(self, sreq, cached, available, charged, running, prefilling) -> bool:
-        rem = sum(map(remaining_new_tokens, running))
+        rem = int(_remaining(running).sum())
         budget = available - rem * self.ratio - charged
         return sreq.prefill_target - cached + remaining_new_tokens(sreq) <= budget
 
@@ -144,7 +145,7 @@ class SGLangAdmission(Admission):
         # running requests' remaining outputs shrink by one per step and the ratio decays:
         # the budget at step j is a bound the stepping engine could reach no earlier
         j = np.arange(1, k + 1, dtype=np.int64)
-        rem = np.array([remaining_new_tokens(r) for r in running])
+        rem = _remaining(running)
         p = self.params
         ratio = np.maximum(p.new_token_ratio_min, self.ratio - p.new_token_ratio_decay * j)
         left = np.clip(rem[None, :] - j[:, None], 0, None).sum(axis=1)
@@ -210,6 +211,13 @@ class ReserveAdmission(Admission):
         left = np.clip(held[None, :] - j[:, None], 0, None).sum(axis=1)
         avail = self.policy.available_tokens() - peek.evictable
         return _first_true(avail - left >= head.prompt_len + head.max_new - peek.hit, k)
+
+
+def _remaining(running: Sequence[SimRequest]) -> np.ndarray:
+    """Each running request's remaining_new_tokens (the engine's batch: from its columns)."""
+    if isinstance(running, RunningBatch):
+        return running.remaining_new()
+    return np.array([remaining_new_tokens(r) for r in running], dtype=np.int64)
 
 
 def _first_true(ok: np.ndarray, k: int) -> int:

@@ -32,6 +32,7 @@ from simulator.guard import LivelockError, LivelockGuard
 from simulator.latency import LatencyModel
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
+from simulator.running_batch import RunningBatch
 from simulator.scheduler import PREEMPTS, SCHEDULES
 from simulator.stretch import FastForward
 from simulator.stretch_rules import stretch_rules
@@ -65,7 +66,7 @@ class Engine:
                                 config.engine.max_concurrency)
         self.waiting: list[SimRequest] = []
         self.prefilling: list[SimRequest] = []
-        self.running: list[SimRequest] = []
+        self.running = RunningBatch()  # in order, decode state in columns
         self._wakeup: simpy.Event | None = None
         # A reserving policy refused the head: nothing changes until memory is given back,
         # so the head is not retried (nor a failed allocation counted) until then.
@@ -417,45 +418,44 @@ class Engine:
                 self.recomputed_tokens += redo
                 sreq.recomputed_tokens += redo
             sreq.written = target
-        decoding = list(self.running)
-        while decoding and not self.policy.decode([s.rid for s in decoding]):
+        running = self.running
+        while running and not self.policy.decode(running.rids()):
             self.failed_decode_allocs += 1
-            victim = self.admission.victim(decoding)
-            extra += self._preempt(victim)
-            decoding.remove(victim)
-            self.admission.after_retraction(self.running)
-        for s in decoding:
-            s.written += 1
+            extra += self._preempt(self.admission.victim(running))
+            self.admission.after_retraction(running)
+        n_dec = len(running)  # everyone still running decodes one token
+        running.wrote(n_dec, 1)
         self.maybe_check_invariants()
-        if not plan and not decoding:
+        if not plan and not n_dec:
             # nothing ran: with an empty engine the head can never be admitted; otherwise
             # everyone running was preempted, and the next iteration retries
             if self.waiting and not (self.running or self.prefilling):
                 self._reject(self.waiting.pop(0), "does not fit even in an empty engine")
             return
-        contexts = np.fromiter((s.written for s in decoding), dtype=np.int64,
-                               count=len(decoding))
-        dt = self.latency.iteration_time(prefill_info, contexts, self.policy.page_size) + extra
+        dt = self.latency.iteration_time(prefill_info, running.written[:n_dec],
+                                         self.policy.page_size) + extra
         if self.tier is not None and self.tiered is not None:
             state = self.tiered.tier_state()
             dt += self.tier.iteration_stall([s for s, _ in plan], dt, state,
                                             self.policy.page_size)
             self.rec.host = (state.host_used, state.host_locked)
         if self.event_sink is not None:
-            self.event_sink(t0, t0 + dt, chunks, [s.rid for s in decoding], 1)
+            self.event_sink(t0, t0 + dt, chunks, running.rids(), 1)
         b = self.policy.breakdown(self.head_reservation())
         parts = b.as_array()
         self.rec.add_interval(t0, t0 + dt, parts, b.frag_index,
                               self.policy.page_table_entries(), b.over_reservation)
-        batch = len(decoding) + len(plan)
+        batch = n_dec + len(plan)
         self.rec.add_iterations(t0, 1, batch)
         self.rec.sample(t0, parts, batch, len(self.waiting), len(self.running))
-        if decoding:
+        if n_dec:
             self.admission.after_steps(1)
         yield env.timeout(dt)
-        self._after_iteration(plan, decoding)
+        self._after_iteration(plan, n_dec)
 
-    def _after_iteration(self, plan: Plan, decoding: list[SimRequest]) -> None:
+    def _after_iteration(self, plan: Plan, n_dec: int) -> None:
+        """First tokens of finished prefills (they join the running batch, after its first
+        `n_dec` rows), then the decoded token of each of those rows; finishes."""
         now = self.env.now
         for sreq, _target in plan:
             sreq.swap_len = 0  # a copy back is done in its one iteration
@@ -475,17 +475,13 @@ class Engine:
             else:
                 sreq.status = "running"
                 self.running.append(sreq)
-        if not decoding:
+        if not n_dec:
             return
         self.progress_made()
-        self.rec.add_gaps(np.array([now - s.last_token_s for s in decoding]))
-        self.generated_tokens += len(decoding)
-        for sreq in decoding:
-            sreq.last_token_s = now
-            sreq.decoded += 1
-            if sreq.decoded >= sreq.output_len:
-                self.running.remove(sreq)
-                self.finish(sreq)
+        self.rec.add_gaps(self.running.stepped(n_dec, 1, now, now))
+        self.generated_tokens += n_dec
+        for sreq in self.running.remove_done(n_dec):
+            self.finish(sreq)
 
     def maybe_check_invariants(self) -> None:
         """The policy's checks every cfg.check_every-th iteration or stretch, if asked."""

@@ -134,6 +134,7 @@ _SHAPE = ("model", "gpu", "tp", "kv_dtype", "layout")  # what a model runs, not 
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+SCALAR_STEPS = 24  # decode_step_times: up to this many steps, Python floats beat numpy's calls
 
 LATENCY_MODELS: Registry[type[LatencyModel]] = Registry("latency model")
 
@@ -238,6 +239,17 @@ class RooflineLatency(LatencyModel):
         t = t + pages * c["page"] + n_req * self.request_overhead_s + self.iteration_overhead_s
         return t + tokens * c["ar_tok"] + c["ar_fixed"]
 
+    def _time_scalar(self, tokens: int, n_req: int, pairs: float, kv_read: int,
+                     pages: int) -> float:
+        """`_time` for one iteration in Python floats: the same operations in the same order
+        (so the same doubles), without numpy's cost per call on 0-d values."""
+        c = self._c
+        flops = tokens * c["flop_tok"] + pairs * c["flop_pair"]
+        mem = float(self.weight_bytes_read(tokens)) + (kv_read + tokens) * c["kv_tok"]
+        t = max(flops / c["flops_s"], mem / c["bytes_s"])
+        t = t + pages * c["page"] + n_req * self.request_overhead_s + self.iteration_overhead_s
+        return t + tokens * c["ar_tok"] + c["ar_fixed"]
+
     def _hybrid_time(self, new: np.ndarray, before: np.ndarray, decode: np.ndarray,
                      page_size: int) -> float:
         """`_time` with the attention terms summed per layer kind (latency_layers.py)."""
@@ -271,8 +283,8 @@ class RooflineLatency(LatencyModel):
         # an integer sum when the factor is 1 (the 2023 kernel's numbers stay bit-identical)
         att = pairs + ctx_sum if self.prefill_attention_factor == 1.0 else (
             pairs * self.prefill_attention_factor + ctx_sum)
-        return float(self._time(t_new + n_dec, n_pre + n_dec, att,
-                                kv_before + ctx_sum - n_dec, pages))
+        return self._time_scalar(t_new + n_dec, n_pre + n_dec, att,
+                                 kv_before + ctx_sum - n_dec, pages)
 
     def decode_step_times(self, contexts: Contexts, page_size: int, steps: int) -> np.ndarray:
         if self._layers is not None:  # per layer kind: step by step (the reference)
@@ -282,12 +294,21 @@ class RooflineLatency(LatencyModel):
         if n == 0 or steps <= 0:
             return np.zeros(max(steps, 0))
         page_size = self.kernel_page_size(page_size)
-        j = np.arange(steps, dtype=np.int64)
-        ctx_sum = int(c.sum()) + n * j
         # pages grow by one for each request whose length passes a multiple of page_size:
         # ceil((c+j)/ps) steps up at j where (c + j - 1) % ps == 0, j >= 1.
         offs = (1 - c) % page_size
         counts = np.bincount(offs, minlength=page_size)
+        if steps <= SCALAR_STEPS:  # most stretches are short: one scalar formula per step
+            ctx, pages = int(c.sum()), _cdiv_sum(c, page_size)
+            out = []
+            for j in range(steps):
+                if j:
+                    ctx += n
+                    pages += int(counts[j % page_size])
+                out.append(self._time_scalar(n, n, ctx, ctx - n, pages))
+            return np.array(out, dtype=float)
+        j = np.arange(steps, dtype=np.int64)
+        ctx_sum = int(c.sum()) + n * j
         delta = counts[j % page_size]
         delta[0] = 0
         pages = _cdiv_sum(c, page_size) + np.cumsum(delta)

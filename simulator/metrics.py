@@ -82,7 +82,7 @@ class Recorder:
                                       else None)
 
     def _clip(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-        return np.clip(np.minimum(t1, self.window_end) - np.maximum(t0, self.window_start), 0, None)
+        return np.maximum(np.minimum(t1, self.window_end) - np.maximum(t0, self.window_start), 0.0)
 
     def add_interval(self, t0: float, t1: float, parts: np.ndarray, frag_index: float,
                      page_entries: int, over_reservation: int) -> None:
@@ -105,17 +105,25 @@ class Recorder:
         """One breakdown row per step (rows of `parts`), step i lasting starts[i]..ends[i].
         Over-reservation does not change during decode steps, so it comes as one number."""
         w = self._clip(starts, ends)
-        if w.any() and self.host[0]:  # step by step, as stepping adds them
-            self.host_seconds = _accumulate(
-                self.host_seconds, np.array(self.host, dtype=float)[None, :] * w[:, None])
         if w.any():
-            # accumulate step by step, in order, so the sums round exactly as stepping's do
-            self.part_seconds = _accumulate(self.part_seconds, parts * w[:, None])
-            self.over_seconds = float(_accumulate(self.over_seconds, over_reservation * w))
-            self.frag_index_seconds = float(_accumulate(self.frag_index_seconds,
-                                                        frag_index * w))
-            self.page_entry_seconds = float(_accumulate(self.page_entry_seconds,
-                                                        page_entries * w))
+            if self.host[0]:  # step by step, as stepping adds them
+                self.host_seconds = _accumulate(
+                    self.host_seconds, np.array(self.host, dtype=float)[None, :] * w[:, None])
+            # accumulate step by step, in order, so the sums round exactly as stepping's do:
+            # one (1 + steps) x (parts + 3) matrix, the running totals in its first row,
+            # accumulated down its columns (each column is a separate left-to-right sum)
+            p = parts.shape[1]
+            m = np.empty((len(w) + 1, p + 3))
+            m[0, :p] = self.part_seconds
+            m[0, p:] = (self.over_seconds, self.frag_index_seconds, self.page_entry_seconds)
+            np.multiply(parts, w[:, None], out=m[1:, :p])
+            np.multiply(over_reservation, w, out=m[1:, p])
+            np.multiply(frag_index, w, out=m[1:, p + 1])
+            np.multiply(page_entries, w, out=m[1:, p + 2])
+            total = np.add.accumulate(m, axis=0)[-1]
+            self.part_seconds = total[:p]
+            self.over_seconds, self.frag_index_seconds, self.page_entry_seconds = \
+                total[p:].tolist()
             if self.pools is not None:  # a stretch hands the pools as they end it
                 self._add_pools(float(w.sum()))
         inside = (ends > self.window_start) & (starts < self.window_end)
@@ -175,6 +183,8 @@ class Recorder:
         Every GAP_GROUPS groups the list is merged into one (distinct values, counts) group,
         so a day-long run holds its distinct gap values, not one array per decode step."""
         if len(values):
+            if len(values) > 1 and values[0] == values[-1] and (values == values[0]).all():
+                values, count = values[:1], count * len(values)  # the same multiset
             self.gaps.append((values, count))
             if len(self.gaps) >= GAP_GROUPS:
                 self.gaps = [merge_gap_groups(self.gaps)]

@@ -33,6 +33,7 @@ import simpy
 from kvcore.policies.capabilities import DecodeStretch
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
+from simulator.running_batch import RunningBatch
 
 #: (contexts after the first step, k) -> each of the k steps' time in seconds
 StepTimes = Callable[[np.ndarray, int], np.ndarray]
@@ -68,7 +69,7 @@ class StretchHost(Protocol):
 
     env: simpy.Environment
     rec: Recorder
-    running: list[SimRequest]
+    running: RunningBatch
     prefilling: list[SimRequest]
     waiting: list[SimRequest]
     generated_tokens: int
@@ -106,10 +107,10 @@ class FastForward:
         """k, the steps to take at once (< 2: take a normal iteration instead)."""
         e, r = self.e, self.rules
         assert r is not None  # possible() said so
-        rids = [s.rid for s in e.running]
-        k = min(r.max_steps, min(s.output_len - s.decoded for s in e.running))
+        k = min(r.max_steps, e.running.min_remaining_output())
         if k < 2:
             return k
+        rids = e.running.rids()
         k = max(self._steps_within(rids, k, r.policy.available_tokens()), 1)
         for limit in r.evict_limits:
             if k >= 2 and len(e.waiting) >= limit.min_waiting:
@@ -146,10 +147,8 @@ class FastForward:
     def _step_times(self, k: int) -> np.ndarray:
         """Each step's time (the rules' function of the contexts after the first step)."""
         assert self.rules is not None
-        running = self.e.running
-        contexts = np.fromiter((s.written + 1 for s in running), dtype=np.int64,
-                               count=len(running))
-        return self.rules.step_times(contexts, k)
+        batch = self.e.running
+        return self.rules.step_times(batch.written[: batch.n] + 1, k)
 
     # -- running ----------------------------------------------------------------------------
     def run(self, k: int) -> Generator[simpy.Event, Any, None]:
@@ -157,8 +156,9 @@ class FastForward:
         e, r = self.e, self.rules
         assert r is not None
         env = e.env
-        running = list(e.running)
-        rids = [s.rid for s in running]
+        batch = e.running
+        n = len(batch)
+        rids = batch.rids()
         planned, self._times = self._times, None
         times = planned[:k] if planned is not None and len(planned) >= k else self._step_times(k)
         e.stretch_started()
@@ -166,36 +166,40 @@ class FastForward:
         policy = r.policy
         b0 = policy.breakdown(head)
         profile = policy.decode_steps(rids, k, head)
-        for s in running:
-            s.written += k
+        w0 = batch.written[:n].copy()
+        batch.wrote(n, k)
         ends = step_ends(env.now, times)
-        starts = np.concatenate([[env.now], ends[:-1]])
-        ps = r.page_size
-        w0 = np.fromiter((s.written - k for s in running), dtype=np.int64, count=len(running))
-        other = policy.page_table_entries() - int((-(-(w0 + k) // ps)).sum())
-        entries = other + (-(-(w0[None, :] + np.arange(1, k + 1)[:, None]) // ps)).sum(axis=1)
+        starts = np.concatenate(([env.now], ends[:-1]))
+        entries = entries_at_steps(policy.page_table_entries(), w0, k, r.page_size)
         e.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
         if e.event_sink is not None:
             e.event_sink(float(starts[0]), float(ends[-1]), [], rids, k)
-        e.rec.add_iterations(starts, k, len(running))
-        e.rec.sample(env.now, profile[0], len(running), len(e.waiting), len(running))
+        e.rec.add_iterations(starts, k, n)
+        e.rec.sample(env.now, profile[0], n, len(e.waiting), n)
         e.steps_taken(k)
         yield from wait_until(env, float(ends[-1]))
+        assert len(batch) == n, "the running batch changed during a stretch"
         e.progress_made()
         # inter-token gaps as stepping records them: each request's first step from its
         # previous token, then the step times between consecutive ends (the same floats)
         first, last = ends[0], float(ends[-1])
-        e.rec.add_gaps(np.array([first - s.last_token_s for s in running]))
+        e.rec.add_gaps(batch.stepped(n, k, first, last))
         if k > 1:
-            e.rec.add_gaps(ends[1:] - ends[:-1], len(running))  # np.diff, without its wrapper
-        e.generated_tokens += k * len(running)
-        for s in running:
-            s.last_token_s = last
-            s.decoded += k
-        for s in running:
-            if s.decoded >= s.output_len:
-                e.running.remove(s)
-                e.finish(s)
+            e.rec.add_gaps(ends[1:] - ends[:-1], n)  # np.diff, without its wrapper
+        e.generated_tokens += k * n
+        for s in batch.remove_done(n):
+            e.finish(s)
+
+
+def entries_at_steps(entries_now: int, w0: np.ndarray, k: int, page_size: int) -> np.ndarray:
+    """Page-table entries after each of k steps that took the rows from `w0` to `w0 + k`
+    written tokens, `entries_now` (after the k-th) given: a row gains an entry at step j
+    when its length passes a page start, (w0 + j - 1) % page_size == 0, so the entries grow
+    by the count of rows whose offset (1 - w0) % page_size is j % page_size (no k x batch
+    grid)."""
+    counts = np.bincount((1 - w0) % page_size, minlength=page_size)
+    grown = np.cumsum(counts[np.arange(1, k + 1) % page_size])
+    return entries_now - int(grown[-1]) + grown
 
 
 def step_ends(now: float, times: np.ndarray) -> np.ndarray:
