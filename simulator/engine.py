@@ -17,10 +17,10 @@ preempt) live in an `Admission` strategy (simulator/admission.py); requests come
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from typing import Any
 
-import numpy as np
 import simpy
 
 from kvcore.policies.base import KVPolicy, PrefixPeek
@@ -139,7 +139,7 @@ class Engine:
         self._mem_epoch += 1
         sreq.status = "completed"
         sreq.finish_s = self.env.now
-        if np.isnan(sreq.first_token_s):
+        if math.isnan(sreq.first_token_s):
             sreq.first_token_s = sreq.finish_s
         self.completed += 1
         self.last_finish_s = sreq.finish_s
@@ -478,7 +478,7 @@ class Engine:
         if not n_dec:
             return
         self.progress_made()
-        self.rec.add_gaps(self.running.stepped(n_dec, 1, now, now))
+        self.rec.add_gaps(*self.running.stepped(n_dec, 1, now, now))
         self.generated_tokens += n_dec
         for sreq in self.running.remove_done(n_dec):
             self.finish(sreq)

@@ -264,22 +264,47 @@ class RooflineLatency(LatencyModel):
             + self.iteration_overhead_s
         return float(t + tokens * c["ar_tok"] + c["ar_fixed"])
 
+    def iteration_time(
+        self, prefill: PrefillBatch = (), decode_contexts: Contexts = (), page_size: int = 1
+    ) -> float:
+        """The prefill chunks of an iteration are few: their sums in Python ints (the same
+        integers as the array form), the decode contexts through numpy."""
+        if self._layers is not None or isinstance(prefill, np.ndarray):
+            return super().iteration_time(prefill, decode_contexts, page_size)
+        ps = self.kernel_page_size(page_size)
+        n_pre = t_new = kv_before = pairs = pre_pages = 0
+        for new, before in prefill:
+            n_pre += 1
+            t_new += new
+            kv_before += before
+            pairs += new * before + new * (new + 1) // 2
+            pre_pages += -(-(new + before) // ps)
+        dec = np.asarray(decode_contexts, dtype=np.int64).reshape(-1)
+        return self._iteration(n_pre, t_new, kv_before, pairs, pre_pages, dec, ps)
+
     def iteration_time_arrays(
         self, new: np.ndarray, before: np.ndarray, decode: np.ndarray, page_size: int
     ) -> float:
-        n_pre, n_dec = new.size, decode.size
-        if n_pre == 0 and n_dec == 0:
-            return 0.0
-        if self._layers is not None:
+        n_pre = new.size
+        if self._layers is not None and (n_pre or decode.size):
             return self._hybrid_time(new, before, decode, page_size)
+        ps = self.kernel_page_size(page_size)
         t_new = int(new.sum()) if n_pre else 0
         kv_before = int(before.sum()) if n_pre else 0
-        ctx_sum = int(decode.sum()) if n_dec else 0
         pairs = (int((new * before).sum() + (new * (new + 1) // 2).sum()) if n_pre else 0)
-        ps = self.kernel_page_size(page_size)
+        return self._iteration(n_pre, t_new, kv_before, pairs, _cdiv_sum(new + before, ps),
+                               decode, ps)
+
+    def _iteration(self, n_pre: int, t_new: int, kv_before: int, pairs: int, pre_pages: int,
+                   decode: np.ndarray, ps: int) -> float:
+        """One iteration from its prefill sums and its decode contexts (kernel page `ps`)."""
+        n_dec = decode.size
+        if n_pre == 0 and n_dec == 0:
+            return 0.0
+        ctx_sum = int(decode.sum()) if n_dec else 0
         pages = _cdiv_sum(decode, ps)
         if self.prefill_pages:
-            pages += _cdiv_sum(new + before, ps)
+            pages += pre_pages
         # an integer sum when the factor is 1 (the 2023 kernel's numbers stay bit-identical)
         att = pairs + ctx_sum if self.prefill_attention_factor == 1.0 else (
             pairs * self.prefill_attention_factor + ctx_sum)

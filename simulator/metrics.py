@@ -104,8 +104,14 @@ class Recorder:
                     frag_index: float, page_entries: np.ndarray, over_reservation: int) -> None:
         """One breakdown row per step (rows of `parts`), step i lasting starts[i]..ends[i].
         Over-reservation does not change during decode steps, so it comes as one number."""
-        w = self._clip(starts, ends)
-        if w.any():
+        ws, we = self.window_start, self.window_end
+        if starts[0] >= ws and ends[-1] <= we:
+            w = ends - starts  # all inside the window: what _clip returns, without its calls
+            some = ends[-1] > starts[0]  # a step of nonzero length (the ends never go back)
+        else:
+            w = self._clip(starts, ends)
+            some = bool(w.any())
+        if some:
             if self.host[0]:  # step by step, as stepping adds them
                 self.host_seconds = _accumulate(
                     self.host_seconds, np.array(self.host, dtype=float)[None, :] * w[:, None])
@@ -126,15 +132,21 @@ class Recorder:
                 total[p:].tolist()
             if self.pools is not None:  # a stretch hands the pools as they end it
                 self._add_pools(float(w.sum()))
-        inside = (ends > self.window_start) & (starts < self.window_end)
+        if starts[0] > ws and starts[-1] < we:  # every step overlaps the window
+            self.peak_token_states = max(self.peak_token_states, int(parts[:, 0].max()))
+            return
+        inside = (ends > ws) & (starts < we)
         if inside.any():
             self.peak_token_states = max(self.peak_token_states, int(parts[inside, 0].max()))
 
     def add_iterations(self, t0: float | np.ndarray, count: int, batch: int) -> None:
         """`count` iterations of `batch` requests starting at t0 (or at each of the times in
         t0); only those that start inside the window count."""
-        if isinstance(t0, np.ndarray):
-            count = int(((t0 >= self.window_start) & (t0 <= self.window_end)).sum())
+        if isinstance(t0, np.ndarray):  # the starts of a stretch's steps, in order
+            if t0[0] >= self.window_start and t0[-1] <= self.window_end:
+                count = len(t0)
+            else:
+                count = int(((t0 >= self.window_start) & (t0 <= self.window_end)).sum())
             if count:
                 self.iterations += count
                 self.batch_sum += count * batch

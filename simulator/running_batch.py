@@ -11,7 +11,7 @@ While a request is in the batch its `written`, `decoded` and `last_token_s` live
 columns and the `SimRequest` fields are stale. They are written back when the request leaves
 (`remove`, `remove_done`) and before anything reads the requests themselves (iterating the
 batch, indexing it: `sync`), so code that walks the running list as before sees exact values.
-The other columns (rid, output_len, max_new, prompt_len) never change while running.
+The other columns (rid, output_len, max_new) never change while running.
 """
 
 from __future__ import annotations
@@ -23,49 +23,54 @@ import numpy as np
 from simulator.request import CLIP_MAX_NEW_TOKENS, SimRequest
 
 _INITIAL = 64
+_INT_COLUMNS = ("rid", "written", "decoded", "output_len", "max_new")
 
 
 class RunningBatch:
     """The running list (order kept: it is the batch order of every decode call)."""
 
-    __slots__ = ("_dirty", "decoded", "last_token_s", "max_new", "n", "output_len",
-                 "prompt_len", "reqs", "rid", "written")
+    __slots__ = ("_dirty", "_ints", "_same_last", "decoded", "last_token_s", "max_new", "n",
+                 "output_len", "reqs", "rid", "written")
 
     def __init__(self) -> None:
         self.reqs: list[SimRequest] = []
         self.n = 0
-        self.rid = np.zeros(_INITIAL, dtype=np.int64)
-        self.written = np.zeros(_INITIAL, dtype=np.int64)
-        self.decoded = np.zeros(_INITIAL, dtype=np.int64)
-        self.output_len = np.zeros(_INITIAL, dtype=np.int64)
-        self.max_new = np.zeros(_INITIAL, dtype=np.int64)
-        self.prompt_len = np.zeros(_INITIAL, dtype=np.int64)
+        # the integer columns as the rows of one matrix, so that a request leaving moves
+        # every column in one operation; rid, written, ... are views of its rows
+        self._ints = np.zeros((len(_INT_COLUMNS), _INITIAL), dtype=np.int64)
         self.last_token_s = np.zeros(_INITIAL, dtype=float)
+        self._views()
         self._dirty = False  # columns changed since the requests' fields were written
+        # every row's last_token_s when they are known to be one value (after a step of the
+        # whole batch they are), else None: the gaps of a step are then one value n times
+        self._same_last: float | None = None
+
+    def _views(self) -> None:
+        self.rid, self.written, self.decoded, self.output_len, self.max_new = self._ints
 
     # -- membership ------------------------------------------------------------------------
     def append(self, s: SimRequest) -> None:
         """`s` starts running (its fields are current): copy them into a new last row."""
         i = self.n
-        if i == len(self.rid):
+        if i == len(self.last_token_s):
             self._grow()
-        self.rid[i] = s.rid
-        self.written[i] = s.written
-        self.decoded[i] = s.decoded
-        self.output_len[i] = s.output_len
-        self.max_new[i] = s.max_new
-        self.prompt_len[i] = s.prompt_len
+        self._ints[:, i] = (s.rid, s.written, s.decoded, s.output_len, s.max_new)
         self.last_token_s[i] = s.last_token_s
+        if i == 0:
+            self._same_last = s.last_token_s
+        elif self._same_last is not None and s.last_token_s != self._same_last:
+            self._same_last = None
         self.reqs.append(s)
         self.n = i + 1
 
     def _grow(self) -> None:
-        for name in ("rid", "written", "decoded", "output_len", "max_new", "prompt_len",
-                     "last_token_s"):
-            col = getattr(self, name)
-            new = np.zeros(2 * len(col), dtype=col.dtype)
-            new[: self.n] = col[: self.n]
-            setattr(self, name, new)
+        n, cap = self.n, 2 * len(self.last_token_s)
+        ints = np.zeros((len(_INT_COLUMNS), cap), dtype=np.int64)
+        ints[:, :n] = self._ints[:, :n]
+        last = np.zeros(cap, dtype=float)
+        last[:n] = self.last_token_s[:n]
+        self._ints, self.last_token_s = ints, last
+        self._views()
 
     def remove(self, s: SimRequest) -> None:
         """`s` leaves (preempted or finished): its fields written back, later rows move up."""
@@ -73,29 +78,28 @@ class RunningBatch:
         self._write_back(i)
         del self.reqs[i]
         n = self.n
-        for col in (self.rid, self.written, self.decoded, self.output_len, self.max_new,
-                    self.prompt_len, self.last_token_s):
-            col[i: n - 1] = col[i + 1: n]
+        self._ints[:, i: n - 1] = self._ints[:, i + 1: n]
+        self.last_token_s[i: n - 1] = self.last_token_s[i + 1: n]
         self.n = n - 1
 
     def remove_done(self, upto: int) -> list[SimRequest]:
         """Those of the first `upto` rows that decoded their whole output leave, in batch
         order, their fields written back; returns them (to finish, in that order)."""
-        n = self.n
-        done = self.decoded[:upto] >= self.output_len[:upto]
-        if not done.any():
+        idx = np.flatnonzero(self.decoded[:upto] >= self.output_len[:upto]).tolist()
+        if not idx:
             return []
-        idx = np.flatnonzero(done).tolist()
-        out = []
+        out = [self.reqs[i] for i in idx]
+        if len(idx) == 1:
+            self.remove(out[0])
+            return out
         for i in idx:
             self._write_back(i)
-            out.append(self.reqs[i])
+        n = self.n
         keep = np.ones(n, dtype=bool)
         keep[idx] = False
         m = n - len(idx)
-        for col in (self.rid, self.written, self.decoded, self.output_len, self.max_new,
-                    self.prompt_len, self.last_token_s):
-            col[:m] = col[:n][keep]
+        self._ints[:, :m] = self._ints[:, :n][:, keep]
+        self.last_token_s[:m] = self.last_token_s[:n][keep]
         gone = set(idx)
         self.reqs = [s for i, s in enumerate(self.reqs) if i not in gone]
         self.n = m
@@ -118,13 +122,23 @@ class RunningBatch:
         self._dirty = False
 
     # -- decode steps ----------------------------------------------------------------------
-    def stepped(self, upto: int, k: int, first: float, last: float) -> np.ndarray:
+    def stepped(self, upto: int, k: int, first: float, last: float
+                ) -> tuple[np.ndarray, int]:
         """The first `upto` rows decoded k tokens each, the first at `first`, the last at
-        `last`: returns each one's gap from its previous token to `first` (inter-token gaps)."""
-        gaps = first - self.last_token_s[:upto]
+        `last`. Returns their inter-token gaps (previous token to `first`) as (values, count):
+        each value `count` times (one value when all rows had the same previous token)."""
+        n = self.n
+        if upto == n and self._same_last is not None:
+            gaps = (np.array([first - self._same_last]), n)
+        else:
+            gaps = (first - self.last_token_s[:upto], 1)
         self.last_token_s[:upto] = last
         self.decoded[:upto] += k
         self._dirty = True
+        if upto == n or (self.last_token_s[upto:n] == last).all():
+            self._same_last = last
+        else:
+            self._same_last = None
         return gaps
 
     def wrote(self, upto: int, k: int) -> None:

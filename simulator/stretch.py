@@ -91,7 +91,9 @@ class FastForward:
     def __init__(self, host: StretchHost, rules: StretchRules | None) -> None:
         self.e = host
         self.rules = rules  # None: the policy has no batched decode, the engine steps
-        self._times: np.ndarray | None = None  # step times of the last plan, reused by run
+        # the last plan's step end times and the clock it started from, reused by run
+        self._ends: np.ndarray | None = None
+        self._ends_from = 0.0
 
     # -- planning ---------------------------------------------------------------------------
     def possible(self) -> bool:
@@ -119,11 +121,11 @@ class FastForward:
             k = min(k, e.admission_horizon(k))
         if k < 2:
             return k
-        times = self._step_times(k)
-        self._times = times
+        ends = step_ends(e.env.now, self._step_times(k))
+        self._ends, self._ends_from = ends, e.env.now
         due = e.next_arrival()
-        if np.isfinite(due):
-            hit = np.nonzero(step_ends(e.env.now, times) >= due)[0]
+        if due <= ends[-1]:
+            hit = np.nonzero(ends >= due)[0]
             if len(hit):  # the step in which it falls is the last one
                 k = min(k, int(hit[0]) + 1)
         return k
@@ -159,8 +161,11 @@ class FastForward:
         batch = e.running
         n = len(batch)
         rids = batch.rids()
-        planned, self._times = self._times, None
-        times = planned[:k] if planned is not None and len(planned) >= k else self._step_times(k)
+        planned, self._ends = self._ends, None
+        if planned is not None and len(planned) >= k and self._ends_from == env.now:
+            ends = planned[:k]  # a prefix of the plan's ends: the same left-to-right sums
+        else:
+            ends = step_ends(env.now, self._step_times(k))
         e.stretch_started()
         head = e.head_reservation()
         policy = r.policy
@@ -168,7 +173,6 @@ class FastForward:
         profile = policy.decode_steps(rids, k, head)
         w0 = batch.written[:n].copy()
         batch.wrote(n, k)
-        ends = step_ends(env.now, times)
         starts = np.concatenate(([env.now], ends[:-1]))
         entries = entries_at_steps(policy.page_table_entries(), w0, k, r.page_size)
         e.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
@@ -183,7 +187,7 @@ class FastForward:
         # inter-token gaps as stepping records them: each request's first step from its
         # previous token, then the step times between consecutive ends (the same floats)
         first, last = ends[0], float(ends[-1])
-        e.rec.add_gaps(batch.stepped(n, k, first, last))
+        e.rec.add_gaps(*batch.stepped(n, k, first, last))
         if k > 1:
             e.rec.add_gaps(ends[1:] - ends[:-1], n)  # np.diff, without its wrapper
         e.generated_tokens += k * n
