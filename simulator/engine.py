@@ -77,6 +77,7 @@ class Engine:
         # past that release. The engine yields once at the same instant, in both modes.
         self._session_turn_done = False
         self._idle_since: float | None = None
+        self._peeked: tuple[SimRequest, PrefixPeek] | None = None  # peek_admission's memo
         # this round's admissions, in order, each with "was it the request's first admission"
         self._admitted: list[tuple[SimRequest, bool]] = []
         # counters (the summary's): preemptions and what they cost, tokens, requests
@@ -87,9 +88,8 @@ class Engine:
         self.guard = LivelockGuard(config.tuning.max_stalled_preemptions)
         self.invariant_checks = 0  # checks run (cfg.check_invariants, every cfg.check_every)
         self._check_countdown = config.tuning.check_every
-        # Optional observer (the CLI's --events trace): called as
-        # event_sink(t0, t1, prefill_chunks [(rid, from_token, to_token)], decode_rids, steps)
-        # once per iteration or decode stretch. Never changes the simulation.
+        # Optional observer (the CLI's --events trace), once per iteration or stretch, never
+        # changing the run: event_sink(t0, t1, [(rid, from, to)] chunks, decode_rids, steps)
         self.event_sink: Callable[..., None] | None = None
         # the policy's optional capabilities (kvcore/policies/capabilities.py), asked once
         self.prefix_cache = policy if isinstance(policy, PrefixCache) else None
@@ -196,9 +196,13 @@ class Engine:
         return self.reserving.reservation(sreq.prompt_len, sreq.final_len, sreq.max_new)
 
     def peek_admission(self, sreq: SimRequest) -> PrefixPeek:
+        """Kept until the pass ends or an admission changes the pool: a pass that admits asks
+        about its head twice (the fast-forward, then the admission round), nothing between."""
         if self.prefix_cache is None:
             return NO_HIT
-        return self.prefix_cache.peek_admission(sreq.prefill_key())
+        if self._peeked is None or self._peeked[0] is not sreq:
+            self._peeked = (sreq, self.prefix_cache.peek_admission(sreq.prefill_key()))
+        return self._peeked[1]
 
     def _peek(self, sreq: SimRequest) -> int:
         if self.prefix_cache is None:
@@ -239,6 +243,7 @@ class Engine:
                                               self.policy.page_size))
             else:
                 res = self.policy.admit(sreq.rid, target_ids, sreq.final_len, sreq.max_new)
+            self._peeked = None
             if res is None:
                 self._blocked = (sreq.rid, self._mem_epoch)
                 break
@@ -360,6 +365,7 @@ class Engine:
     def run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         while True:
+            self._peeked = None
             if self._session_turn_done:
                 self._session_turn_done = False
                 yield env.timeout(0)
@@ -454,8 +460,7 @@ class Engine:
         self._after_iteration(plan, n_dec)
 
     def _after_iteration(self, plan: Plan, n_dec: int) -> None:
-        """First tokens of finished prefills (they join the running batch, after its first
-        `n_dec` rows), then the decoded token of each of those rows; finishes."""
+        """First tokens of finished prefills (they join the batch after its n_dec rows)."""
         now = self.env.now
         for sreq, _target in plan:
             sreq.swap_len = 0  # a copy back is done in its one iteration

@@ -324,14 +324,8 @@ class RooflineLatency(LatencyModel):
         offs = (1 - c) % page_size
         counts = np.bincount(offs, minlength=page_size)
         if steps <= SCALAR_STEPS:  # most stretches are short: one scalar formula per step
-            ctx, pages = int(c.sum()), _cdiv_sum(c, page_size)
-            out = []
-            for j in range(steps):
-                if j:
-                    ctx += n
-                    pages += int(counts[j % page_size])
-                out.append(self._time_scalar(n, n, ctx, ctx - n, pages))
-            return np.array(out, dtype=float)
+            return np.array(self._short_steps(n, int(c.sum()), _cdiv_sum(c, page_size),
+                                              counts.tolist(), steps), dtype=float)
         j = np.arange(steps, dtype=np.int64)
         ctx_sum = int(c.sum()) + n * j
         delta = counts[j % page_size]
@@ -340,6 +334,28 @@ class RooflineLatency(LatencyModel):
         return np.broadcast_to(self._time(n, n, ctx_sum, ctx_sum - n, pages), (steps,)).astype(
             float
         )
+
+    def _short_steps(self, n: int, ctx: int, pages: int, counts: list[int],
+                     steps: int) -> list[float]:
+        """`_time_scalar(n, n, ctx_j, ctx_j - n, pages_j)` of each step j, its terms that do
+        not change with j computed once: each is the same product, added in the same order,
+        so each step's time is the same double (the test compares them)."""
+        c = self._c
+        flop_tok, flop_pair, kv_tok = n * c["flop_tok"], c["flop_pair"], c["kv_tok"]
+        weights = float(self.weight_bytes_read(n))
+        flops_s, bytes_s, page = c["flops_s"], c["bytes_s"], c["page"]
+        per_req, fixed = n * self.request_overhead_s, self.iteration_overhead_s
+        ar_tok, ar_fixed = n * c["ar_tok"], c["ar_fixed"]
+        ps = len(counts)
+        out = []
+        for j in range(steps):
+            if j:
+                ctx += n
+                pages += counts[j % ps]
+            # kv_read + tokens = (ctx - n) + n = ctx, an integer either way
+            t = max((flop_tok + ctx * flop_pair) / flops_s, (weights + ctx * kv_tok) / bytes_s)
+            out.append(t + pages * page + per_req + fixed + ar_tok + ar_fixed)
+        return out
 
     def swap_time(self, n_bytes: float, n_pages: int) -> float:
         c = self._c

@@ -85,7 +85,7 @@ class RunningBatch:
     def remove_done(self, upto: int) -> list[SimRequest]:
         """Those of the first `upto` rows that decoded their whole output leave, in batch
         order, their fields written back; returns them (to finish, in that order)."""
-        idx = np.flatnonzero(self.decoded[:upto] >= self.output_len[:upto]).tolist()
+        idx = (self.decoded[:upto] >= self.output_len[:upto]).nonzero()[0].tolist()
         if not idx:
             return []
         out = [self.reqs[i] for i in idx]
