@@ -252,11 +252,12 @@ class BlockPool(HashedBlocks):
 
     # -- the prefix index ------------------------------------------------------------------
     def cache_full_blocks(self, blocks: np.ndarray, hashes: np.ndarray, parent: int,
-                          tokens: np.ndarray, start: int) -> np.ndarray:
+                          tokens: np.ndarray, start: int, after: int = 0) -> np.ndarray:
         """Hash `blocks` (a chain: block i's parent is block i-1, the first one's `parent`;
         the first one at chain position `start`, vLLM's num_cached_blocks) with their token
         ids (k, page_size) and index them after any older holders of the same content
-        (duplicates allowed); returns the hashes."""
+        (duplicates allowed); returns the hashes. `after`: the block before `blocks[0]` in
+        the caller's block table (0: none or unknown), so the index extends its run."""
         if not len(blocks):
             return hashes
         self.is_hashed[blocks] = True
@@ -264,7 +265,7 @@ class BlockPool(HashedBlocks):
         self.parent_hash[blocks[0]] = parent
         self.parent_hash[blocks[1:]] = hashes[:-1]
         self.block_tokens[blocks] = tokens
-        self.index.insert(blocks, hashes, start, parent)
+        self.index.insert(blocks, hashes, start, parent, after)
         return hashes
 
     def get_cached_blocks(self, h: int) -> list[int]:

@@ -119,6 +119,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         self.pool = BlockPool(self.num_pages, self.page_size)
         self.hasher = ChainHasher(self.page_size, self.max_context_len)
         self.memo = ChainMemo(self.hasher)
+        self._offsets = np.arange(self.page_size, dtype=np.int64)  # slots within a block
         self._reqs: dict[int, _Req] = {}
         # statistics
         self.hit_tokens = 0
@@ -148,7 +149,8 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                 parent, req.ids[have * ps : full * ps])])
         parent = int(req.chain[done - 1]) if done else NONE_HASH
         self.pool.cache_full_blocks(req.blocks[done:full], req.chain[done:full], parent,
-                                    req.ids[done * ps : full * ps].reshape(-1, ps), done)
+                                    req.ids[done * ps : full * ps].reshape(-1, ps), done,
+                                    int(req._blocks[done - 1]) if done else 0)
         req.nhashed = full
 
     # -- admission -------------------------------------------------------------------------
@@ -207,10 +209,14 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
     def _write(self, req: _Req, start: int, end: int) -> None:
         """Page-table entries of positions start..end-1 (their blocks already allocated)."""
         ps = self.page_size
+        if ps == 1:  # a block per token: the slots are the blocks
+            self.req_to_token_pool.write_range(req.row, start, req._blocks[start:end])
+            return
         first = start // ps
-        bt = req.blocks[first : cdiv(end, ps)]
-        pos = np.arange(start, end, dtype=np.int64)
-        self.req_to_token_pool.write_range(req.row, start, bt[pos // ps - first] * ps + pos % ps)
+        bt = req._blocks[first : cdiv(end, ps)]
+        slots = (bt[:, None] * ps + self._offsets).ravel()  # every slot of those blocks
+        self.req_to_token_pool.write_range(req.row, start,
+                                           slots[start - first * ps : end - first * ps])
 
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
         reqs = [self._req(r) for r in rids]
