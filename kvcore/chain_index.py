@@ -151,14 +151,43 @@ class ChainIndex:
         were cached in between). A lookup then meets one segment per request where it met
         one per chunk; ages stay exact because a lookup ranks holders by their generations,
         not by their segments."""
-        if not len(blocks):
-            return
-        self._last_gen += 1
-        g = self._last_gen
+        if len(blocks):
+            self.insert_runs([(blocks, hashes, start, parent, after)])
+
+    def insert_runs(self, runs: list[tuple[np.ndarray, np.ndarray, int, int, int]]) -> None:
+        """`insert` of each run (blocks, hashes, start, parent, after; none empty, no block
+        twice) in order, each its own caching (generation), with the per-block arrays
+        written once for all: an engine iteration's prefill chunks of several requests."""
+        gens, sids, lens = [], [], []
+        for blocks, hashes, start, parent, after in runs:
+            self._last_gen += 1
+            g = self._last_gen
+            seg = self._segment_for(hashes, start, parent, after)
+            seg.append(blocks, hashes, g)
+            self._latest[seg.slot] = g
+            gens.append(g)
+            sids.append(seg.sid)
+            lens.append(len(blocks))
+        if len(runs) == 1:
+            every = runs[0][0]
+            self.gen[every] = gens[0]
+            self.seg_of[every] = sids[0]
+        else:
+            every = np.concatenate([r[0] for r in runs])
+            self.gen[every] = np.repeat(np.array(gens, dtype=np.int64), lens)
+            self.seg_of[every] = np.repeat(np.array(sids, dtype=np.int64), lens)
+        total = len(every)
+        self.num_live += total
+        self._held += total
+        if self._held > self._trim_at:
+            self._trim()
+
+    def _segment_for(self, hashes: np.ndarray, start: int, parent: int, after: int) -> Segment:
+        """The segment a run extends (see `insert`), or a new one."""
         seg = self._newest
-        if after and (seg is None or seg.end != start or int(seg.hashes[-1]) != parent):
+        if after and (seg is None or seg.end != start or int(seg._hashes[seg.n - 1]) != parent):
             seg = self._ending_at(after, start)
-        if seg is None or seg.end != start or int(seg.hashes[-1]) != parent:
+        if seg is None or seg.end != start or int(seg._hashes[seg.n - 1]) != parent:
             self._last_sid += 1
             seg = Segment(self._last_sid, start)
             self.segments[seg.sid] = seg
@@ -170,14 +199,7 @@ class ChainIndex:
             self._pos[row], self._first[row], self._ids[row] = start, hashes[0], seg.sid
             seg.slot = row
             self._newest = seg
-        seg.append(blocks, hashes, g)
-        self._latest[seg.slot] = g
-        self.gen[blocks] = g
-        self.seg_of[blocks] = seg.sid
-        self.num_live += len(blocks)
-        self._held += len(blocks)
-        if self._held > self._trim_at:
-            self._trim()
+        return seg
 
     def _ending_at(self, block: int, end: int) -> Segment | None:
         """The live segment whose last entry is `block`, still indexed, ending at chain
@@ -253,10 +275,24 @@ class ChainIndex:
         ids = self._ids[: len(self.segments)][self._on(chain)]
         return [self.segments[g] for g in np.sort(ids)[::-1].tolist()]
 
-    def any_on_since(self, chain: np.ndarray, newest: int) -> bool:
+    def any_on_since(self, chain: np.ndarray, newest: int, at: int = -1) -> bool:
         """Whether a segment that starts on `chain` got blocks cached after generation
-        `newest` (a new segment, or an old one extended)."""
-        return bool((self._latest[: len(self.segments)][self._on(chain)] > newest).any())
+        `newest` (a new segment, or an old one extended); with `at` >= 0, only blocks cached
+        then at chain position `at` count. A hit that ended at a miss at `at` can grow only
+        there (its blocks are still the oldest holders; a younger holder changes nothing),
+        and a segment's generations never decrease along it, so its entries cached after
+        `newest` are a tail found by bisection: running requests extending their own runs
+        past the waiting prompt's miss no longer make it look again."""
+        rows = len(self.segments)
+        new = self._on(chain) & (self._latest[:rows] > newest)
+        if at < 0 or not new.any():
+            return bool(new.any())
+        for sid in self._ids[:rows][new].tolist():
+            seg = self.segments[sid]
+            q = int(np.searchsorted(seg._gens[: seg.n], newest, side="right"))
+            if seg.start + q <= at < seg.end:
+                return True
+        return False
 
     def walk(self, chain: np.ndarray) -> tuple[np.ndarray, list[Segment]]:
         """The oldest live holder of each position of `chain` (uint64 hashes from the first
