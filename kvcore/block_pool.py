@@ -252,11 +252,12 @@ class BlockPool(HashedBlocks):
 
     # -- the prefix index ------------------------------------------------------------------
     def cache_full_blocks(self, blocks: np.ndarray, hashes: np.ndarray, parent: int,
-                          tokens: np.ndarray, start: int) -> np.ndarray:
+                          tokens: np.ndarray, start: int, after: int = 0) -> np.ndarray:
         """Hash `blocks` (a chain: block i's parent is block i-1, the first one's `parent`;
         the first one at chain position `start`, vLLM's num_cached_blocks) with their token
         ids (k, page_size) and index them after any older holders of the same content
-        (duplicates allowed); returns the hashes."""
+        (duplicates allowed); returns the hashes. `after`: the block before `blocks[0]` in
+        the caller's block table (0: none or unknown), so the index extends its run."""
         if not len(blocks):
             return hashes
         self.is_hashed[blocks] = True
@@ -264,8 +265,27 @@ class BlockPool(HashedBlocks):
         self.parent_hash[blocks[0]] = parent
         self.parent_hash[blocks[1:]] = hashes[:-1]
         self.block_tokens[blocks] = tokens
-        self.index.insert(blocks, hashes, start, parent)
+        self.index.insert(blocks, hashes, start, parent, after)
         return hashes
+
+    def cache_runs(self, runs: list[tuple[np.ndarray, np.ndarray, int, np.ndarray, int, int]]
+                   ) -> None:
+        """`cache_full_blocks(blocks, hashes, parent, tokens, start, after)` of each run, in
+        order (each its own caching), with the per-block arrays written once for all runs:
+        the prefill chunks of one engine iteration. Runs are non-empty and share no block."""
+        if len(runs) == 1:
+            blocks, hashes, parent, tokens, start, after = runs[0]
+            self.cache_full_blocks(blocks, hashes, parent, tokens, start, after)
+            return
+        every = np.concatenate([r[0] for r in runs])
+        hashes = np.concatenate([r[1] for r in runs])
+        self.is_hashed[every] = True
+        self.block_hash[every] = hashes
+        self.parent_hash[every[1:]] = hashes[:-1]  # within a run; each run's first below
+        firsts = np.cumsum([0] + [len(r[0]) for r in runs[:-1]])
+        self.parent_hash[every[firsts]] = np.array([r[2] for r in runs], dtype=_U64)
+        self.block_tokens[every] = np.concatenate([r[3] for r in runs])
+        self.index.insert_runs([(r[0], r[1], r[4], r[2], r[5]) for r in runs])
 
     def get_cached_blocks(self, h: int) -> list[int]:
         """Blocks indexed under hash h, oldest first (a scan of the per-block arrays: for
@@ -279,9 +299,10 @@ class BlockPool(HashedBlocks):
         first miss: at each position the oldest holder whose key (parent hash, token ids)
         matches. `known`, an earlier answer for a prefix of the same chain, is still the
         answer when all of it is still indexed under `known_gens` and either it covers the
-        whole chain, or it ended at a miss when the index's newest segment was `known_at`
-        and no newer segment starts on the chain (holders never come back, so only a new
-        segment can extend a hit). Otherwise the chain index walks the chain; only a
+        whole chain, or it ended at a miss when the index's newest caching was `known_at`
+        and no block cached since, in a segment that starts on the chain, sits at the miss
+        (holders never come back, and a younger holder before the miss changes nothing, so
+        only a new holder there can extend a hit). Otherwise the chain index walks the chain; only a
         collision (a key that differs under an equal hash) costs a walk over the other
         holders of that hash."""
         ps = self.page_size
@@ -293,7 +314,7 @@ class BlockPool(HashedBlocks):
         if j == nblocks or not self.index.num_live:
             return known[:j]
         if known_at >= 0 and j == len(known) and not self.index.any_on_since(
-                np.ascontiguousarray(hashes, dtype=_U64), known_at):
+                np.ascontiguousarray(hashes, dtype=_U64), known_at, j):
             return known
         cand, _ = self.index.walk(np.ascontiguousarray(hashes, dtype=_U64))
         k = len(cand)

@@ -16,15 +16,19 @@ to its first entry, which matches chain[i-o]: every holder of a chain position l
 segment that *starts* on the chain. A lookup therefore tests only the segments' first hashes,
 and for each segment found compares its hash array with the chain's (one vectorised
 comparison, as the radix tree compares token arrays) to see how far it covers it. Among the
-live entries covering a position, the oldest segment's wins: vLLM's oldest-holder rule, with
-blocks of later cachings (duplicates) behind it. A segment records the chain position of its
+live entries covering a position, the one with the oldest generation (the caching that
+indexed it) wins: vLLM's oldest-holder rule, with blocks of later cachings (duplicates)
+behind it. A segment records the chain position of its
 first block, so finding the segments that start on a chain is one vectorised test of every
 live segment's first hash against the chain at that position.
 
-* A caching call that continues the newest segment's chain (a request's next prefill chunk)
-  extends it rather than starting one: no block is between the two in age, so the segment's
-  age is right for all of them, and a prompt cached in 64-token chunks is one segment to a
-  lookup, not one per chunk.
+* A caching call that continues a segment extends it rather than starting one: the newest
+  segment's chain, or the segment that ends with the block before the new ones in the
+  caller's block table (a request's next prefill chunk, even when other requests' chunks
+  were cached in between: small interleaved chunks, `--chunked-prefill-size 64`). A prompt
+  cached in 64-token chunks is then one segment to a lookup, not one per chunk (issue 28:
+  one per chunk made `vllm` 4-9x `paged` there). A segment's blocks may then be younger
+  than a later segment's, which is why a lookup ranks holders by generation.
 * Each block keeps the generation of the caching that indexed it (`gen`, never reused): the
   policy's prompt memo reads it to know a block stayed indexed.
 * Removal is lazy: a block is live while its generation equals its segment entry's; an
@@ -85,7 +89,7 @@ class Segment:
     def append(self, blocks: np.ndarray, hashes: np.ndarray, gen: int) -> None:
         n, k = self.n, len(blocks)
         if n + k > len(self._blocks):
-            size = max(2 * len(self._blocks), n + k)
+            size = max(2 * len(self._blocks), n + k, 16)
             self._blocks, self._hashes, self._gens = (
                 np.concatenate([a[:n], np.zeros(size - n, dtype=a.dtype)])
                 for a in (self._blocks, self._hashes, self._gens))
@@ -136,19 +140,54 @@ class ChainIndex:
         self._latest = np.zeros(64, dtype=np.int64)  # the last generation it took blocks in
 
     # -- changes ---------------------------------------------------------------------------
-    def insert(self, blocks: np.ndarray, hashes: np.ndarray, start: int, parent: int) -> None:
+    def insert(self, blocks: np.ndarray, hashes: np.ndarray, start: int, parent: int,
+               after: int = 0) -> None:
         """Index `blocks` (distinct, unindexed) under `hashes` (uint64), a chain whose first
         block is at chain position `start` with parent hash `parent` (block i's parent is
         block i-1). They are younger than every block indexed before. A run that continues
-        the newest segment (a request's next prefill chunk) extends it: nothing is between
-        them in age, so the segment's age stays right for every block in it, and a lookup
-        meets one segment where it would have met one per chunk."""
-        if not len(blocks):
-            return
-        self._last_gen += 1
-        g = self._last_gen
+        a segment extends it rather than starting one: the newest segment's chain, or the
+        segment whose last block is `after` (the block before `blocks[0]` in the caller's
+        block table: a request's next prefill chunk, however many other requests' chunks
+        were cached in between). A lookup then meets one segment per request where it met
+        one per chunk; ages stay exact because a lookup ranks holders by their generations,
+        not by their segments."""
+        if len(blocks):
+            self.insert_runs([(blocks, hashes, start, parent, after)])
+
+    def insert_runs(self, runs: list[tuple[np.ndarray, np.ndarray, int, int, int]]) -> None:
+        """`insert` of each run (blocks, hashes, start, parent, after; none empty, no block
+        twice) in order, each its own caching (generation), with the per-block arrays
+        written once for all: an engine iteration's prefill chunks of several requests."""
+        gens, sids, lens = [], [], []
+        for blocks, hashes, start, parent, after in runs:
+            self._last_gen += 1
+            g = self._last_gen
+            seg = self._segment_for(hashes, start, parent, after)
+            seg.append(blocks, hashes, g)
+            self._latest[seg.slot] = g
+            gens.append(g)
+            sids.append(seg.sid)
+            lens.append(len(blocks))
+        if len(runs) == 1:
+            every = runs[0][0]
+            self.gen[every] = gens[0]
+            self.seg_of[every] = sids[0]
+        else:
+            every = np.concatenate([r[0] for r in runs])
+            self.gen[every] = np.repeat(np.array(gens, dtype=np.int64), lens)
+            self.seg_of[every] = np.repeat(np.array(sids, dtype=np.int64), lens)
+        total = len(every)
+        self.num_live += total
+        self._held += total
+        if self._held > self._trim_at:
+            self._trim()
+
+    def _segment_for(self, hashes: np.ndarray, start: int, parent: int, after: int) -> Segment:
+        """The segment a run extends (see `insert`), or a new one."""
         seg = self._newest
-        if seg is None or seg.end != start or int(seg.hashes[-1]) != parent:
+        if after and (seg is None or seg.end != start or int(seg._hashes[seg.n - 1]) != parent):
+            seg = self._ending_at(after, start)
+        if seg is None or seg.end != start or int(seg._hashes[seg.n - 1]) != parent:
             self._last_sid += 1
             seg = Segment(self._last_sid, start)
             self.segments[seg.sid] = seg
@@ -160,14 +199,15 @@ class ChainIndex:
             self._pos[row], self._first[row], self._ids[row] = start, hashes[0], seg.sid
             seg.slot = row
             self._newest = seg
-        seg.append(blocks, hashes, g)
-        self._latest[seg.slot] = g
-        self.gen[blocks] = g
-        self.seg_of[blocks] = seg.sid
-        self.num_live += len(blocks)
-        self._held += len(blocks)
-        if self._held > self._trim_at:
-            self._trim()
+        return seg
+
+    def _ending_at(self, block: int, end: int) -> Segment | None:
+        """The live segment whose last entry is `block`, still indexed, ending at chain
+        position `end`; None if there is none."""
+        seg = self.segments.get(int(self.seg_of[block]))
+        if seg is None or seg.end != end or int(seg._blocks[seg.n - 1]) != block:
+            return None
+        return seg
 
     def remove(self, blocks: np.ndarray) -> None:
         """Unindex `blocks` (distinct, indexed); a segment left with no live block goes."""
@@ -177,8 +217,13 @@ class ChainIndex:
         self.gen[blocks] = 0
         self.seg_of[blocks] = 0
         self.num_live -= len(blocks)
-        ids, counts = np.unique(sids, return_counts=True)
-        for sid, c in zip(ids.tolist(), counts.tolist(), strict=True):
+        first = int(sids[0])
+        if (sids == first).all():  # the usual case: one segment's blocks
+            pairs: zip[tuple[int, int]] | list[tuple[int, int]] = [(first, len(blocks))]
+        else:
+            ids, counts = np.unique(sids, return_counts=True)
+            pairs = zip(ids.tolist(), counts.tolist(), strict=True)
+        for sid, c in pairs:
             seg = self.segments[sid]
             seg.live -= c
             if not seg.live:
@@ -230,10 +275,24 @@ class ChainIndex:
         ids = self._ids[: len(self.segments)][self._on(chain)]
         return [self.segments[g] for g in np.sort(ids)[::-1].tolist()]
 
-    def any_on_since(self, chain: np.ndarray, newest: int) -> bool:
+    def any_on_since(self, chain: np.ndarray, newest: int, at: int = -1) -> bool:
         """Whether a segment that starts on `chain` got blocks cached after generation
-        `newest` (a new segment, or an old one extended)."""
-        return bool((self._latest[: len(self.segments)][self._on(chain)] > newest).any())
+        `newest` (a new segment, or an old one extended); with `at` >= 0, only blocks cached
+        then at chain position `at` count. A hit that ended at a miss at `at` can grow only
+        there (its blocks are still the oldest holders; a younger holder changes nothing),
+        and a segment's generations never decrease along it, so its entries cached after
+        `newest` are a tail found by bisection: running requests extending their own runs
+        past the waiting prompt's miss no longer make it look again."""
+        rows = len(self.segments)
+        new = self._on(chain) & (self._latest[:rows] > newest)
+        if at < 0 or not new.any():
+            return bool(new.any())
+        for sid in self._ids[:rows][new].tolist():
+            seg = self.segments[sid]
+            q = int(np.searchsorted(seg._gens[: seg.n], newest, side="right"))
+            if seg.start + q <= at < seg.end:
+                return True
+        return False
 
     def walk(self, chain: np.ndarray) -> tuple[np.ndarray, list[Segment]]:
         """The oldest live holder of each position of `chain` (uint64 hashes from the first
@@ -242,13 +301,26 @@ class ChainIndex:
         n = len(chain)
         if not n or not self.num_live:
             return _NO_BLOCKS, []
-        found = self.segments_on(chain)
+        rows = len(self.segments)
+        ids = self._ids[:rows][self._on(chain)].tolist()
+        found = [self.segments[g] for g in ids]
         best = np.zeros(n, dtype=np.int64)
-        for seg in found:  # youngest first: the oldest writes last
+        if len(found) == 1:
+            seg = found[0]
             m, live = seg.cover(chain, self.gen)
             if m:
-                view = best[seg.start : seg.start + m]
-                view[live] = seg.blocks[:m][live]
+                best[seg.start : seg.start + m][live] = seg._blocks[:m][live]
+        else:  # the oldest live holder of each position: the lowest generation wins
+            age = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+            for seg in found:
+                m, live = seg.cover(chain, self.gen)
+                if m:
+                    s = seg.start
+                    view = age[s : s + m]
+                    g = seg._gens[:m]
+                    take = live & (g < view)
+                    view[take] = g[take]
+                    best[s : s + m][take] = seg._blocks[:m][take]
         miss = np.flatnonzero(best == 0)
         return (best[: int(miss[0])] if len(miss) else best), found
 

@@ -76,6 +76,11 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         self._reqs: dict[int, _Req] = {}
         self._base = self.page_size  # slot of placement offset 0 (page 0 is the dummy page)
         self.failed_allocs = 0
+        # the breakdown's sums over live requests, kept as they change (it is asked for every
+        # engine iteration): written tokens, tokens written past final_len, final lengths,
+        # reservations and placement blocks
+        self._tokens = self._excess = self._finals = self._reserved = self._blocks = 0
+        self._entries = 0  # page-table entries in pages: sum of ceil(written / page_size)
 
     # -- sizing ----------------------------------------------------------------------------
     @abstractmethod
@@ -95,9 +100,13 @@ class ContiguousPolicy(Reserving, DecodeStretch):
 
     def reservation(self, prompt_len: int, final_len: int, max_new_tokens: int) -> int:
         """Slots the request takes from the pool: the policy's reservation after page and
-        placement rounding (what admission needs one hole of)."""
-        self._check_lengths(prompt_len, final_len)
-        non_negative_int("max_new_tokens", max_new_tokens)
+        placement rounding (what admission needs one hole of). Asked for every engine
+        iteration, so plain ints in range skip the checks' generic path."""
+        if not (type(prompt_len) is int and type(final_len) is int
+                and type(max_new_tokens) is int and max_new_tokens >= 0
+                and 0 <= prompt_len <= final_len <= self.max_context_len and final_len):
+            self._check_lengths(prompt_len, final_len)
+            non_negative_int("max_new_tokens", max_new_tokens)
         return self._block_for(self.target_reservation(prompt_len, final_len))
 
     # -- admission -------------------------------------------------------------------------
@@ -122,7 +131,19 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         assert row is not None  # checked above
         block = self.placement.size_of(offset)
         self._reqs[rid] = _Req(row, self._base + offset, final_len, target, block)
+        self._finals += final_len
+        self._reserved += target
+        self._blocks += block
         return AdmitResult(row=row, cached_len=0)
+
+    def _wrote(self, req: _Req, end: int) -> None:
+        """`req` has `end` tokens written (from req.written): the breakdown's sums follow."""
+        w, fin = req.written, req.final_len
+        self._tokens += end - w
+        self._excess += max(end - fin, 0) - max(w - fin, 0)
+        ps = self.page_size
+        self._entries += -(-end // ps) + w // -ps
+        req.written = end
 
     # -- growth ----------------------------------------------------------------------------
     def _req(self, rid: int) -> _Req:
@@ -135,19 +156,13 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         reqs = [self._req(r) for r in rids]
         self.check_extend_args(rids, target_lens, [r.written for r in reqs],
                                [r.reservation for r in reqs], _BEYOND)
-        rows, pos, base = [], [], []
+        write = self.req_to_token_pool.write_range
         for req, t in zip(reqs, target_lens, strict=True):
-            n = int(t) - req.written
-            if n:
-                rows.append(np.full(n, req.row, dtype=np.int64))
-                pos.append(np.arange(req.written, int(t), dtype=np.int64))
-                base.append(req.start)
-                req.written = int(t)
-        if rows:
-            p = np.concatenate(pos)
-            lens = [len(x) for x in pos]
-            slots = p + np.repeat(np.asarray(base, dtype=np.int64), lens)
-            self.req_to_token_pool.write_at(np.concatenate(rows), p, slots)
+            t = int(t)
+            w = req.written
+            if t > w:  # the range's slots in order: one slice of the row
+                write(req.row, w, np.arange(req.start + w, req.start + t, dtype=np.int64))
+                self._wrote(req, t)
         return True
 
     def decode_cost(self, rids: Sequence[int], n: int) -> int:
@@ -164,8 +179,26 @@ class ContiguousPolicy(Reserving, DecodeStretch):
             np.array([r.row for r in reqs], dtype=np.int64), np.array(pos, dtype=np.int64),
             np.array([r.start + r.written for r in reqs], dtype=np.int64))
         for r in reqs:
-            r.written += 1
+            self._wrote(r, r.written + 1)
         return True
+
+    def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        """n decode steps in one write: a reservation needs no allocation, so step s of
+        request i writes slot start_i + written_i + s (the same entries as n `decode`s)."""
+        reqs = [self._req(r) for r in rids]
+        if n <= 0 or not reqs:
+            return super().decode_steps(rids, n, head_reservation)
+        self.check_distinct("decode", rids)
+        w = np.array([r.written for r in reqs], dtype=np.int64)
+        self.check_decode_args(rids, w, [r.reservation for r in reqs], _BEYOND, steps=n)
+        profile = self.decode_profile(rids, n, head_reservation)
+        pos = w[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (step, request)
+        starts = np.array([r.start for r in reqs], dtype=np.int64)
+        rows = np.array([r.row for r in reqs], dtype=np.int64)
+        self.req_to_token_pool.write_at(rows[None, :], pos, starts[None, :] + pos)
+        for r in reqs:
+            self._wrote(r, r.written + n)
+        return profile
 
     def decode_room(self, rid: int) -> int:
         req = self._req(rid)
@@ -179,6 +212,10 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         req = self._req(rid)
         self.placement.free(req.start - self._base)
         self.req_to_token_pool.free_row(req.row)
+        self._wrote(req, 0)
+        self._finals -= req.final_len
+        self._reserved -= req.reservation
+        self._blocks -= req.block
         del self._reqs[rid]
 
     # -- observation -----------------------------------------------------------------------
@@ -196,13 +233,12 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         rounding = block - reservation; external = free slots in holes smaller than the
         head's block (its reservation after page and placement rounding)."""
         non_negative_int("head_reservation", head_reservation)
-        tokens = reserved = over = rounding = 0
-        for r in self._reqs.values():
-            w, fin = r.written, r.final_len
-            tokens += w
-            reserved += fin - w if fin > w else 0
-            over += r.reservation - (fin if fin > w else w)
-            rounding += r.block - r.reservation
+        # sums over live requests: reserved = sum max(fin - w, 0) = finals - tokens + excess,
+        # over = sum (reservation - max(fin, w)) = reservations - finals - excess
+        tokens, excess = self._tokens, self._excess
+        reserved = self._finals - tokens + excess
+        over = self._reserved - self._finals - excess
+        rounding = self._blocks - self._reserved
         pl = self.placement
         need = self._block_for(head_reservation) if head_reservation > 0 else 0
         external = pl.external(need) if need else 0
@@ -220,8 +256,7 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         )
 
     def page_table_entries(self) -> int:
-        ps = self.page_size
-        return sum(-(-r.written // ps) for r in self._reqs.values())
+        return self._entries  # sum of ceil(written / page_size), kept by `_wrote`
 
     def check_invariants(self) -> None:
         pl = self.placement
@@ -234,6 +269,7 @@ class ContiguousPolicy(Reserving, DecodeStretch):
             )
         rows = set()
         owned = 0
+        sums = [0] * 5
         for rid, r in self._reqs.items():
             off = r.start - self._base
             if used.get(off) != r.block:
@@ -246,6 +282,11 @@ class ContiguousPolicy(Reserving, DecodeStretch):
                 raise InvariantError(f"{self.name}: row {r.row} of request {rid} is bad")
             rows.add(r.row)
             owned += r.block
+            sums[0] += r.written
+            sums[1] += max(r.written - r.final_len, 0)
+            sums[2] += r.final_len
+            sums[3] += r.reservation
+            sums[4] += r.block
             got = self.req_to_token_pool.req_to_token[r.row, : r.written].cpu()
             want = torch.arange(r.start, r.start + r.written, dtype=torch.int32)
             if not torch.equal(got, want):
@@ -254,6 +295,10 @@ class ContiguousPolicy(Reserving, DecodeStretch):
             raise InvariantError(
                 f"{self.name}: free {pl.free_total()} + owned {owned} != capacity {self.capacity}"
             )
+        if sums != [self._tokens, self._excess, self._finals, self._reserved, self._blocks] \
+                or self._entries != sum(cdiv(r.written, self.page_size)
+                                        for r in self._reqs.values()):
+            raise InvariantError(f"{self.name}: the breakdown's running sums are out of sync")
         if len(rows) != self.req_to_token_pool.size - self.req_to_token_pool.available_size():
             raise InvariantError(f"{self.name}: rows in use do not match live requests")
         self.breakdown(self.max_context_len).check_invariants()

@@ -119,6 +119,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         self.pool = BlockPool(self.num_pages, self.page_size)
         self.hasher = ChainHasher(self.page_size, self.max_context_len)
         self.memo = ChainMemo(self.hasher)
+        self._offsets = np.arange(self.page_size, dtype=np.int64)  # slots within a block
         self._reqs: dict[int, _Req] = {}
         # statistics
         self.hit_tokens = 0
@@ -136,20 +137,29 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
 
     def _register_full(self, req: _Req) -> None:
         """Hash every full block of `req` whose token ids are known."""
+        run = self._full_run(req)
+        if run is not None:
+            self.pool.cache_full_blocks(*run)
+
+    def _full_run(self, req: _Req) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, int,
+                                            int] | None:
+        """The arguments of `cache_full_blocks` for the full blocks of `req` not hashed yet
+        whose token ids are known (hashing only those), marked hashed; None if none."""
         ps = self.page_size
         full = min(req.written, len(req.ids)) // ps
         done = req.nhashed
         if done >= full:
-            return
+            return None
         have = len(req.chain)
         if have < full:  # hash only the blocks not hashed yet
             parent = int(req.chain[-1]) if have else NONE_HASH
             req.chain = np.concatenate([req.chain, self.hasher.chain(
                 parent, req.ids[have * ps : full * ps])])
-        parent = int(req.chain[done - 1]) if done else NONE_HASH
-        self.pool.cache_full_blocks(req.blocks[done:full], req.chain[done:full], parent,
-                                    req.ids[done * ps : full * ps].reshape(-1, ps), done)
+        parent, after = (int(req.chain[done - 1]), int(req._blocks[done - 1])) if done \
+            else (NONE_HASH, 0)
         req.nhashed = full
+        return (req._blocks[done:full], req.chain[done:full], parent,
+                req.ids[done * ps : full * ps].reshape(-1, ps), done, after)
 
     # -- admission -------------------------------------------------------------------------
     def peek_prefix(self, token_ids: np.ndarray) -> int:
@@ -207,10 +217,14 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
     def _write(self, req: _Req, start: int, end: int) -> None:
         """Page-table entries of positions start..end-1 (their blocks already allocated)."""
         ps = self.page_size
+        if ps == 1:  # a block per token: the slots are the blocks
+            self.req_to_token_pool.write_range(req.row, start, req._blocks[start:end])
+            return
         first = start // ps
-        bt = req.blocks[first : cdiv(end, ps)]
-        pos = np.arange(start, end, dtype=np.int64)
-        self.req_to_token_pool.write_range(req.row, start, bt[pos // ps - first] * ps + pos % ps)
+        bt = req._blocks[first : cdiv(end, ps)]
+        slots = (bt[:, None] * ps + self._offsets).ravel()  # every slot of those blocks
+        self.req_to_token_pool.write_range(req.row, start,
+                                           slots[start - first * ps : end - first * ps])
 
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
         reqs = [self._req(r) for r in rids]
@@ -224,6 +238,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             return False
         new = self.pool.get_new_blocks(need)
         at = 0
+        runs = []  # the requests' newly full blocks, cached together in request order
         for req, t in zip(reqs, target_lens, strict=True):
             t = int(t)
             k = cdiv(t, ps) - req.nblocks
@@ -233,7 +248,11 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             if t > req.written:
                 self._write(req, req.written, t)
                 req.written = t
-                self._register_full(req)
+                run = self._full_run(req)
+                if run is not None:
+                    runs.append(run)
+        if runs:
+            self.pool.cache_runs(runs)
         return True
 
     def decode(self, rids: Sequence[int]) -> bool:
