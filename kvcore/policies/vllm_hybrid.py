@@ -60,6 +60,7 @@ from kvcore.hybrid_groups import (
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import PoolKinds, PoolUsage, PrefixCache
 from kvcore.policies.vllm_hybrid_state import HybridReq, check_hybrid_invariants
+from kvcore.policies.vllm_hybrid_stretch import HybridDecodeStretch
 from kvcore.validation import cdiv, check_request_lengths, non_negative_int, positive_int
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -69,7 +70,7 @@ def _ids(token_ids: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(token_ids, dtype=np.int64)
 
 
-class VLLMHybridPolicy(PrefixCache, PoolKinds):
+class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
     """vLLM v1's hybrid KV cache manager (see the module notes) behind the KVPolicy
     interface; built by `make_policy("vllm", cfg)` when `cfg.layout` is hybrid."""
 
@@ -98,6 +99,11 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         self.mamba_cache_mode = mode
         self.specs = self.groups.specs
         self.has_state = any(s.is_state for s in self.specs)
+        #: groups that take a block each time a request's tokens reach a new block (all but
+        #: Mamba groups in mode none, which hold one block from the first token on)
+        self.alloc_groups = sum(s.count for s in self.specs
+                                if not (s.is_state and mode == "none"))
+        self.max_requests = positive_int("max_requests", config.max_requests)
         #: prefix caching: on, except with Mamba mode "none" on a model with state layers
         self.caching = not (self.has_state and mode == "none")
         self.spec_gids = self.groups.group_ids()
@@ -109,7 +115,7 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         #: per group: hash -> blocks holding that key, oldest first
         self._holders: list[dict[int, list[int]]] = [{} for _ in self.gspec]
         self.hasher = ChainHasher(bs, self.max_context_len)
-        self._rows = list(range(positive_int("max_requests", config.max_requests) - 1, -1, -1))
+        self._rows = list(range(self.max_requests - 1, -1, -1))
         self._reqs: dict[int, HybridReq] = {}
         # statistics per spec: the hit that spec alone accepted, and the tokens asked about
         self.spec_hits = [0] * len(self.specs)
@@ -435,9 +441,21 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
                                          self.capacity - tokens - cached - reserved - rounding)
 
     def page_table_entries(self) -> int:
-        """Non-null entries of every live request's block tables: each holds one reference
-        to its block (checked by the invariants), so the sum of the pool's ref counts."""
-        return int(self.pool.ref_cnt.sum())
+        """The contract's sum of ceil(context / block size) over live requests: the blocks of
+        one attention group's table (every group's table has that many positions, null or
+        not; `block_tables` gives them all)."""
+        bs = self.page_size
+        return sum(cdiv(r.written, bs) for r in self._reqs.values())
+
+    @property
+    def page_table_nbytes(self) -> int:
+        """Bytes of vLLM's block tables on the device: one int32 table of max_num_reqs x
+        cdiv(max_model_len, block_size) per KV cache group (vllm/v1/worker/block_table.py,
+        `MultiGroupBlockTable`, v0.11+; a Mamba group in mode none has block size
+        max_model_len, so one column)."""
+        cols = [1 if self.specs[k].is_state and self.mamba_cache_mode == "none"
+                else cdiv(self.max_context_len, self.page_size) for k in self.gspec]
+        return self.max_requests * sum(cols) * 4
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Per pool kind: the shared pool's bytes as capacity, the bytes its groups' blocks
