@@ -27,17 +27,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
-from kvcore.policies.capabilities import DecodeStretch
-from kvcore.policies.vllm_hybrid_state import HybridReq
+from kvcore.policies.capabilities import DecodeStretch, PoolUsage
+from kvcore.policies.vllm_hybrid_state import HybridReq, HybridView
 from kvcore.validation import cdiv
 
-if TYPE_CHECKING:  # the policy imports this module
-    from kvcore.policies.vllm_hybrid import VLLMHybridPolicy
+
+class StretchView(HybridView, Protocol):
+    """What the stretch reads of the policy (kvcore/policies/vllm_hybrid.py), beyond the
+    invariant checks' view."""
+
+    capacity: int
+    slot_groups: int
+    alloc_groups: int
+
+    def pool_usage(self) -> dict[str, PoolUsage]: ...
+    def available_tokens(self) -> int: ...
+    def _req(self, rid: int) -> HybridReq: ...
+    def _slots(self, blocks: int) -> int: ...
 
 
 @dataclass
@@ -54,7 +65,7 @@ class StretchPlan:
     frees: list[tuple[int, int, int, int, int]]
 
 
-def plan_stretch(p: VLLMHybridPolicy, reqs: list[HybridReq], n: int) -> StretchPlan:
+def plan_stretch(p: StretchView, reqs: list[HybridReq], n: int) -> StretchPlan:
     """Every block the n steps allocate and free (read-only)."""
     bs, mode = p.page_size, p.mamba_cache_mode
     alloc: list[tuple[int, int, int, int]] = []
@@ -87,7 +98,7 @@ def plan_stretch(p: VLLMHybridPolicy, reqs: list[HybridReq], n: int) -> StretchP
     return StretchPlan(n, reqs, alloc, frees)
 
 
-def _idle_events(p: VLLMHybridPolicy, plan: StretchPlan) -> list[tuple[int, bool, int]]:
+def _idle_events(p: StretchView, plan: StretchPlan) -> list[tuple[int, bool, int]]:
     """(step, hashed, group) of each free that leaves its block with no holder, in free order: a
     shared block (a prefix hit held by several requests) goes idle at its last holder's free.
     A block the stretch allocates is unhashed (a pop drops the hash); a held one keeps its
@@ -105,13 +116,13 @@ def _idle_events(p: VLLMHybridPolicy, plan: StretchPlan) -> list[tuple[int, bool
     return out
 
 
-def release_step(p: VLLMHybridPolicy, plan: StretchPlan) -> int:
+def release_step(p: StretchView, plan: StretchPlan) -> int:
     """The first step (1-based) after which a block is back in the free queue; n + 1: none."""
     idle = _idle_events(p, plan)
     return idle[0][0] + 1 if idle else plan.n + 1
 
 
-def stretch_profile(p: VLLMHybridPolicy, plan: StretchPlan, head_reservation: int) -> np.ndarray:
+def stretch_profile(p: StretchView, plan: StretchPlan, head_reservation: int) -> np.ndarray:
     """The breakdown (PARTS columns) after each of the plan's steps, as `breakdown` would
     give it then (read-only)."""
     n, bs, pool = plan.n, p.page_size, p.pool
@@ -141,6 +152,20 @@ def stretch_profile(p: VLLMHybridPolicy, plan: StretchPlan, head_reservation: in
         tokens -= (end - w) * part
         reserved += np.maximum(np.minimum(end, req.final_len) - w, 0) * part
         rounding += np.maximum(end - np.maximum(req.final_len, w), 0) * part
+    # requests outside the stretch (none in the engine's stretches) keep their tails
+    inside = {id(r) for r in plan.reqs}
+    for r in p.reqs.values():
+        w0 = r.written
+        if id(r) in inside or not w0 % bs:
+            continue
+        for g, k in enumerate(p.gspec):
+            tab = r.tables[g]
+            if p.specs[k].is_state or not tab or not tab[-1]:
+                continue
+            e = len(tab) * bs
+            tokens -= e - w0
+            reserved += max(min(e, r.final_len) - w0, 0)
+            rounding += max(e - max(r.final_len, w0), 0)
     g = p.slot_groups
     out = np.empty((n, 6), dtype=np.int64)
     for j in range(n):
@@ -151,7 +176,7 @@ def stretch_profile(p: VLLMHybridPolicy, plan: StretchPlan, head_reservation: in
     return out
 
 
-def stretch_pools(p: VLLMHybridPolicy, plan: StretchPlan) -> dict[str, np.ndarray]:
+def stretch_pools(p: StretchView, plan: StretchPlan) -> dict[str, np.ndarray]:
     """Per pool kind, its (used, cached) bytes after each of the plan's steps, as
     `pool_usage` would give them then ((steps, 2), read-only): a pop adds a used block to its
     group's kind and, when it evicts, takes a used and cached one from the evicted block's
@@ -173,7 +198,7 @@ def stretch_pools(p: VLLMHybridPolicy, plan: StretchPlan) -> dict[str, np.ndarra
             + np.cumsum(d[col[kind]], axis=0) * bb for kind in names}
 
 
-def apply_stretch(p: VLLMHybridPolicy, plan: StretchPlan) -> None:
+def apply_stretch(p: StretchView, plan: StretchPlan) -> None:
     """Make the plan's pool calls: all pops, then all frees in stepping's order (see the
     module notes for why that is stepping's result), and update the requests."""
     bs, n, pool = p.page_size, plan.n, p.pool
@@ -219,10 +244,11 @@ def apply_stretch(p: VLLMHybridPolicy, plan: StretchPlan) -> None:
 
 
 class HybridDecodeStretch(DecodeStretch):
-    """The DecodeStretch capability of `VLLMHybridPolicy`, which derives from it."""
+    """The DecodeStretch capability of `VLLMHybridPolicy` (kvcore/policies/vllm_hybrid.py),
+    which derives from it."""
 
-    def _me(self) -> VLLMHybridPolicy:
-        return cast("VLLMHybridPolicy", self)
+    def _me(self) -> StretchView:
+        return cast(StretchView, self)
 
     def _stretch(self, rids: Sequence[int], n: int) -> StretchPlan | None:
         """The plan of n decode steps; None while a request knows ids beyond its written
@@ -260,9 +286,9 @@ class HybridDecodeStretch(DecodeStretch):
     def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         """n decode steps with the pool calls of n `decode` calls (see the module notes)."""
         p = self._me()
-        p.check_distinct("decode", rids)
+        self.check_distinct("decode", rids)
         reqs = [p._req(r) for r in rids]
-        p.check_decode_args(rids, [r.written for r in reqs], p.max_context_len, steps=n)
+        self.check_decode_args(rids, [r.written for r in reqs], p.max_context_len, steps=n)
         if self.decode_cost(rids, n) > p.available_tokens():
             raise ValueError("decode_steps needs decode_cost <= available_tokens")
         plan = plan_stretch(p, reqs, n)

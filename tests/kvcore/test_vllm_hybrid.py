@@ -9,6 +9,8 @@ differential test 2 s).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -288,6 +290,44 @@ class HybridMachine(RuleBasedStateMachine):
             self.p.extend([rid], [min(w + step, len(ids))])
         elif w < final:
             self.p.decode([rid])
+
+    @precondition(lambda self: self.live)
+    @rule(first=st.integers(0, 100), width=st.integers(1, 4), n=st.integers(1, 80))
+    def stretch(self, first: int, width: int, n: int) -> None:
+        """`decode_steps` on up to `width` decoding requests against a copy stepped n times:
+        the breakdown and pool bytes after each step, then the tables, the free queue in
+        order, the ref counts and the hashes all equal (the decode stretch's contract)."""
+        p = self.p
+        ready = sorted(r for r, (ids, final) in self.live.items()
+                       if len(ids) <= p.written(r) < final)
+        rids = ready[first % len(ready):][:width] if ready else []
+        if not rids:
+            return
+        n = min(n, *(self.live[r][1] - p.written(r) for r in rids))
+        if p.decode_cost(rids, n) > p.available_tokens():
+            return
+        twin = copy.deepcopy(p)
+        releases = p.steps_before_release(rids, n)
+        profile = p.decode_steps(rids, n, 7)
+        pools = p.stretch_pool_usage()
+        released = n
+        for j in range(n):
+            free = twin.pool.get_num_free_blocks()
+            assert twin.decode(rids)
+            if twin.pool.get_num_free_blocks() > free - twin.alloc_groups * sum(
+                    (twin.written(r) - 1) % twin.page_size == 0 for r in rids):
+                released = min(released, j + 1)
+            assert np.array_equal(profile[j], twin.breakdown(7).as_array()), j
+            for kind, u in twin.pool_usage().items():
+                assert tuple(pools[kind][j]) == (u.used_bytes, u.cached_bytes), (kind, j)
+        assert releases == released
+        for r in rids:
+            assert p.block_tables(r) == twin.block_tables(r)
+        nfree = p.pool.get_num_free_blocks()
+        assert np.array_equal(p.pool.peek_free(nfree), twin.pool.peek_free(nfree))
+        assert np.array_equal(p.pool.ref_cnt, twin.pool.ref_cnt)
+        assert np.array_equal(p.pool.is_hashed, twin.pool.is_hashed)
+        assert p.page_table_entries() == twin.page_table_entries()
 
     @precondition(lambda self: self.live)
     @rule(pick=st.integers(0, 100), finish=st.booleans())
