@@ -37,6 +37,7 @@ import pandas as pd
 from experiments.options import RunOptions
 from kvcore.hybrid_plan import vllm_block_size
 from kvcore.hybrid_presets import LAYOUTS
+from kvcore.presets import get_model
 from reports.io import atomic_write_text, save_figure_atomic
 from simulator.run import simulate
 from workloads import build_workload
@@ -77,8 +78,8 @@ def main() -> None:
             # memory in use, time-averaged: every part of the shared pool but the free one
             row = {"kv_layout": layout, "page_size": bs, "block_size": eff,
                    "ideal_reuse": ideal_reuse(w, 1),
-                   "kv_mem_gib": cfg.pool.kv_bytes / 2**30,
-                   "used_gib": cfg.pool.kv_bytes / 2**30 * (100.0 - s["free_pct"]) / 100.0,
+                   "kv_mem_gib": pool_bytes(cfg) / 2**30,
+                   "used_gib": pool_bytes(cfg) / 2**30 * (100.0 - s["free_pct"]) / 100.0,
                    **{k: s.get(k) for k in COLUMNS if k in s}}
             rows.append(row)
             print(" ".join(f"{k}={row.get(k)}" for k in COLUMNS), f"wall={time.time() - t:.0f}s",
@@ -87,6 +88,14 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "hybrid_block_size.csv", df.to_csv(index=False))
     plot(df, n, scale, out / "hybrid_block_size_hit_rate.png")
+
+
+def pool_bytes(cfg) -> float:
+    """The KV pool's bytes: a hybrid run's per-rank budget, or the full-attention pool's
+    tokens x every layer's KV per token (the pre-hybrid baseline)."""
+    if cfg.pool.kv_bytes:
+        return float(cfg.pool.kv_bytes)
+    return float(cfg.pool.kv_tokens * get_model(MODEL).kv_bytes_per_token("bf16"))
 
 
 def plot(df: pd.DataFrame, n: int, scale: float, path: Path) -> None:

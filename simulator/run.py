@@ -338,5 +338,9 @@ def noise_columns(done: pd.DataFrame) -> dict:
 
 
 def policy_page_table_bytes(policy) -> int:
+    """The page (block) table's device bytes: the request-to-token table, or vLLM's block
+    tables, one per KV cache group, of the hybrid `vllm` policy (`page_table_nbytes`)."""
     pool = getattr(policy, "req_to_token_pool", None)
-    return int(pool.nbytes) if pool is not None else 0
+    if pool is not None:
+        return int(pool.nbytes)
+    return int(getattr(policy, "page_table_nbytes", 0))

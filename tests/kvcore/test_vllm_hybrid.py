@@ -414,3 +414,15 @@ def test_bad_arguments_are_one_line_errors_and_change_nothing() -> None:
     # cached), as vLLM removes skipped blocks before it allocates
     assert p.available_tokens() == 7 * 16 // 2 and p.block_tables(0)[2] == [0, before[2][1]]
     p.check_invariants()
+
+
+@pytest.mark.parametrize(("mode", "columns"), [("align", 3 * 16), ("none", 2 * 16 + 1)])
+def test_block_tables_are_sized_as_vllms(mode: str, columns: int) -> None:
+    """vLLM's block tables (vllm/v1/worker/block_table.py, one per KV cache group): int32,
+    max_num_reqs x cdiv(max_model_len, block_size) each; a Mamba group in mode none has block
+    size max_model_len, so one column. Toy: 8 requests, 256 tokens, blocks of 16, three
+    groups: 8 x 48 x 4 = 1,536 B in align, 8 x 33 x 4 = 1,056 B in none."""
+    p = toy(mode)
+    assert p.page_table_nbytes == 8 * columns * 4
+    from simulator.run import policy_page_table_bytes
+    assert policy_page_table_bytes(p) == p.page_table_nbytes
