@@ -154,18 +154,18 @@ def stretch_profile(p: StretchView, plan: StretchPlan, head_reservation: int) ->
         rounding += np.maximum(end - np.maximum(req.final_len, w), 0) * part
     # requests outside the stretch (none in the engine's stretches) keep their tails
     inside = {id(r) for r in plan.reqs}
-    for r in p.reqs.values():
-        w0 = r.written
-        if id(r) in inside or not w0 % bs:
+    for other in p.reqs.values():
+        w0 = other.written
+        if id(other) in inside or not w0 % bs:
             continue
         for g, k in enumerate(p.gspec):
-            tab = r.tables[g]
+            tab = other.tables[g]
             if p.specs[k].is_state or not tab or not tab[-1]:
                 continue
             e = len(tab) * bs
             tokens -= e - w0
-            reserved += max(min(e, r.final_len) - w0, 0)
-            rounding += max(e - max(r.final_len, w0), 0)
+            reserved += max(min(e, other.final_len) - w0, 0)
+            rounding += max(e - max(other.final_len, w0), 0)
     g = p.slot_groups
     out = np.empty((n, 6), dtype=np.int64)
     for j in range(n):
