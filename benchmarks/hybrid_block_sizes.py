@@ -125,9 +125,9 @@ def plot(df: pd.DataFrame, n: int, scale: float, path: Path) -> None:
     ax = axes[0]
     ax.axhline(float(df.ideal_reuse.iloc[0]), color="grey", ls=":",
                label="ideal reuse (token level, infinite cache)")
-    ax.text(528, 0.005, " smallest hybrid block: 528", color="tab:red", fontsize=8)
+    ax.text(528, 0.03, " smallest hybrid block: 528", color="tab:red", fontsize=8)
     ax.set_ylim(0, max(float(df.ideal_reuse.iloc[0]), float(df.prefix_hit_rate.max())) * 1.15)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper right")
     over = int(df.overloaded.astype(bool).sum())
     fig.suptitle(f"Block size on a hybrid model: Mooncake conversation trace, first {n} "
                  f"requests (arrivals x {scale:g}), one H100 under vLLM's budget; "
