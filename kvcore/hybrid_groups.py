@@ -102,6 +102,20 @@ class GroupSpec:
             return computed // self.chunk * self.chunk
         return computed - 1
 
+    def first_skipping(self, tokens: int) -> int:
+        """The fewest computed tokens at which `skipped_tokens` reaches `tokens` (>= 1): the
+        written count at which a decode step frees the block ending there (the inverse the
+        decode stretch plans with). Full attention never skips: ValueError."""
+        if tokens < 1:
+            raise ValueError(f"first_skipping needs tokens >= 1, got {tokens}")
+        if self.kind == FULL:
+            raise ValueError("full attention skips no tokens")
+        if self.kind == SLIDING:
+            return tokens + self.window - 1
+        if self.kind == CHUNKED:
+            return cdiv(tokens, self.chunk) * self.chunk
+        return tokens + 1
+
 
 @dataclass(frozen=True)
 class HybridGroups:

@@ -260,8 +260,15 @@ def plan(
         if b.rule != "sglang":  # vLLM's layout for every other rule and the direct sizes
             hybrid = vllm_plan(layout, b.per_rank, ctx, kv_dtype=memory.kv_dtype, tp=tp)
         else:
+            # SGLang v0.5 runs a model with Mamba / linear-attention layers at page size 1:
+            # its Mamba radix cache (mem_cache/mamba_radix_cache.py, the default no_buffer
+            # strategy) supports no other, as kvcore/hybrid_radix_cache.py enforces
+            sg_ps = 1 if layout.state_groups() else ps
             hybrid = sglang_plan(layout, b.per_rank, ctx, kv_dtype=memory.kv_dtype, tp=tp,
-                                 page_size=ps, max_running_requests=mrr)
+                                 page_size=sg_ps, max_running_requests=mrr)
+            if sg_ps != ps:
+                notes.append(f"sglang layout at page size 1, not {ps}: SGLang's Mamba radix "
+                             "cache (v0.5) runs no other")
     if layout is not None:
         notes.append(f"hybrid: {layout.mix}; the headline KV tokens above store every layer "
                      "as full attention (the pre-hybrid baseline)")

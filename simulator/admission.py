@@ -15,7 +15,8 @@ registered by name (`--admission`); the engine holds one and asks it, never the 
 
 Two rules hold for every mode:
 
-* The evictable part of the head's own cached prefix is not available memory: admitting it
+* The evictable part of the head's own cached prefix is not available memory (nor, on a
+  hybrid model, what its other pools need or lack: `PrefixPeek.other_pools`): admitting it
   locks that prefix (SGLang re-checks its budget after locking; vLLM counts such blocks among
   those to allocate). Counting it twice admits what cannot run, then preempts it, forever.
 * A reserving policy (contiguous-*) places its own reservation: its placement is the final
@@ -86,7 +87,7 @@ class Admission(ABC):
         round's admissions."""
         if self.reserving:
             return True
-        available = self.policy.available_tokens() - peek.evictable
+        available = self.policy.available_tokens() - peek.evictable - peek.other_pools
         return self._fits(sreq, peek.hit, available, charged, running, prefilling)
 
     @abstractmethod
@@ -149,7 +150,7 @@ class SGLangAdmission(Admission):
         p = self.params
         ratio = np.maximum(p.new_token_ratio_min, self.ratio - p.new_token_ratio_decay * j)
         left = np.clip(rem[None, :] - j[:, None], 0, None).sum(axis=1)
-        avail = self.policy.available_tokens() - peek.evictable
+        avail = self.policy.available_tokens() - peek.evictable - peek.other_pools
         need = head.prefill_target - peek.hit + remaining_new_tokens(head)
         return _first_true(avail - left * ratio >= need, k)
 
@@ -209,7 +210,7 @@ class ReserveAdmission(Admission):
         j = np.arange(1, k + 1, dtype=np.int64)
         held = np.array([r.prompt_len + r.max_new - r.written for r in running])
         left = np.clip(held[None, :] - j[:, None], 0, None).sum(axis=1)
-        avail = self.policy.available_tokens() - peek.evictable
+        avail = self.policy.available_tokens() - peek.evictable - peek.other_pools
         return _first_true(avail - left >= head.prompt_len + head.max_new - peek.hit, k)
 
 

@@ -68,6 +68,9 @@ class Recorder:
     # (used, cached) bytes integrated over the window like the parts (simulator/pool_columns.py)
     pools: Callable[[], Mapping[str, Any]] | None = None
     pool_seconds: dict[str, np.ndarray] = field(default_factory=dict)
+    # a hybrid policy with decode stretches: each kind's (used, cached) bytes after each step
+    # of the stretch just applied (kvcore/policies/vllm_hybrid_stretch.py), set by the run
+    pool_steps: Callable[[], Mapping[str, np.ndarray]] | None = None
 
     def _add_pools(self, w: float) -> None:
         """The pools as they are now held for `w` seconds of the window."""
@@ -130,7 +133,11 @@ class Recorder:
             self.part_seconds = total[:p]
             self.over_seconds, self.frag_index_seconds, self.page_entry_seconds = \
                 total[p:].tolist()
-            if self.pools is not None:  # a stretch hands the pools as they end it
+            if self.pool_steps is not None:  # step by step, as stepping adds them
+                for kind, rows in self.pool_steps().items():
+                    acc = self.pool_seconds.setdefault(kind, np.zeros(2))
+                    self.pool_seconds[kind] = _accumulate(acc, rows * w[:, None])
+            elif self.pools is not None:  # a stretch hands the pools as they end it
                 self._add_pools(float(w.sum()))
         if starts[0] > ws and starts[-1] < we:  # every step overlaps the window
             self.peak_token_states = max(self.peak_token_states, int(parts[:, 0].max()))

@@ -13,7 +13,7 @@ import torch
 
 from kvcore.breakdown import mean_frag_index, mean_share_pct
 from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy, policy_kind
-from kvcore.policies.capabilities import LowerTiers, PoolKinds
+from kvcore.policies.capabilities import DecodeStretch, LowerTiers, PoolKinds
 from kvcore.presets import get_gpu, get_model
 from simulator.batch_means import batch_means_se, batch_ratio_se
 from simulator.config import SimConfig
@@ -138,6 +138,8 @@ def simulate(
                    request_sink)
     if isinstance(policy, PoolKinds):
         rec.pools = policy.pool_usage
+        if isinstance(policy, DecodeStretch):  # its stretches hand each step's pools
+            rec.pool_steps = policy.stretch_pool_usage
     env = simpy.Environment()
     bar = None
     tick: Callable[[int], None] | None = progress if callable(progress) else None
@@ -336,5 +338,9 @@ def noise_columns(done: pd.DataFrame) -> dict:
 
 
 def policy_page_table_bytes(policy) -> int:
+    """The page (block) table's device bytes: the request-to-token table, or vLLM's block
+    tables, one per KV cache group, of the hybrid `vllm` policy (`page_table_nbytes`)."""
     pool = getattr(policy, "req_to_token_pool", None)
-    return int(pool.nbytes) if pool is not None else 0
+    if pool is not None:
+        return int(pool.nbytes)
+    return int(getattr(policy, "page_table_nbytes", 0))

@@ -11,7 +11,9 @@ of step k:
 * with lower KV tiers under write_back, no step evicts (an eviction writes back to the host,
   which each stepped iteration charges and records); the write-backs not charged yet when
   the stretch starts lengthen its first step, as they would the first stepped iteration;
-* admission cannot take the queue head before step k (`Admission.horizon`);
+* admission cannot take the queue head before step k (`Admission.horizon`), and while one
+  waits no step before the k-th gives memory back (`DecodeStretch.steps_before_release`: a
+  hybrid's sliding-window and Mamba blocks);
 * no arrival or session release falls before the end of step k - 1;
 * at most `max_steps_per_stretch` steps.
 
@@ -118,7 +120,8 @@ class FastForward:
             if k >= 2 and len(e.waiting) >= limit.min_waiting:
                 k = min(k, self._steps_within(rids, k, r.policy.fresh_tokens()) + limit.after)
         if k >= 2 and e.waiting and not r.reserving and len(e.running) < r.max_running:
-            k = min(k, e.admission_horizon(k))
+            # the horizon assumes decoding only takes memory: a step that frees some ends it
+            k = min(k, e.admission_horizon(k), r.policy.steps_before_release(rids, k))
         if k < 2:
             return k
         ends = step_ends(e.env.now, self._step_times(k))

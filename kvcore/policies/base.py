@@ -84,10 +84,15 @@ class AdmitResult:
 
 class PrefixPeek(NamedTuple):
     """What admission would find in the prefix cache now: `hit` tokens (page-aligned), of
-    which `evictable` are held by the cache alone (unlocked: counted in evictable_tokens)."""
+    which `evictable` are held by the cache alone (unlocked: counted in evictable_tokens);
+    and `other_pools`, slots of `available_tokens()` the request cannot use or needs on top
+    of its pages (a hybrid's Mamba state and sliding-window blocks, or a short SWA pool;
+    negative when it needs fewer): admission leaves it out of what is available. 0 for every
+    full-attention policy."""
 
     hit: int
     evictable: int
+    other_pools: int = 0
 
 
 class KVPolicy(ABC):

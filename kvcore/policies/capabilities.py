@@ -93,6 +93,14 @@ class DecodeStretch(KVPolicy):
         eviction. Default: the free slots (a cache is evicted only when free memory runs out)."""
         return self.free_tokens()
 
+    def steps_before_release(self, rids: Sequence[int], n: int) -> int:
+        """The decode steps of `rids` (<= n) through the first one that gives memory back to
+        the free pool (read-only): admission, which assumes free memory only shrinks while
+        decoding (`Admission.horizon`), could take the queue head right after it. Default n:
+        on-demand growth frees nothing while decoding; a hybrid policy frees sliding-window
+        and Mamba blocks as requests decode (kvcore/policies/vllm_hybrid_stretch.py)."""
+        return n
+
     def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         """`n` decode steps at once, with exactly the result of `n` calls of `decode(rids)`;
         returns the breakdown parts (columns in PARTS order) after each step.
@@ -182,6 +190,13 @@ class PoolKinds(KVPolicy):
     @abstractmethod
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Each pool kind the policy holds (keys from POOL_KINDS), read-only."""
+
+    def stretch_pool_usage(self) -> dict[str, np.ndarray]:
+        """Per pool kind, the (used, cached) bytes after each step of the last
+        `decode_steps` call ((steps, 2)), which the Recorder integrates step by step as
+        stepping integrates `pool_usage`: a PoolKinds policy that is a DecodeStretch must
+        give them. Default: none (a policy that steps every decode)."""
+        return {}
 
 
 #: every capability, in the order DEVELOPERS.md lists them

@@ -207,7 +207,17 @@ class HybridPagedPolicy(PrefixCache, PoolKinds):
         return self.tree.peek_hybrid(token_ids)[0]
 
     def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
-        return PrefixPeek(*self.tree.peek_hybrid(token_ids))
+        """`other_pools`: SGLang v0.5's PrefillAdder budgets a hybrid SWA model on the smaller
+        of the two pools (`rem_total_tokens`: min of full and SWA available + evictable,
+        managers/schedule_policy.py), so what the full pool has beyond the SWA pool is not
+        available (the SWA walk only when the SWA pool's free pages alone fall short)."""
+        hit, evictable = self.tree.peek_hybrid(token_ids)
+        if self.pool.swa is None:
+            return PrefixPeek(hit, evictable)
+        avail, swa = self.available_tokens(), self.pool.swa_free_pages() * self.page_size
+        if swa < avail:
+            swa += self.tree.swa_sizes()[0]
+        return PrefixPeek(hit, evictable, max(avail - swa, 0))
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:

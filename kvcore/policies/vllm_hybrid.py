@@ -25,20 +25,15 @@ behaviour below has held since v0.11 unless said):
   (`_mamba_block_aligned_split`), modelled here as the state at the last boundary a grow
   call crosses being kept.
 
-Hashing: one block hash chain per request (kvcore/block_hash.py), shared by all groups; the
-pool may hold the same key once per group, and this policy's own index (`_holders`, per group
-a hash -> blocks dict: vLLM's `BlockHashWithGroupId`) tells them apart and answers a lookup at any
-position, as the sliding window and Mamba finders need (from the right). A block is hashed
-when it is full and its token ids are known: prompt blocks as prefill writes them, decode
-blocks at `cache_prefix` / `finish` (a sliding-window or Mamba decode block freed before then
-is not cached: this simulator hands output token ids over only then).
+Hashing: one hash chain per request (kvcore/block_hash.py) for all groups; `_holders` (per
+group, hash -> blocks: vLLM's `BlockHashWithGroupId`) answers a lookup at any position. A
+full block is hashed once its ids are known: prompt blocks at prefill, decode blocks at
+`cache_prefix` / `finish` (a window or state decode block freed before then is not cached).
 
-Units: the engine speaks in token slots; here a slot is 1 / block_size of a block of the
-shared pool in each attention group (`slot_groups`), so `capacity` = blocks x block_size /
-attention groups and `available_tokens` = free blocks x block_size / attention groups: one
-token of a request costs one slot, as under full attention (state blocks, a few per request,
-come on top and are not budgeted by the engine's token admission). Bytes per kind come from
-`pool_usage`.
+Units: a slot is 1 / block_size of a block in each attention group (`slot_groups`), so one
+token costs one slot as under full attention; `peek_admission`'s `other_pools` tells the
+engine's admission what the other groups (state blocks) need on top. Decode stretches:
+kvcore/policies/vllm_hybrid_stretch.py. Bytes per kind: `pool_usage`.
 """
 
 from __future__ import annotations
@@ -60,16 +55,15 @@ from kvcore.hybrid_groups import (
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import PoolKinds, PoolUsage, PrefixCache
 from kvcore.policies.vllm_hybrid_state import HybridReq, check_hybrid_invariants
+from kvcore.policies.vllm_hybrid_stretch import HybridDecodeStretch
 from kvcore.validation import cdiv, check_request_lengths, non_negative_int, positive_int
-
-_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _ids(token_ids: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(token_ids, dtype=np.int64)
 
 
-class VLLMHybridPolicy(PrefixCache, PoolKinds):
+class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
     """vLLM v1's hybrid KV cache manager (see the module notes) behind the KVPolicy
     interface; built by `make_policy("vllm", cfg)` when `cfg.layout` is hybrid."""
 
@@ -88,16 +82,17 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
             config.layout, config.kv_bytes, self.max_context_len, kv_dtype=config.kv_dtype,
             block_size=config.page_size)
         bs = self.groups.block_size
-        #: the groups whose blocks grow with a request's tokens (attention kinds): a slot, the
-        #: engine's unit, is 1 / block_size of one block in each of them, so a token costs
-        #: one slot as it does under full attention; state groups take a few blocks per
-        #: request on top (vLLM reports "GPU KV cache size" the same way: blocks // groups x
-        #: block size, vllm/v1/core/kv_cache_utils.py `_report_kv_cache_config`, v0.11+)
+        #: attention groups: a slot is 1 / block_size of a block in each (vLLM's "GPU KV
+        #: cache size" = blocks // groups x block size, kv_cache_utils.py, v0.11+)
         self.slot_groups = max(1, sum(s.count for s in self.groups.specs if not s.is_state))
         super().__init__(self.groups.num_blocks * bs // self.slot_groups, bs)
         self.mamba_cache_mode = mode
         self.specs = self.groups.specs
         self.has_state = any(s.is_state for s in self.specs)
+        #: groups taking a block at each new block of tokens (not Mamba in mode none)
+        self.alloc_groups = sum(s.count for s in self.specs
+                                if not (s.is_state and mode == "none"))
+        self.max_requests = positive_int("max_requests", config.max_requests)
         #: prefix caching: on, except with Mamba mode "none" on a model with state layers
         self.caching = not (self.has_state and mode == "none")
         self.spec_gids = self.groups.group_ids()
@@ -109,7 +104,7 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         #: per group: hash -> blocks holding that key, oldest first
         self._holders: list[dict[int, list[int]]] = [{} for _ in self.gspec]
         self.hasher = ChainHasher(bs, self.max_context_len)
-        self._rows = list(range(positive_int("max_requests", config.max_requests) - 1, -1, -1))
+        self._rows = list(range(self.max_requests - 1, -1, -1))
         self._reqs: dict[int, HybridReq] = {}
         # statistics per spec: the hit that spec alone accepted, and the tokens asked about
         self.spec_hits = [0] * len(self.specs)
@@ -178,12 +173,31 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         return self._lookup(ids, len(ids))[0]
 
     def peek_admission(self, token_ids: np.ndarray) -> PrefixPeek:
-        """Hit blocks nobody holds sit in the free queue: admission takes them out of it."""
+        """Hit blocks nobody holds sit in the free queue: admission takes them out of it.
+        `other_pools`: vLLM allocates a new request's blocks in every KV cache group at once
+        (`KVCacheManager.allocate_slots` asks the coordinator's
+        `get_num_blocks_to_allocate`, the sum over groups; vllm/v1/core/kv_cache_manager.py
+        and kv_cache_coordinator.py, v0.11+ to v0.24), Mamba state blocks included, while
+        the engine's admission counts the prompt + 1 token's pages in one attention group's
+        slots; the difference, in slots, for a prompt of len(token_ids) + 1 tokens."""
         ids = _ids(token_ids)
         hit, tables, _ = self._lookup(ids, len(ids))
         blocks = np.array([b for t in tables for b in t if b], dtype=np.int64)
         idle = int(np.count_nonzero(self.pool.ref_cnt[blocks] == 0)) if len(blocks) else 0
-        return PrefixPeek(hit, self._slots(idle))
+        bs, t = self.page_size, len(ids) + 2  # the prompt and its first output token
+        pages = cdiv(t, bs) - hit // bs
+        need = sum(self._new_blocks(g, len(tables[g]), hit, t) for g in range(len(self.gspec)))
+        return PrefixPeek(hit, self._slots(idle), cdiv(need * bs, self.slot_groups) - pages * bs)
+
+    def _new_blocks(self, g: int, have: int, w: int, t: int) -> int:
+        """Blocks group g allocates from w to t tokens, `have` positions held (`_plan`)."""
+        spec, bs = self.specs[self.gspec[g]], self.page_size
+        if spec.is_state and self.mamba_cache_mode == "none":
+            return 0 if have else 1
+        want = cdiv(t, bs)
+        if spec.is_state:
+            return sum(1 for i in {want - 1, *self._boundaries(w, t)} if i >= have)
+        return max(want - max(have, spec.skipped_tokens(w) // bs), 0)
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:
@@ -378,8 +392,7 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         self.release(rid)
 
     def release(self, rid: int) -> None:
-        """Every group's blocks, in allocation order and group order, are handed to the pool
-        reversed (vLLM's pop_blocks_for_free): a chain's tail is evicted first."""
+        """Every group's blocks, reversed (vLLM's pop_blocks_for_free: a chain's tail first)."""
         req = self._req(rid)
         blocks = [b for t in req.tables for b in t if b]
         if blocks:
@@ -435,9 +448,20 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
                                          self.capacity - tokens - cached - reserved - rounding)
 
     def page_table_entries(self) -> int:
-        """Non-null entries of every live request's block tables: each holds one reference
-        to its block (checked by the invariants), so the sum of the pool's ref counts."""
-        return int(self.pool.ref_cnt.sum())
+        """The contract's sum of ceil(context / block size) over live requests: the blocks of
+        one attention group's table (every group's table has that many positions, null or
+        not; `block_tables` gives them all)."""
+        bs = self.page_size
+        return sum(cdiv(r.written, bs) for r in self._reqs.values())
+
+    @property
+    def page_table_nbytes(self) -> int:
+        """vLLM's block tables: int32, max_num_reqs x cdiv(max_model_len, block_size) per KV
+        cache group (vllm/v1/worker/block_table.py `MultiGroupBlockTable`, v0.11+; Mamba in
+        mode none has block size max_model_len: one column)."""
+        cols = [1 if self.specs[k].is_state and self.mamba_cache_mode == "none"
+                else cdiv(self.max_context_len, self.page_size) for k in self.gspec]
+        return self.max_requests * sum(cols) * 4
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Per pool kind: the shared pool's bytes as capacity, the bytes its groups' blocks
@@ -461,13 +485,11 @@ class VLLMHybridPolicy(PrefixCache, PoolKinds):
         return out
 
     @property
-    def reqs(self) -> dict[int, HybridReq]:
-        """Live requests by id (read by the invariant checks)."""
+    def reqs(self) -> dict[int, HybridReq]:  # read by the invariant checks and the stretch
         return self._reqs
 
     @property
-    def holders(self) -> list[dict[int, list[int]]]:
-        """Per group, the hash -> blocks index (read by the invariant checks)."""
+    def holders(self) -> list[dict[int, list[int]]]:  # per group, hash -> blocks
         return self._holders
 
     def check_invariants(self) -> None:

@@ -3,6 +3,7 @@ fields: the block-size rule as a property, worked examples by hand. About 2 s.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -125,3 +126,24 @@ def test_planner_reads_a_hybrid_model_config(tmp_path):
     path.write_text(json.dumps(QWEN35_4B_CONFIG))
     r = plan(MemorySpec(model_config=str(path), gpu="h100", budget="vllm"))
     assert r.hybrid is not None and r.hybrid.block_size == 528
+
+
+@pytest.mark.parametrize("model", ["qwen3.5-4b", "nemotron-nano-9b-v2"])
+def test_sglang_plan_and_policy_run_mamba_hybrids_at_page_size_1(model):
+    """SGLang v0.5's Mamba radix cache runs page size 1 only, so `kvsim plan --budget sglang`
+    prints block 1 for a Mamba / linear-attention hybrid (not the planner's page size 16),
+    and the `paged` policy built at that page size from the same budget holds exactly the
+    plan's full-attention tokens; at 16 the policy refuses, naming the rule."""
+    from kvcore.policies import PolicyConfig, make_policy
+
+    r = plan(MemorySpec(model=model, gpu="h100", budget="sglang"), page_size=16)  # the CLI
+    assert r.hybrid is not None and r.hybrid.block_size == 1
+    assert any("page size 1" in n for n in r.notes)
+    cfg = PolicyConfig(kv_tokens=0, page_size=r.hybrid.block_size, max_context_len=4096,
+                       max_requests=8, layout=LAYOUTS[model],
+                       kv_bytes=int(r.kv_budget_bytes_per_rank))
+    assert make_policy("paged", cfg).capacity == r.hybrid.kv_cache_tokens
+    with pytest.raises(ValueError, match="needs page size 1"):
+        make_policy("paged", dataclasses.replace(cfg, page_size=16))
+    gpt = plan(MemorySpec(model="gpt-oss-20b", gpu="h100", budget="sglang"), page_size=16)
+    assert gpt.hybrid is not None and gpt.hybrid.block_size == 16  # no state layers: kept

@@ -355,3 +355,31 @@ class HybridMachine(RuleBasedStateMachine):
 
 TestHybridMachine = HybridMachine.TestCase
 TestHybridMachine.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
+
+
+def test_admission_budget_is_the_smaller_pool() -> None:
+    """SGLang v0.5's PrefillAdder budgets an SWA model on min(full, SWA) available tokens: with
+    the 80-token full and 60-token SWA pools above, an empty policy shows 80 available, of
+    which 20 only the full pool has (`other_pools`); a 70-token prompt that the full pool
+    alone would take is refused by the sglang admission (it would fail on the SWA pool)."""
+    import simpy
+
+    from simulator.admission import AdmissionParams, make_admission
+    from simulator.request import SimRequest
+    from workloads.request import PromptSpec, Request
+
+    pol = make_policy("paged", cfg(swa_layout(64), 560, page_size=4, swa_full_tokens_ratio=0.75,
+                                   max_context_len=128))
+    peek = pol.peek_admission(ids((1, 10)))
+    assert pol.available_tokens() == 80 and peek.other_pools == 20
+    adm = make_admission("sglang", pol, AdmissionParams())
+    big = SimRequest(Request(0, 0.0, PromptSpec((("unique", 5, 70, 0),)), 1, 1, seed=1), 128,
+                     simpy.Environment())
+    small = SimRequest(Request(1, 0.0, PromptSpec((("unique", 5, 50, 0),)), 1, 1, seed=1), 128,
+                       simpy.Environment())
+    assert not adm.admissible(big, pol.peek_admission(big.prefill_key()), 0, [], [])
+    assert adm.admissible(small, pol.peek_admission(small.prefill_key()), 0, [], [])
+    # the full pool alone would take the big one, the SWA pool cannot
+    assert pol.admit(0, big.seq_ids(70), 71, 1) is not None and not pol.extend([0], [70])
+    pol.release(0)
+    pol.check_invariants()

@@ -3,11 +3,13 @@
 Worked examples a reader can redo by hand on a three-group toy layout, the per-kind hit finders,
 the sizes against the planner (`vllm_plan`), a differential test against the full-attention
 `vllm` policy, and a hypothesis state machine checking the invariants after every step.
-Cost: about 5 s in all on a loaded 2-core machine (the state machine about 3 s, the
-differential test 2 s).
+Cost: about 10 s in all on a loaded 2-core machine (the state machine, whose `stretch` rule
+checks `decode_steps` against a stepped copy, about 8 s; the differential test 2 s).
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -290,6 +292,44 @@ class HybridMachine(RuleBasedStateMachine):
             self.p.decode([rid])
 
     @precondition(lambda self: self.live)
+    @rule(first=st.integers(0, 100), width=st.integers(1, 4), n=st.integers(1, 80))
+    def stretch(self, first: int, width: int, n: int) -> None:
+        """`decode_steps` on up to `width` decoding requests against a copy stepped n times:
+        the breakdown and pool bytes after each step, then the tables, the free queue in
+        order, the ref counts and the hashes all equal (the decode stretch's contract)."""
+        p = self.p
+        ready = sorted(r for r, (ids, final) in self.live.items()
+                       if len(ids) <= p.written(r) < final)
+        rids = ready[first % len(ready):][:width] if ready else []
+        if not rids:
+            return
+        n = min(n, *(self.live[r][1] - p.written(r) for r in rids))
+        if p.decode_cost(rids, n) > p.available_tokens():
+            return
+        twin = copy.deepcopy(p)
+        releases = p.steps_before_release(rids, n)
+        profile = p.decode_steps(rids, n, 7)
+        pools = p.stretch_pool_usage()
+        released = n
+        for j in range(n):
+            free = twin.pool.get_num_free_blocks()
+            assert twin.decode(rids)
+            if twin.pool.get_num_free_blocks() > free - twin.alloc_groups * sum(
+                    (twin.written(r) - 1) % twin.page_size == 0 for r in rids):
+                released = min(released, j + 1)
+            assert np.array_equal(profile[j], twin.breakdown(7).as_array()), j
+            for kind, u in twin.pool_usage().items():
+                assert tuple(pools[kind][j]) == (u.used_bytes, u.cached_bytes), (kind, j)
+        assert releases == released
+        for r in rids:
+            assert p.block_tables(r) == twin.block_tables(r)
+        nfree = p.pool.get_num_free_blocks()
+        assert np.array_equal(p.pool.peek_free(nfree), twin.pool.peek_free(nfree))
+        assert np.array_equal(p.pool.ref_cnt, twin.pool.ref_cnt)
+        assert np.array_equal(p.pool.is_hashed, twin.pool.is_hashed)
+        assert p.page_table_entries() == twin.page_table_entries()
+
+    @precondition(lambda self: self.live)
     @rule(pick=st.integers(0, 100), finish=st.booleans())
     def end(self, pick: int, finish: bool) -> None:
         rid = sorted(self.live)[pick % len(self.live)]
@@ -374,3 +414,15 @@ def test_bad_arguments_are_one_line_errors_and_change_nothing() -> None:
     # cached), as vLLM removes skipped blocks before it allocates
     assert p.available_tokens() == 7 * 16 // 2 and p.block_tables(0)[2] == [0, before[2][1]]
     p.check_invariants()
+
+
+@pytest.mark.parametrize(("mode", "columns"), [("align", 3 * 16), ("none", 2 * 16 + 1)])
+def test_block_tables_are_sized_as_vllms(mode: str, columns: int) -> None:
+    """vLLM's block tables (vllm/v1/worker/block_table.py, one per KV cache group): int32,
+    max_num_reqs x cdiv(max_model_len, block_size) each; a Mamba group in mode none has block
+    size max_model_len, so one column. Toy: 8 requests, 256 tokens, blocks of 16, three
+    groups: 8 x 48 x 4 = 1,536 B in align, 8 x 33 x 4 = 1,056 B in none."""
+    p = toy(mode)
+    assert p.page_table_nbytes == 8 * columns * 4
+    from simulator.run import policy_page_table_bytes
+    assert policy_page_table_bytes(p) == p.page_table_nbytes
