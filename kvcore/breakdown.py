@@ -160,6 +160,31 @@ def page_growth_profile(
     return out, new_slots
 
 
+def page_growth_within_page(
+    base: MemoryBreakdown, room: np.ndarray, final: np.ndarray, alloc_end: np.ndarray,
+    page_size: int, n: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`page_growth_profile` for a stretch of at most one page (1 <= n <= page_size) of
+    requests whose allocation ends on a page boundary (`alloc_end`) with `room` =
+    alloc_end - written in [0, page_size): each takes at most one new page, at step room + 1,
+    so the per-step sums are counts over the batch by room (two bincounts) instead of
+    (steps x batch) arrays. A new page moves a request's rounding from max(alloc_end - final,
+    0) to max(alloc_end + page_size - final, 0)."""
+    ps = page_size
+    new_slots = np.bincount(room, minlength=ps)[:n].cumsum() * ps
+    gain = np.maximum(alloc_end + (ps - final), 0) - np.maximum(alloc_end - final, 0)
+    # weights are small ints (at most page_size each): float64 sums of them are exact
+    rounding = np.bincount(room, weights=gain, minlength=ps)[:n].cumsum().astype(np.int64)
+    token_growth = np.arange(1, n + 1, dtype=np.int64) * len(room)
+    out = np.empty((n, len(PARTS)), dtype=np.int64)
+    out[:] = base.as_tuple()
+    out[:, 0] += token_growth
+    out[:, 2] += new_slots - token_growth - rounding
+    out[:, 3] += rounding
+    out[:, 5] -= new_slots
+    return out, new_slots
+
+
 def mean_share_pct(integral: float | np.ndarray, span: float,
                    capacity: int) -> float | np.ndarray:
     """Time-integrated slots (slot-seconds) over a window of length `span` as a mean share of
