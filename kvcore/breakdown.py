@@ -172,17 +172,20 @@ def page_growth_within_page(
     0) to max(alloc_end + page_size - final, 0)."""
     ps = page_size
     new_slots = np.bincount(room, minlength=ps)[:n].cumsum() * ps
-    gain = np.maximum(alloc_end + (ps - final), 0) - np.maximum(alloc_end - final, 0)
+    gain = np.minimum(np.maximum(alloc_end - final + ps, 0), ps)  # the two maxes' difference
     # weights are small ints (at most page_size each): float64 sums of them are exact
     rounding = np.bincount(room, weights=gain, minlength=ps)[:n].cumsum().astype(np.int64)
     token_growth = np.arange(1, n + 1, dtype=np.int64) * len(room)
-    out = np.empty((n, len(PARTS)), dtype=np.int64)
-    out[:] = base.as_tuple()
-    out[:, 0] += token_growth
-    out[:, 2] += new_slots - token_growth - rounding
-    out[:, 3] += rounding
-    out[:, 5] -= new_slots
-    return out, new_slots
+    # base + token_growth, new_slots, rounding spread over the PARTS columns: one product
+    growth = np.stack((token_growth, new_slots, rounding), axis=1) @ _GROWTH
+    return base.as_array() + growth, new_slots
+
+
+#: how (token growth, new slots, rounding) move the PARTS columns: tokens turn reserved slots
+#: into token states, new slots leave free memory for reserved, rounding is part of them
+_GROWTH = np.array([[1, 0, -1, 0, 0, 0],
+                    [0, 0, 1, 0, 0, -1],
+                    [0, 0, -1, 1, 0, 0]], dtype=np.int64)
 
 
 def mean_share_pct(integral: float | np.ndarray, span: float,

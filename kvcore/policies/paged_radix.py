@@ -302,11 +302,12 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         w = self._written[rows]
         self.check_decode_args(rids, w, self.req_to_token_pool.max_context_len, steps=n)
         ps = self.page_size
-        have = _ceil_to(w, ps)  # end of each request's last page
+        room = (-w) % ps  # what is left of each request's last page
+        have = w + room  # where that page ends
         base = self.breakdown(head_reservation)
         final = self._final[rows]
         if 0 < n <= ps:  # at most one new page each (the usual stretch): closed form
-            profile, taken = page_growth_within_page(base, have - w, final, have, ps, n)
+            profile, taken = page_growth_within_page(base, room, final, have, ps, n)
         else:
             profile, taken = page_growth_profile(base, w, final, have, ps, n)
         self._epoch += 1
@@ -330,7 +331,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         if ps == 1:  # a new page every step, step-major: exactly the pop order
             slots = pages.reshape(n, len(rows))
         elif n <= ps:
-            slots = self._short_stretch_slots(rows, w, have - w, pages, steps)
+            slots = self._short_stretch_slots(rows, w, room, pages, steps)
         else:
             slots = self._step_pages(rows, w, have, pages, pos) * ps + pos % ps
         self.req_to_token_pool.write_at(rows, pos, slots)
