@@ -139,9 +139,10 @@ class PagedAllocator:
                           n_new: int = -1) -> np.ndarray | None:
         """One slot per request for its next token (`seq` >= 1 counts that token; int64 host
         arrays): last+1 while the request's last page has room, else the first slot of a
-        fresh page. None when short (nothing changed). A caller that already has the mask of
-        requests taking a fresh page, `(seq - 1) % page_size == 0`, and its count passes them
-        (`need`, `n_new`) instead of having them recomputed."""
+        fresh page. None when short (nothing changed). A caller that already knows which
+        requests take a fresh page, `(seq - 1) % page_size == 0` (a mask or their indices,
+        in batch order), and how many passes them (`need`, `n_new`) instead of having them
+        recomputed."""
         ps = self.page_size
         if ps == 1:
             return self.pop_host(len(seq))

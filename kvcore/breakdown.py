@@ -177,7 +177,7 @@ def page_growth_within_page(
     rounding = np.bincount(room, weights=gain, minlength=ps)[:n].cumsum().astype(np.int64)
     token_growth = np.arange(1, n + 1, dtype=np.int64) * len(room)
     # base + token_growth, new_slots, rounding spread over the PARTS columns: one product
-    growth = np.stack((token_growth, new_slots, rounding), axis=1) @ _GROWTH
+    growth = np.array((token_growth, new_slots, rounding)).T @ _GROWTH  # np.stack costs 4x
     return base.as_array() + growth, new_slots
 
 

@@ -247,11 +247,12 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         w = self._written[rows]
         self.check_decode_args(rids, w, self.req_to_token_pool.max_context_len)
         ps = self.page_size
-        # a request needs a new page when its last one is full (or it has none)
-        need = None if ps == 1 else w % ps == 0
-        n_new = len(rows) if need is None else int(np.count_nonzero(need))
+        # a request needs a new page when its last one is full (or it has none): a batch
+        # index each (a few per step, so the totals below take them one by one)
+        need = np.arange(len(rows)) if ps == 1 else np.flatnonzero(w % ps == 0)
+        n_new = len(need)
         self._make_room(n_new * ps)
-        if need is None:
+        if ps == 1:
             out = self.allocator.pop_host(n_new)
         else:
             out = self.allocator.alloc_decode_host(w + 1, self._last_loc(rows, w), need, n_new)
@@ -259,14 +260,12 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             return False
         self.req_to_token_pool.write_at(rows, w, out)
         self._written[rows] = w + 1
-        tot = self._tot
+        tot, final = self._tot, self._final
         tot.written += len(rows)
-        if n_new:  # only a new page moves a row's end (by one page) and its rounding
-            taking, start = (rows, w) if need is None else (rows[need], w[need])
-            f = self._final[taking]
-            tot.end += n_new * ps
-            tot.rounding += int((np.maximum(start + (ps - f), 0)
-                                 - np.maximum(start - f, 0)).sum())
+        tot.end += n_new * ps  # only a new page moves a row's end (by one page)...
+        for i in need.tolist():  # ... and its rounding
+            start, f = w.item(i), final.item(rows.item(i))
+            tot.rounding += max(start + ps - f, 0) - max(start - f, 0)
         return True
 
     def decode_cost(self, rids: Sequence[int], n: int) -> int:
