@@ -1,6 +1,7 @@
 """PagedPolicy's closed forms against what they replace: `steps_within` against the binary
-search over `decode_cost`, `page_growth_within_page` against `page_growth_profile`, and the
-running totals behind `breakdown` against a recomputation (check_invariants catches a drift).
+search over `decode_cost`, `page_growth_within_page` against `page_growth_profile`, the
+running totals behind `breakdown` against a recomputation (check_invariants catches a drift),
+and the allocator's decode given the policy's page indices against its own mask.
 The stateful tests in test_paged_policy.py run check_invariants after every operation."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvcore.allocator import PagedAllocator
 from kvcore.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.validation import InvariantError
@@ -81,3 +83,20 @@ def test_running_totals_drift_is_caught() -> None:
     p._tot.rounding += 1
     with pytest.raises(InvariantError, match="running totals"):
         p.check_invariants()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ps=st.sampled_from([2, 4, 16]), data=st.data())
+def test_alloc_decode_given_indices_equals_its_own_mask(ps: int, data) -> None:
+    """The policy passes the indices of the requests taking a fresh page; the allocator
+    must hand out exactly what it does when it finds them itself."""
+    a, b = PagedAllocator(64, ps), PagedAllocator(64, ps)
+    seq = np.array(data.draw(st.lists(st.integers(1, 3 * ps), min_size=1, max_size=8)),
+                   dtype=np.int64)
+    last = np.arange(len(seq), dtype=np.int64) * ps * 8 + (seq - 2) % ps  # its page offset
+    need = np.flatnonzero((seq - 1) % ps == 0)
+    got = a.alloc_decode_host(seq, last.copy(), need, len(need))
+    want = b.alloc_decode_host(seq, last.copy())
+    assert got is not None and want is not None
+    assert got.tolist() == want.tolist()
+    assert a.free_pages_view().tolist() == b.free_pages_view().tolist()
