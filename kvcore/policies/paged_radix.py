@@ -11,9 +11,8 @@ Per request the page table row holds, left to right:
 arrays indexed by row so that batched calls touch the whole batch at once. The page table is
 written only through `ReqToTokenPool` (numpy in, a numpy view of the table on CPU).
 
-The breakdown is asked for once per engine pass, and a batch is a few dozen requests while the
-table has `max_requests` rows, so the sums it needs are running totals (`_Totals`) that each
-call updates for the rows it touches; `check_invariants` compares them with a recomputation.
+The breakdown's sums over the rows are running totals (kvcore/policies/paged_rows.py `Totals`)
+that each call updates for the rows it touches; `check_invariants` compares them with a recount.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from kvcore.breakdown import (
 from kvcore.kv_pool import MHATokenToKVPool
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import DecodeStretch, PrefixCache
+from kvcore.policies.paged_rows import Totals, grow_totals, short_stretch_slots, steps_within
 from kvcore.radix_cache import RadixCache
 from kvcore.radix_node import MatchResult, TreeNode, as_key
 from kvcore.req_to_token_pool import ReqToTokenPool
@@ -47,21 +47,6 @@ _Len = TypeVar("_Len", int, np.ndarray)
 
 def _ceil_to(x: _Len, ps: int) -> _Len:
     return (x + (ps - 1)) // ps * ps
-
-
-class _Totals:
-    """Running sums over the live rows of what the breakdown needs: written tokens, cached
-    (tree-owned) tokens, the ends of their last pages (`end` = ceil_ps(written)) and the
-    rounding beyond their final lengths (sum of max(end - final, 0)). Free rows hold zeros and
-    add nothing, so these equal the sums over the whole arrays."""
-
-    __slots__ = ("cached", "end", "rounding", "written")
-
-    def __init__(self) -> None:
-        self.written = self.cached = self.end = self.rounding = 0
-
-    def as_tuple(self) -> tuple[int, int, int, int]:
-        return self.written, self.cached, self.end, self.rounding
 
 
 class PagedPolicy(PrefixCache, DecodeStretch):
@@ -98,7 +83,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         self._rows_memo: tuple[int, list[int], np.ndarray] | None = None
         self._epoch = 0  # bumped by every mutating call; keys the breakdown memo
         self._breakdown_cache: tuple[int, MemoryBreakdown] | None = None
-        self._tot = _Totals()
+        self._tot = Totals()
 
     # -- helpers ---------------------------------------------------------------------------
     def _rows(self, rids: Sequence[int], op: str) -> np.ndarray:
@@ -230,16 +215,8 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         pos = np.arange(len(out)) + np.repeat(w - (np.cumsum(ext) - ext), ext)
         table.write_at(np.repeat(rows, ext), pos, out)
         self._written[rows] = target
-        self._grow_totals(rows, w, target)
+        grow_totals(self._tot, ps, self._final[rows], w, target)
         return True
-
-    def _grow_totals(self, rows: np.ndarray, w: np.ndarray, target: np.ndarray) -> None:
-        """Rows `rows` went from `w` to `target` written tokens: update the running totals."""
-        ps, tot, f = self.page_size, self._tot, self._final[rows]
-        e0, e1 = _ceil_to(w, ps), _ceil_to(target, ps)
-        tot.written += int((target - w).sum())
-        tot.end += int((e1 - e0).sum())
-        tot.rounding += int((np.maximum(e1 - f, 0) - np.maximum(e0 - f, 0)).sum())
 
     def decode(self, rids: Sequence[int]) -> bool:
         self._epoch += 1
@@ -274,23 +251,10 @@ class PagedPolicy(PrefixCache, DecodeStretch):
 
     def steps_within(self, rids: Sequence[int], k: int, slots: int) -> int:
         """The most steps n <= k with decode_cost(rids, n) <= slots (0 if none), in closed
-        form instead of a search over decode_cost. With r_i = ceil_ps(w_i) - w_i the room
-        left on request i's last page, n = q * ps + t steps (0 <= t < ps) take
-        q + [t > r_i] new pages from request i, so the batch takes B q + #(r_i < t) pages: q
-        is the most whole rounds the pages allow and t the longest partial round after."""
+        form (kvcore/policies/paged_rows.py) instead of a search over decode_cost."""
         if slots < 0:
             return 0
-        rows = self._rows(rids, "decode")
-        if not len(rows):
-            return k
-        ps, pages = self.page_size, slots // self.page_size
-        q, left = divmod(pages, len(rows))
-        if ps == 1 or q >= k:
-            return min(q * ps, k)
-        room = (-self._written[rows]) % ps
-        below = np.bincount(room, minlength=ps).cumsum()  # below[t - 1] = #(r_i < t)
-        t = int(np.searchsorted(below[: ps - 1], left, side="right"))  # C[t] <= left
-        return min(q * ps + t, k)
+        return steps_within(self._written[self._rows(rids, "decode")], self.page_size, k, slots)
 
     def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         """n steps in one batch, popping pages in the order n single steps would (step-major,
@@ -330,7 +294,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         if ps == 1:  # a new page every step, step-major: exactly the pop order
             slots = pages.reshape(n, len(rows))
         elif n <= ps:
-            slots = self._short_stretch_slots(rows, w, room, pages, steps)
+            slots = short_stretch_slots(self._last_loc(rows, w), room, pages, steps, ps)
         else:
             slots = self._step_pages(rows, w, have, pages, pos) * ps + pos % ps
         self.req_to_token_pool.write_at(rows, pos, slots)
@@ -341,18 +305,6 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             tot.end += n_new * ps
             tot.rounding += int(profile[-1, _INTERNAL]) - base.internal
         return profile
-
-    def _short_stretch_slots(self, rows, w, room, pages, steps) -> np.ndarray:
-        """The slot of every (step, request) position of a stretch of at most a page, from
-        each request's `room` on its last page: the next slots of that page for steps < room,
-        then its one new page. Stepping pops in (step of the page start, batch index) order,
-        so a stable sort by room puts the len(pages) requests that take one first."""
-        ps = self.page_size
-        new_page = np.zeros(len(rows), dtype=np.int64)
-        new_page[np.argsort(room, kind="stable")[: len(pages)]] = pages
-        # step s < room: last + 1 + s; else new_page * ps + (s - room)
-        return steps + np.where(steps < room, self._last_loc(rows, w) + 1,
-                                new_page * ps - room)
 
     def _step_pages(self, rows, w, have, pages, pos) -> np.ndarray:
         """The page of every (step, request) position of a stretch longer than a page: the
@@ -487,7 +439,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         )
 
     def _recount_totals(self) -> tuple[int, int, int, int]:
-        """`_Totals` recomputed over every row (a free row holds zeros and adds nothing)."""
+        """`Totals` recomputed over every row (a free row holds zeros and adds nothing)."""
         w = self._written
         end = _ceil_to(w, self.page_size)
         return (int(w.sum()), int(self._cached.sum()), int(end.sum()),
