@@ -134,18 +134,24 @@ class PagedAllocator:
             out[head:] = self._slots_of_pages(pages)[: s0 - have]
         return out
 
-    def alloc_decode_host(self, seq: np.ndarray, last: np.ndarray) -> np.ndarray | None:
+    def alloc_decode_host(self, seq: np.ndarray, last: np.ndarray,
+                          need: np.ndarray | None = None,
+                          n_new: int = -1) -> np.ndarray | None:
         """One slot per request for its next token (`seq` >= 1 counts that token; int64 host
         arrays): last+1 while the request's last page has room, else the first slot of a
-        fresh page. None when short (nothing changed)."""
+        fresh page. None when short (nothing changed). A caller that already knows which
+        requests take a fresh page, `(seq - 1) % page_size == 0` (a mask or their indices,
+        in batch order), and how many passes them (`need`, `n_new`) instead of having them
+        recomputed."""
         ps = self.page_size
         if ps == 1:
             return self.pop_host(len(seq))
-        need = (seq - 1) % ps == 0
+        if need is None:
+            need = (seq - 1) % ps == 0
+            n_new = int(np.count_nonzero(need))
         out = last + 1
-        n = int(np.count_nonzero(need))
-        if n:
-            pages = self.pop_host(n)
+        if n_new:
+            pages = self.pop_host(n_new)
             if pages is None:
                 return None
             out[need] = pages * ps

@@ -160,6 +160,34 @@ def page_growth_profile(
     return out, new_slots
 
 
+def page_growth_within_page(
+    base: MemoryBreakdown, room: np.ndarray, final: np.ndarray, alloc_end: np.ndarray,
+    page_size: int, n: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`page_growth_profile` for a stretch of at most one page (1 <= n <= page_size) of
+    requests whose allocation ends on a page boundary (`alloc_end`) with `room` =
+    alloc_end - written in [0, page_size): each takes at most one new page, at step room + 1,
+    so the per-step sums are counts over the batch by room (two bincounts) instead of
+    (steps x batch) arrays. A new page moves a request's rounding from max(alloc_end - final,
+    0) to max(alloc_end + page_size - final, 0)."""
+    ps = page_size
+    new_slots = np.bincount(room, minlength=ps)[:n].cumsum() * ps
+    gain = np.minimum(np.maximum(alloc_end - final + ps, 0), ps)  # the two maxes' difference
+    # weights are small ints (at most page_size each): float64 sums of them are exact
+    rounding = np.bincount(room, weights=gain, minlength=ps)[:n].cumsum().astype(np.int64)
+    token_growth = np.arange(1, n + 1, dtype=np.int64) * len(room)
+    # base + token_growth, new_slots, rounding spread over the PARTS columns: one product
+    growth = np.array((token_growth, new_slots, rounding)).T @ _GROWTH  # np.stack costs 4x
+    return base.as_array() + growth, new_slots
+
+
+#: how (token growth, new slots, rounding) move the PARTS columns: tokens turn reserved slots
+#: into token states, new slots leave free memory for reserved, rounding is part of them
+_GROWTH = np.array([[1, 0, -1, 0, 0, 0],
+                    [0, 0, 1, 0, 0, -1],
+                    [0, 0, -1, 1, 0, 0]], dtype=np.int64)
+
+
 def mean_share_pct(integral: float | np.ndarray, span: float,
                    capacity: int) -> float | np.ndarray:
     """Time-integrated slots (slot-seconds) over a window of length `span` as a mean share of

@@ -105,16 +105,20 @@ class RadixCache:
         return self._evictable + self._protected
 
     # -- internals -------------------------------------------------------------------------
-    def _new_node(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None,
+    def _new_node(self, key: np.ndarray, value: torch.Tensor | None, parent: TreeNode | None,
                   host: np.ndarray | None = None) -> TreeNode:
-        """`host`: the numpy array `value` was made from, when the caller has it (CPU)."""
+        """`host`: the slots as a numpy array, when the caller has them (CPU); `value` may
+        then be None (the node makes its tensor from `host` when first asked)."""
         node = self.node_class(key, value, parent, self._next_id)
         self._next_id += 1
         node.created = node.last_access = self._clock
         if len(key):
             node.ckey, node.first = self._child_key(key), int(key[0])
         if self._on_cpu:
-            node.host = value.numpy() if host is None else host
+            if host is None:
+                assert value is not None, "a node needs its slots"
+                host = value.numpy()
+            node.host = host
         return node
 
     def _child_key(self, key: np.ndarray, pos: int = 0) -> ChildKey:
@@ -158,17 +162,14 @@ class RadixCache:
         parent = child.parent
         assert parent is not None
         self._remove_child(parent, child)
-        upper = self._new_node(child.key[:m], child.value[:m], parent,
-                               None if child.host is None else child.host[:m])
+        key = child.key[:m]
+        value, host = child.split_front(m)  # host on CPU, the tensor on a device
+        upper = self._new_node(key, value, parent, host)
         upper.lock_ref = child.lock_ref
         upper.last_access = child.last_access
         upper.created = child.created
         upper.hit_count = child.hit_count
-        child.key = child.key[m:]
-        child.value = child.value[m:]
         child.ckey, child.first = self._child_key(child.key), int(child.key[0])
-        if child.host is not None:
-            child.host = child.host[m:]
         child.parent = upper
         self._add_child(upper, child)
         self._add_child(parent, upper)
@@ -197,7 +198,7 @@ class RadixCache:
             return empty
         n = len(key) - len(key) % self.page_size
         self._clock += 1
-        node, pos, values = self.root, 0, []
+        node, pos, path = self.root, 0, []
         while pos < n:
             children = node.children
             child = children.get(self._child_key(key, pos)) if children is not None else None
@@ -208,23 +209,22 @@ class RadixCache:
             child.hit_count += 1
             if m < len(child.key):  # ends inside: split, and the lower part is touched too
                 upper = self._split(child, m)
-                values.append(upper.value)
+                path.append(upper)
                 node, pos = upper, pos + m
                 if self._is_evictable_leaf(child):
                     self._mark_leaf(child)
                 break
-            values.append(child.value)
+            path.append(child)
             node, pos = child, pos + m
         if self._is_evictable_leaf(node):
             self._mark_leaf(node)
-        if not values:
+        if not path:
             return empty
-        if len(values) == 1:
-            return MatchResult(values[0], node)
+        if len(path) == 1:
+            return MatchResult(node.value, node)
         if self._on_cpu:  # numpy's concatenate costs a fraction of torch.cat's here
-            return MatchResult(torch.from_numpy(np.concatenate([v.numpy() for v in values])),
-                               node)
-        return MatchResult(torch.cat(values), node)
+            return MatchResult(torch.from_numpy(np.concatenate([p.host for p in path])), node)
+        return MatchResult(torch.cat([p.value for p in path]), node)
 
     def peek(self, key: object) -> tuple[int, int]:
         """(page-aligned hit, token-level hit) for `key` without touching or splitting anything.
@@ -320,18 +320,19 @@ class RadixCache:
         return pos, node
 
     def _own_copy(self, value: torch.Tensor | np.ndarray, start: int,
-                  end: int) -> tuple[torch.Tensor, np.ndarray | None]:
-        """An int64 tensor copy of value[start:end], slots the tree will own (from an int32
-        page-table row, say), and on CPU the numpy array under it. On CPU the slicing and
-        copy go through numpy, whose per-call cost is a fraction of torch's; callers may pass
-        a numpy view."""
+                  end: int) -> tuple[torch.Tensor | None, np.ndarray | None]:
+        """An int64 copy of value[start:end], slots the tree will own (from an int32
+        page-table row, say): on CPU a numpy array only (the node makes its tensor when first
+        asked), on a device a tensor. On CPU the slicing and copy go through numpy, whose
+        per-call cost is a fraction of torch's; callers may pass a numpy view."""
         if isinstance(value, torch.Tensor):
             if value.device.type != "cpu":
                 return value[start:end].to(torch.int64, copy=True), None
             value = value.numpy()
         host = value[start:end].astype(np.int64)
-        copy = torch.from_numpy(host)
-        return (copy, host) if self._on_cpu else (copy.to(self.device), None)
+        if self._on_cpu:
+            return None, host
+        return torch.from_numpy(host).to(self.device), None
 
     def touch_path(self, node: TreeNode) -> None:
         """What `match_prefix` does to the path root..node when the match ends exactly at
@@ -429,7 +430,11 @@ class RadixCache:
         return out
 
     def all_values(self) -> torch.Tensor:
-        vals = [n.value for n in self.nodes()]
+        nodes = self.nodes()
+        if nodes and all(n.host is not None for n in nodes):  # CPU: no tensor per node
+            return torch.from_numpy(np.concatenate([n.host for n in nodes
+                                                    if n.host is not None]))
+        vals = [n.value for n in nodes]
         return torch.cat(vals) if vals else torch.empty(0, dtype=torch.int64, device=self.device)
 
     def check_invariants(self) -> None:
@@ -440,7 +445,8 @@ class RadixCache:
         evictable = protected = 0
         leaves = set()
         for node in self.nodes():
-            if len(node.key) == 0 or len(node.key) != len(node.value):
+            slots = node.host if node.host is not None else node.value
+            if len(node.key) == 0 or len(node.key) != len(slots):
                 raise InvariantError(f"{node!r}: key length {len(node.key)} != value length")
             if len(node.key) % ps:
                 raise InvariantError(f"{node!r}: length not a multiple of page_size {ps}")

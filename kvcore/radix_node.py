@@ -34,6 +34,7 @@ ChildKey = int | bytes
 
 class TreeNode:
     __slots__ = (
+        "_value",
         "by_first_token",
         "children",
         "ckey",
@@ -47,12 +48,12 @@ class TreeNode:
         "lock_ref",
         "own_locks",
         "parent",
-        "value",
     )
 
-    def __init__(self, key: np.ndarray, value: torch.Tensor, parent: TreeNode | None, nid: int):
+    def __init__(self, key: np.ndarray, value: torch.Tensor | None, parent: TreeNode | None,
+                 nid: int):
         self.key = key
-        self.value = value
+        self._value = value  # None until first asked for when `host` holds the slots
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] | None = None
         self.by_first_token: dict[int, list[TreeNode]] | None = None
@@ -67,6 +68,33 @@ class TreeNode:
         self.ckey: ChildKey = 0
         self.first = 0
         self.host: np.ndarray | None = None
+
+    @property
+    def value(self) -> torch.Tensor:
+        """The node's slots as an int64 tensor. On CPU the tree keeps them as `host` and
+        makes this tensor (the same memory) the first time something asks: most nodes are
+        inserted and evicted through `host` alone, and a tensor per node is one more
+        allocation and one more object for the garbage collector to scan."""
+        v = self._value
+        if v is None:
+            assert self.host is not None, "a node has its slots as a tensor or on the host"
+            v = self._value = torch.from_numpy(self.host)
+        return v
+
+    @value.setter
+    def value(self, value: torch.Tensor) -> None:
+        self._value = value
+
+    def split_front(self, m: int) -> tuple[torch.Tensor | None, np.ndarray | None]:
+        """Cut the first m slots off this node's key and slots; returns them as (tensor,
+        host), the tensor None where it was not made yet (for the new upper node)."""
+        v, h = self._value, self.host
+        self.key = self.key[m:]
+        if v is not None:
+            self._value = v[m:]
+        if h is not None:
+            self.host = h[m:]
+        return (None if v is None else v[:m]), (None if h is None else h[:m])
 
     def child_nodes(self) -> Iterator[TreeNode]:
         """The children (none for a leaf), in insertion order."""

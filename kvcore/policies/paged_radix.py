@@ -10,6 +10,9 @@ Per request the page table row holds, left to right:
 `cached` is always page-aligned (the tree only holds whole pages). Per-row state lives in numpy
 arrays indexed by row so that batched calls touch the whole batch at once. The page table is
 written only through `ReqToTokenPool` (numpy in, a numpy view of the table on CPU).
+
+The breakdown's sums over the rows are running totals (kvcore/policies/paged_rows.py `Totals`)
+that each call updates for the rows it touches; `check_invariants` compares them with a recount.
 """
 
 from __future__ import annotations
@@ -21,17 +24,24 @@ import numpy as np
 import torch
 
 from kvcore.allocator import PagedAllocator
-from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_at_steps
+from kvcore.breakdown import (
+    PARTS,
+    MemoryBreakdown,
+    page_growth_profile,
+    page_growth_within_page,
+    pages_at_steps,
+)
 from kvcore.kv_pool import MHATokenToKVPool
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import DecodeStretch, PrefixCache
+from kvcore.policies.paged_rows import Totals, grow_totals, short_stretch_slots, steps_within
 from kvcore.radix_cache import RadixCache
 from kvcore.radix_node import MatchResult, TreeNode, as_key
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import InvariantError, positive_int
 
 _I64 = torch.int64
-_CACHED, _FREE = PARTS.index("cached"), PARTS.index("free")
+_CACHED, _INTERNAL, _FREE = (PARTS.index(p) for p in ("cached", "internal", "free"))
 _Len = TypeVar("_Len", int, np.ndarray)
 
 
@@ -73,7 +83,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         self._rows_memo: tuple[int, list[int], np.ndarray] | None = None
         self._epoch = 0  # bumped by every mutating call; keys the breakdown memo
         self._breakdown_cache: tuple[int, MemoryBreakdown] | None = None
-        self._entries_cache = (-1, 0)
+        self._tot = Totals()
 
     # -- helpers ---------------------------------------------------------------------------
     def _rows(self, rids: Sequence[int], op: str) -> np.ndarray:
@@ -162,6 +172,11 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         self._cached[row] = cached
         self._final[row] = final_len
         self._node[row] = match.last_node
+        tot, end = self._tot, _ceil_to(cached, self.page_size)
+        tot.written += cached
+        tot.cached += cached
+        tot.end += end
+        tot.rounding += max(end - final_len, 0)
         return AdmitResult(row, cached, max(token_hit, cached))
 
     # -- growth ----------------------------------------------------------------------------
@@ -182,6 +197,11 @@ class PagedPolicy(PrefixCache, DecodeStretch):
                 return False
             table.write_range(row, w, out)
             self._written[row] = t
+            tot, f = self._tot, int(self._final[row])
+            e0, e1 = _ceil_to(w, ps), _ceil_to(t, ps)
+            tot.written += t - w
+            tot.end += e1 - e0
+            tot.rounding += max(e1 - f, 0) - max(e0 - f, 0)
             return True
         rows = self._rows(rids, "extend")
         w = self._written[rows]
@@ -195,6 +215,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         pos = np.arange(len(out)) + np.repeat(w - (np.cumsum(ext) - ext), ext)
         table.write_at(np.repeat(rows, ext), pos, out)
         self._written[rows] = target
+        grow_totals(self._tot, ps, self._final[rows], w, target)
         return True
 
     def decode(self, rids: Sequence[int]) -> bool:
@@ -203,21 +224,37 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         w = self._written[rows]
         self.check_decode_args(rids, w, self.req_to_token_pool.max_context_len)
         ps = self.page_size
-        if len(rows) * ps > self.allocator.available_size():  # else room for any step
-            self._make_room(int(np.count_nonzero(w % ps == 0)) * ps)
+        # a request needs a new page when its last one is full (or it has none): a batch
+        # index each (a few per step, so the totals below take them one by one)
+        need = np.arange(len(rows)) if ps == 1 else np.flatnonzero(w % ps == 0)
+        n_new = len(need)
+        self._make_room(n_new * ps)
         if ps == 1:
-            out = self.allocator.pop_host(len(rows))
+            out = self.allocator.pop_host(n_new)
         else:
-            out = self.allocator.alloc_decode_host(w + 1, self._last_loc(rows, w))
+            out = self.allocator.alloc_decode_host(w + 1, self._last_loc(rows, w), need, n_new)
         if out is None:
             return False
         self.req_to_token_pool.write_at(rows, w, out)
         self._written[rows] = w + 1
+        tot, final = self._tot, self._final
+        tot.written += len(rows)
+        tot.end += n_new * ps  # only a new page moves a row's end (by one page)...
+        for i in need.tolist():  # ... and its rounding
+            start, f = w.item(i), final.item(rows.item(i))
+            tot.rounding += max(start + ps - f, 0) - max(start - f, 0)
         return True
 
     def decode_cost(self, rids: Sequence[int], n: int) -> int:
         w, ps = self._written[self._rows(rids, "decode")], self.page_size
         return int(((w + (n + ps - 1)) // ps - (w + (ps - 1)) // ps).sum()) * ps
+
+    def steps_within(self, rids: Sequence[int], k: int, slots: int) -> int:
+        """The most steps n <= k with decode_cost(rids, n) <= slots (0 if none), in closed
+        form (kvcore/policies/paged_rows.py) instead of a search over decode_cost."""
+        if slots < 0:
+            return 0
+        return steps_within(self._written[self._rows(rids, "decode")], self.page_size, k, slots)
 
     def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         """n steps in one batch, popping pages in the order n single steps would (step-major,
@@ -228,9 +265,14 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         w = self._written[rows]
         self.check_decode_args(rids, w, self.req_to_token_pool.max_context_len, steps=n)
         ps = self.page_size
-        have = _ceil_to(w, ps)  # end of each request's last page
-        profile, taken = page_growth_profile(self.breakdown(head_reservation), w,
-                                             self._final[rows], have, ps, n)
+        room = (-w) % ps  # what is left of each request's last page
+        have = w + room  # where that page ends
+        base = self.breakdown(head_reservation)
+        final = self._final[rows]
+        if 0 < n <= ps:  # at most one new page each (the usual stretch): closed form
+            profile, taken = page_growth_within_page(base, room, final, have, ps, n)
+        else:
+            profile, taken = page_growth_profile(base, w, final, have, ps, n)
         self._epoch += 1
         n_new = int(taken[-1]) // ps if n else 0  # taken: new slots through each step
         if n_new * ps > self.available_tokens():  # before anything changes: no half step
@@ -247,36 +289,39 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             profile[:, _FREE] += evicted
         pages = self.allocator.pop_host(n_new)
         assert pages is not None
-        pos = w[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (n, batch) positions
+        steps = np.arange(n, dtype=np.int64)[:, None]
+        pos = w + steps  # (n, batch) positions
         if ps == 1:  # a new page every step, step-major: exactly the pop order
             slots = pages.reshape(n, len(rows))
+        elif n <= ps:
+            slots = short_stretch_slots(self._last_loc(rows, w), room, pages, steps, ps)
         else:
             slots = self._step_pages(rows, w, have, pages, pos) * ps + pos % ps
-        self.req_to_token_pool.write_at(rows[None, :], pos, slots)
+        self.req_to_token_pool.write_at(rows, pos, slots)
         self._written[rows] = w + n
+        if n:
+            tot = self._tot
+            tot.written += n * len(rows)
+            tot.end += n_new * ps
+            tot.rounding += int(profile[-1, _INTERNAL]) - base.internal
         return profile
 
     def _step_pages(self, rows, w, have, pages, pos) -> np.ndarray:
-        """The page of every (step, request) position of a stretch: the request's current
-        last page until `have`, then its new pages in the order stepping would pop them."""
-        ps = self.page_size
-        last_page = self._last_loc(rows, w) // ps
+        """The page of every (step, request) position of a stretch longer than a page: the
+        request's current last page until `have`, then its new pages in the order stepping
+        would pop them."""
+        last_page = self._last_loc(rows, w) // self.page_size
         if not len(pages):
             return np.broadcast_to(last_page, pos.shape)
-        if len(pos) <= ps:  # a stretch of at most a page: one new page at most each
-            # Stepping pops in (step of the page start, batch index) order: a stable sort by
-            # that step puts the len(pages) requests that start one within the stretch first.
-            new_page = np.empty(len(rows), dtype=np.int64)
-            new_page[np.argsort(have - w, kind="stable")[: len(pages)]] = pages
-            return np.where(pos < have, last_page, new_page)
-        return pages_at_steps(pos, pages, last_page, ps)
+        return pages_at_steps(pos, pages, last_page, self.page_size)
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         rows = self._rows(rids, "decode")
-        w = self._written[rows]
-        profile, _ = page_growth_profile(self.breakdown(head_reservation), w, self._final[rows],
-                                         _ceil_to(w, self.page_size), self.page_size, n)
-        return profile
+        w, ps = self._written[rows], self.page_size
+        have, base, final = _ceil_to(w, ps), self.breakdown(head_reservation), self._final[rows]
+        if 0 < n <= ps:
+            return page_growth_within_page(base, have - w, final, have, ps, n)[0]
+        return page_growth_profile(base, w, final, have, ps, n)[0]
 
     # -- ending ----------------------------------------------------------------------------
     def _insert_written(self, row: int, token_ids: np.ndarray):
@@ -321,6 +366,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         if old is not None:  # always, for an admitted row (the root when nothing matched)
             self.tree.dec_lock_ref(old)
         self._node[row] = node
+        self._tot.cached += n - int(self._cached[row])
         self._cached[row] = n
 
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
@@ -341,6 +387,12 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         self._drop(rid, row)
 
     def _drop(self, rid: int, row: int) -> None:
+        tot, w, f = self._tot, int(self._written[row]), int(self._final[row])
+        end = _ceil_to(w, self.page_size)
+        tot.written -= w
+        tot.cached -= int(self._cached[row])
+        tot.end -= end
+        tot.rounding -= max(end - f, 0)
         node = self._node[row]
         if node is not None:
             self.tree.dec_lock_ref(node)
@@ -367,33 +419,35 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         # paged breakdowns do not depend on head_reservation; memoise until the next mutation
         if self._breakdown_cache is not None and self._breakdown_cache[0] == self._epoch:
             return self._breakdown_cache[1]
-        b = self._compute_breakdown()
+        b = self._breakdown_of(self._tot.as_tuple())
         self._breakdown_cache = (self._epoch, b)
         return b
 
-    def _compute_breakdown(self) -> MemoryBreakdown:
-        # Over every row: a free row holds zeros and adds nothing. A live row's unwritten
-        # tail [written, end of its last page) is reserved up to its final length (written <=
-        # final always) and rounding beyond it: tail_split, in fewer array passes.
-        w = self._written
-        end = _ceil_to(w, self.page_size)
-        written, end_sum = int(w.sum()), int(end.sum())
-        rounding = int(np.maximum(end - self._final, 0).sum())
-        self._entries_cache = (self._epoch, end_sum // self.page_size)  # same pass, for free
+    def _breakdown_of(self, totals: tuple[int, int, int, int]) -> MemoryBreakdown:
+        """The breakdown from the row totals (written, cached, end, rounding) and the tree's
+        and the allocator's counters. A live row's unwritten tail [written, end of its last
+        page) is reserved up to its final length (written <= final always) and rounding
+        beyond it (tail_split, summed)."""
+        written, cached, end, rounding = totals
         return MemoryBreakdown.for_pages(
             self.capacity,
-            token_states=self.tree.protected_size() + written - int(self._cached.sum()),
+            token_states=self.tree.protected_size() + written - cached,
             cached=self.tree.evictable_size(),
-            reserved=end_sum - written - rounding,
+            reserved=end - written - rounding,
             rounding=rounding,
             free=self.allocator.available_size(),
         )
 
+    def _recount_totals(self) -> tuple[int, int, int, int]:
+        """`Totals` recomputed over every row (a free row holds zeros and adds nothing)."""
+        w = self._written
+        end = _ceil_to(w, self.page_size)
+        return (int(w.sum()), int(self._cached.sum()), int(end.sum()),
+                int(np.maximum(end - self._final, 0).sum()))
+
     def page_table_entries(self) -> int:
-        # memoised per epoch (the breakdown fills it too): the engine asks once per pass
-        if self._entries_cache[0] != self._epoch:
-            self._entries_cache = (self._epoch, self._count_entries())
-        return self._entries_cache[1]
+        # each live row's entries end at its last page's end: a running total
+        return self._tot.end // self.page_size
 
     def _count_entries(self) -> int:
         return int(((self._written + self.page_size - 1) // self.page_size).sum())
@@ -433,8 +487,12 @@ class PagedPolicy(PrefixCache, DecodeStretch):
                 f"leak: free + private + cached = {len(pages)} pages, capacity "
                 f"{self.allocator.num_pages}"
             )
+        totals, recount = self._tot.as_tuple(), self._recount_totals()
+        if totals != recount:
+            raise InvariantError(f"running totals (written, cached, end, rounding) {totals} "
+                                 f"!= recomputed {recount}")
         b, entries = self.breakdown(self.page_size), self.page_table_entries()
         b.check_invariants()
-        if b != self._compute_breakdown() or entries != self._count_entries():
+        if b != self._breakdown_of(recount) or entries != self._count_entries():
             raise InvariantError(f"memoised breakdown {b} or page-table entries {entries} "
                                  "disagree with a recomputation")

@@ -1,0 +1,65 @@
+"""`PagedPolicy`'s per-row arithmetic (kvcore/policies/paged_radix.py): the running totals
+behind its breakdown and the closed forms of a decode stretch. Plain functions of the row
+arrays, so each can be checked against what it replaces (tests/kvcore/test_paged_fast_paths.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Totals:
+    """Running sums over the live rows of what the breakdown needs: written tokens, cached
+    (tree-owned) tokens, the ends of their last pages (`end` = ceil_ps(written)) and the
+    rounding beyond their final lengths (sum of max(end - final, 0)). Free rows hold zeros and
+    add nothing, so these equal the sums over the whole arrays."""
+
+    __slots__ = ("cached", "end", "rounding", "written")
+
+    def __init__(self) -> None:
+        self.written = self.cached = self.end = self.rounding = 0
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return self.written, self.cached, self.end, self.rounding
+
+
+def grow_totals(tot: Totals, page_size: int, final: np.ndarray, w: np.ndarray,
+                target: np.ndarray) -> None:
+    """Rows with final lengths `final` went from `w` to `target` written tokens (a batched
+    extend): update the running totals."""
+    ps = page_size
+    e0, e1 = (w + (ps - 1)) // ps * ps, (target + (ps - 1)) // ps * ps
+    tot.written += int((target - w).sum())
+    tot.end += int((e1 - e0).sum())
+    tot.rounding += int((np.maximum(e1 - final, 0) - np.maximum(e0 - final, 0)).sum())
+
+
+def steps_within(written: np.ndarray, page_size: int, k: int, slots: int) -> int:
+    """The most decode steps n <= k of requests with `written` tokens whose new pages fit in
+    `slots` >= 0. With r_i = ceil_ps(w_i) - w_i the room left on request i's last page,
+    n = q * ps + t steps (0 <= t < ps) take q + [t > r_i] new pages from request i, so the
+    batch takes B q + #(r_i < t) pages: q is the most whole rounds the pages allow and t the
+    longest partial round after."""
+    if not len(written):
+        return k
+    ps = page_size
+    q, left = divmod(slots // ps, len(written))
+    if ps == 1 or q >= k:
+        return min(q * ps, k)
+    room = (-written) % ps
+    below = np.bincount(room, minlength=ps).cumsum()  # below[t - 1] = #(r_i < t)
+    t = int(np.searchsorted(below[: ps - 1], left, side="right"))  # #(r_i < t) <= left
+    return min(q * ps + t, k)
+
+
+def short_stretch_slots(last_loc: np.ndarray, room: np.ndarray, pages: np.ndarray,
+                        steps: np.ndarray, page_size: int) -> np.ndarray:
+    """The slot of every (step, request) position of a stretch of at most a page, from each
+    request's `room` on its last page (whose last written slot is `last_loc`): the next slots
+    of that page for steps < room, then its one new page. Stepping pops in (step of the page
+    start, batch index) order, so a stable sort by room puts the len(pages) requests that
+    take one first. `steps` is the column 0..n-1."""
+    new_page = np.zeros(len(room), dtype=np.int64)
+    new_page[np.argsort(room, kind="stable")[: len(pages)]] = pages
+    # step s < room: last + 1 + s; else new_page * ps + (s - room)
+    return steps + np.where(steps < room, last_loc + 1, new_page * page_size - room)

@@ -1,0 +1,102 @@
+"""PagedPolicy's closed forms against what they replace: `steps_within` against the binary
+search over `decode_cost`, `page_growth_within_page` against `page_growth_profile`, the
+running totals behind `breakdown` against a recomputation (check_invariants catches a drift),
+and the allocator's decode given the policy's page indices against its own mask.
+The stateful tests in test_paged_policy.py run check_invariants after every operation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcore.allocator import PagedAllocator
+from kvcore.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
+from kvcore.policies import PolicyConfig, make_policy
+from kvcore.validation import InvariantError
+
+
+def _policy(ps: int, pages: int = 1024, rows: int = 8):
+    cfg = PolicyConfig(kv_tokens=pages * ps, page_size=ps, max_context_len=512,
+                       max_requests=rows)
+    return make_policy("paged", cfg)
+
+
+def _search(cost, k: int, slots: int) -> int:
+    """The engine's search (simulator/stretch.py `_steps_within`)."""
+    if cost(k) <= slots:
+        return k
+    lo, hi = 0, k - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cost(mid) <= slots:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@settings(max_examples=60, deadline=None)
+@given(ps=st.sampled_from([1, 2, 4, 16]), data=st.data())
+def test_steps_within_equals_search(ps: int, data) -> None:
+    p = _policy(ps)
+    lens = data.draw(st.lists(st.integers(1, 100), min_size=0, max_size=6))
+    rids = list(range(len(lens)))
+    for rid, n in enumerate(lens):
+        assert p.admit(rid, np.arange(n) + 1000 * rid, n + 200, 200) is not None
+    if rids:
+        assert p.extend(rids, lens)
+    k = data.draw(st.integers(0, 80))
+    slots = data.draw(st.integers(-3, 40 * ps))
+    want = _search(lambda n: p.decode_cost(rids, n), k, slots)
+    assert p.steps_within(rids, k, slots) == want
+    if want < k:  # the next step would not fit: the closed form is the most, not just some
+        assert p.decode_cost(rids, want + 1) > slots
+
+
+@settings(max_examples=60, deadline=None)
+@given(ps=st.sampled_from([1, 2, 4, 16]), data=st.data())
+def test_page_growth_within_page_equals_general(ps: int, data) -> None:
+    batch = data.draw(st.integers(0, 6))
+    w = np.array(data.draw(st.lists(st.integers(0, 80), min_size=batch, max_size=batch)),
+                 dtype=np.int64)
+    final = w + np.array(data.draw(st.lists(st.integers(0, 40), min_size=batch,
+                                            max_size=batch)), dtype=np.int64)
+    n = data.draw(st.integers(1, ps))
+    have = (w + ps - 1) // ps * ps
+    base = MemoryBreakdown.for_pages(10_000, 100, 50, 30, 20, 10_000 - 200)
+    got, got_new = page_growth_within_page(base, have - w, final, have, ps, n)
+    want, want_new = page_growth_profile(base, w, final, have, ps, n)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got_new, want_new)
+    assert got.dtype == want.dtype and got_new.dtype == np.int64
+
+
+def test_running_totals_drift_is_caught() -> None:
+    p = _policy(4)
+    assert p.admit(1, np.arange(10), 14, 4) is not None
+    assert p.extend([1], [10])
+    assert p.decode([1])
+    p.check_invariants()
+    assert p.page_table_entries() == 3  # 11 tokens on pages of 4
+    p._tot.rounding += 1
+    with pytest.raises(InvariantError, match="running totals"):
+        p.check_invariants()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ps=st.sampled_from([2, 4, 16]), data=st.data())
+def test_alloc_decode_given_indices_equals_its_own_mask(ps: int, data) -> None:
+    """The policy passes the indices of the requests taking a fresh page; the allocator
+    must hand out exactly what it does when it finds them itself."""
+    a, b = PagedAllocator(64, ps), PagedAllocator(64, ps)
+    seq = np.array(data.draw(st.lists(st.integers(1, 3 * ps), min_size=1, max_size=8)),
+                   dtype=np.int64)
+    last = np.arange(len(seq), dtype=np.int64) * ps * 8 + (seq - 2) % ps  # its page offset
+    need = np.flatnonzero((seq - 1) % ps == 0)
+    got = a.alloc_decode_host(seq, last.copy(), need, len(need))
+    want = b.alloc_decode_host(seq, last.copy())
+    assert got is not None and want is not None
+    assert got.tolist() == want.tolist()
+    assert a.free_pages_view().tolist() == b.free_pages_view().tolist()
