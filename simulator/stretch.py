@@ -134,20 +134,10 @@ class FastForward:
         return k
 
     def _steps_within(self, rids: list[int], k: int, slots: int) -> int:
-        """The most decode steps (<= k) of `rids` whose new memory fits in `slots` (the cost
-        grows with the steps: a binary search)."""
+        """The most decode steps (<= k) of `rids` whose new memory fits in `slots`: the
+        policy's `steps_within` (a closed form where it has one, else a binary search)."""
         assert self.rules is not None
-        cost = self.rules.policy.decode_cost
-        if cost(rids, k) <= slots:
-            return k
-        lo, hi = 0, k - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if cost(rids, mid) <= slots:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return self.rules.policy.steps_within(rids, k, slots)
 
     def _step_times(self, k: int) -> np.ndarray:
         """Each step's time (the rules' function of the contexts after the first step)."""

@@ -87,6 +87,22 @@ class DecodeStretch(KVPolicy):
             total += (-(-(w + n) // ps) - -(-w // ps)) * ps
         return total
 
+    def steps_within(self, rids: Sequence[int], k: int, slots: int) -> int:
+        """The most decode steps n <= k of `rids` with decode_cost(rids, n) <= slots (0 if
+        none; read-only): how far the fast-forward can go before memory runs short. Default:
+        a binary search over `decode_cost` (it grows with the steps); a policy with a closed
+        form overrides it with the same answer."""
+        if self.decode_cost(rids, k) <= slots:
+            return k
+        lo, hi = 0, k - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.decode_cost(rids, mid) <= slots:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def fresh_tokens(self) -> int:
         """Slots the next allocations take before the first one evicts cached content
         (read-only). A scheduler that orders its queue by cache hits must look again after an

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kvcore.allocator import PagedAllocator
 from kvcore.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
 from kvcore.policies import PolicyConfig, make_policy
+from kvcore.policies.capabilities import DecodeStretch
 from kvcore.validation import InvariantError
 
 
@@ -21,20 +22,6 @@ def _policy(ps: int, pages: int = 1024, rows: int = 8):
     cfg = PolicyConfig(kv_tokens=pages * ps, page_size=ps, max_context_len=512,
                        max_requests=rows)
     return make_policy("paged", cfg)
-
-
-def _search(cost, k: int, slots: int) -> int:
-    """The engine's search (simulator/stretch.py `_steps_within`)."""
-    if cost(k) <= slots:
-        return k
-    lo, hi = 0, k - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if cost(mid) <= slots:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 @settings(max_examples=60, deadline=None)
@@ -49,7 +36,7 @@ def test_steps_within_equals_search(ps: int, data) -> None:
         assert p.extend(rids, lens)
     k = data.draw(st.integers(0, 80))
     slots = data.draw(st.integers(-3, 40 * ps))
-    want = _search(lambda n: p.decode_cost(rids, n), k, slots)
+    want = DecodeStretch.steps_within(p, rids, k, slots)  # the default: a binary search
     assert p.steps_within(rids, k, slots) == want
     if want < k:  # the next step would not fit: the closed form is the most, not just some
         assert p.decode_cost(rids, want + 1) > slots
