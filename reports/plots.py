@@ -389,6 +389,18 @@ def saved_axes(results: str | Path) -> dict[str, list[Any]] | None:
     return axes if isinstance(axes, dict) and axes else None
 
 
+# the columns of requests.parquet a figure reads (cdf_figure): a day-long run's file has a
+# million rows, and its other columns would only take memory
+FIGURE_REQUEST_COLUMNS = ("config_hash", "status", "ttft_s", "tpot_s")
+
+
+def _read_request_columns(path: Path) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    names = set(pq.read_schema(path).names)
+    return pd.read_parquet(path, columns=[c for c in FIGURE_REQUEST_COLUMNS if c in names])
+
+
 def plot_dir(results: str | Path, out: str | Path | None = None, **kw: Any) -> list[Path]:
     """Figures from a results directory (summary.csv, the parquet files when present, the
     axes from config.json)."""
@@ -401,5 +413,5 @@ def plot_dir(results: str | Path, out: str | Path | None = None, **kw: Any) -> l
     tl = d / TIMELINE_FILE
     kw.setdefault("axes", saved_axes(d))
     return plot_results(summary, out or d / "figures",
-                        requests=pd.read_parquet(req) if req.exists() else None,
+                        requests=_read_request_columns(req) if req.exists() else None,
                         timeline=pd.read_parquet(tl) if tl.exists() else None, **kw)

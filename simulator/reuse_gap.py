@@ -49,21 +49,22 @@ def reuse_gap(workload: Workload, requests: pd.DataFrame, page_size: int) -> dic
     nan = dict.fromkeys(REUSE_COLUMNS, math.nan)
     if len(requests) == 0:
         return nan
-    admitted = requests[requests["admit_s"].notna()]
-    total = float(admitted["prompt_len"].sum())
+    # the admitted rows' columns one at a time (a day-long run's frame is not copied whole)
+    admitted = requests["admit_s"].notna()
+    total = float(requests.loc[admitted, "prompt_len"].sum())
     if total <= 0:
         return nan
-    ids = admitted["request_id"].astype(int).to_numpy()
+    ids = requests.loc[admitted, "request_id"].astype(int).to_numpy()
     tok = ideal_reuse_hits(workload, 1)
     hits1 = _at(tok.request_ids, tok.hits, ids)
     ideal1 = float(hits1.sum())
     ideal_ps = float((hits1 - hits1 % page_size).sum())  # the same match, floored to pages
     del tok
     matched, timed = timed_reuse_hits_columns(
-        workload, page_size, _times(admitted, "admit_s"), _times(requests, "first_token_s"),
+        workload, page_size, _times(requests, "admit_s"), _times(requests, "first_token_s"),
         _times(requests, "finish_s"))
     timed_sum = float(int(timed[np.isin(matched, ids)].sum()))
-    achieved = float(admitted["cached_tokens"].sum())
+    achieved = float(requests.loc[admitted, "cached_tokens"].sum())
     return {"ideal_hit_rate": ideal1 / total,
             "reuse_gap_alignment": (ideal1 - ideal_ps) / total,
             "reuse_gap_not_arrived": (ideal_ps - timed_sum) / total,

@@ -83,6 +83,13 @@ class GeneratedRequests(Sequence[Request]):
         for k in range(len(self)):
             yield self._build(k)
 
+    def __add__(self, other: Sequence[Request]) -> list[Request]:
+        """Concatenated with other requests: a plain list (as `list + list` gives)."""
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[Request]) -> list[Request]:
+        return [*other, *self]
+
     def request_ids(self) -> np.ndarray:
         return np.arange(self.first_id, self.first_id + len(self), dtype=np.int64)
 

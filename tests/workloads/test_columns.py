@@ -51,6 +51,8 @@ def test_columns_build_the_requests_the_generator_built():
     assert isinstance(tail, GeneratedRequests) and tail[0] == cols[50] and cols[-1] == tail[-1]
     assert list(pickle.loads(pickle.dumps(cols))) == list(cols)
     assert arrival_order(cols) is cols  # generated in arrival order: nothing to sort
+    assert cols[:2] + [cols[5]] == [cols[0], cols[1], cols[5]]  # noqa: RUF005  (a list)
+    assert [cols[5]] + cols[:1] == [cols[5], cols[0]]  # noqa: RUF005
     with pytest.raises(IndexError, match="out of range"):
         cols[60]
     with pytest.raises(ValueError, match="prompt_lens has 1 values for 2 arrivals"):
