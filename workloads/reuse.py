@@ -208,41 +208,67 @@ def timed_reuse_hits_columns(workload: Workload, page_size: int, admit: Times,
     if not isinstance(page_size, int) or page_size < 1:
         raise WorkloadError(f"page_size must be a positive integer, got {page_size!r}")
     reqs = workload.nominal_order()
-    known = id_column(reqs)
-    sorter = np.argsort(known, kind="stable")
-    ids_sorted = known[sorter]
-    parts = []
-    for kind, which, (rids, times) in ((0, 0, prompt_done), (0, 1, finish), (1, 0, admit)):
-        rids = np.asarray(rids, dtype=np.int64)
-        times = np.asarray(times, dtype=np.float64)
-        k = np.minimum(np.searchsorted(ids_sorted, rids), max(len(ids_sorted) - 1, 0))
-        ok = (ids_sorted[k] == rids) if len(ids_sorted) else np.zeros(len(rids), bool)
-        parts.append((times[ok], np.full(int(ok.sum()), kind, np.int8), rids[ok],
-                      np.full(int(ok.sum()), which, np.int8), sorter[k[ok]]))
-    t, kinds, rids, which, pos = (np.concatenate(c) for c in zip(*parts, strict=True))
-    order = np.lexsort((which, rids, kinds, t))
-    kinds, which, pos = kinds[order], which[order], pos[order]
-    del t, rids, order
+    t, key, pos = _events(id_column(reqs), admit, prompt_done, finish)
+    order = np.lexsort((key, t))
+    del t
+    key, pos = key[order], pos[order]
+    del order
     left = np.bincount(pos, minlength=len(reqs)).astype(np.int8)  # events per request
     live: dict[int, tuple[Request, list, list]] = {}
     tree = RunRadixTree()
-    out_ids: list[int] = []
-    out_hits: list[int] = []
-    for kind, w, p in zip(kinds.tolist(), which.tolist(), pos.tolist(), strict=True):
-        got = live.get(p)
-        if got is None:
-            r = reqs[p]
-            got = live[p] = (r, *_runs(r, runs))
-        if kind == 0:
-            tree.insert(got[1 + w])
-        else:
-            m = min(tree.match(got[1]), max(got[0].prompt_len - 1, 0))
-            out_ids.append(got[0].request_id)
-            out_hits.append(m - m % page_size)
-        left[p] -= 1
-        if left[p] == 0:
-            del live[p]
-    return np.array(out_ids, dtype=np.int64), np.array(out_hits, dtype=np.int64)
+    out_ids = np.zeros(len(admit[0]), dtype=np.int64)
+    out_hits = np.zeros(len(admit[0]), dtype=np.int64)
+    matched = 0
+    for lo in range(0, len(key), _EVENT_CHUNK):  # Python ints a chunk at a time
+        chunk = zip(key[lo:lo + _EVENT_CHUNK].tolist(), pos[lo:lo + _EVENT_CHUNK].tolist(),
+                    strict=True)
+        for k, p in chunk:
+            got = live.get(p)
+            if got is None:
+                r = reqs[p]
+                got = live[p] = (r, *_runs(r, runs))
+            if k < _MATCH:
+                tree.insert(got[1 + (k & 1)])
+            else:
+                m = min(tree.match(got[1]), max(got[0].prompt_len - 1, 0))
+                out_ids[matched] = got[0].request_id
+                out_hits[matched] = m - m % page_size
+                matched += 1
+            left[p] -= 1
+            if left[p] == 0:
+                del live[p]
+    return out_ids[:matched], out_hits[:matched]
+
+
+_EVENT_CHUNK = 1 << 16
+_MATCH = 1 << 62  # event key: kind (insert 0, match 1) << 62 | request id << 1 | which runs
+
+
+def _events(known: np.ndarray, admit: Times, prompt_done: Times, finish: Times
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The timed pass's events as three columns: time, a key that sorts as (kind, request
+    id, which runs) does, and the request's position in `known`; events of requests not in
+    `known` are left out. 24 bytes an event, built in place."""
+    sorter = np.argsort(known, kind="stable")
+    ids_sorted = known[sorter]
+    sources = ((0, 0, prompt_done), (0, 1, finish), (1, 0, admit))
+    total = sum(len(times) for _, _, (_, times) in sources)
+    t = np.empty(total, dtype=np.float64)
+    key = np.empty(total, dtype=np.int64)
+    pos = np.empty(total, dtype=np.int64)
+    n = 0
+    for kind, which, (rids, times) in sources:
+        rids = np.asarray(rids, dtype=np.int64)
+        if len(rids) and (rids.min() < 0 or rids.max() >= 1 << 60):
+            raise WorkloadError("timed reuse: request ids must be in [0, 2**60)")
+        k = np.minimum(np.searchsorted(ids_sorted, rids), max(len(ids_sorted) - 1, 0))
+        ok = (ids_sorted[k] == rids) if len(ids_sorted) else np.zeros(len(rids), bool)
+        m = int(ok.sum())
+        t[n:n + m] = np.asarray(times, dtype=np.float64)[ok]
+        key[n:n + m] = (kind << 62) | (rids[ok] << 1) | which
+        pos[n:n + m] = sorter[k[ok]]
+        n += m
+    return t[:n], key[:n], pos[:n]
 
 
 def request_runs(workload: Workload) -> dict[int, tuple[list, list]]:

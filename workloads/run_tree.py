@@ -6,12 +6,13 @@ cache, so the tree grows with the trace: two or three edges a request. As Python
 (a child dict per node, Python ints for each edge's start and length) that was about 500
 bytes a request, 500 MB for a million. Here a node is two 8-byte entries of `array('q')`
 columns (its edge's first id and length) and an edge from a parent is one row of three
-sorted `array('q')` columns (first id, parent, child: 24 bytes), found with `bisect` (C,
-no Python objects per entry). New edges go to a small dict first and are merged into the
-sorted columns when it holds `max(merge_min, edges / 8)` of them (amortised O(log n) per
-edge; the dict stays a fraction of the tree). The answers are exactly those of the plain
-tree: the same edges, only stored differently (tests/workloads/test_reuse.py compares
-them with a dict tree on random streams).
+`array('q')` columns sorted by first id (first id, parent, child: 24 bytes), found with
+`bisect` (C, no Python objects per entry). New edges go to a small dict first and are
+merged into the sorted columns when it holds `max(merge_min, edges / 8)` of them (each
+merge a sort of the new edges and one insert pass; the dict stays a fraction of the
+tree). The answers are exactly those of the plain tree: the same edges, only stored
+differently (tests/workloads/test_columns.py compares the tree merged after every edge with
+the tree unmerged; tests/workloads/test_reuse.py both with brute force).
 
 Ids are 64-bit signed (the segments' own dtype, workloads/request.py).
 """
@@ -32,7 +33,7 @@ class RunRadixTree:
     def __init__(self, merge_min: int | None = None) -> None:
         self.edge_start = array("q", [0])  # node -> the first id of the edge into it
         self.edge_len = array("q", [0])  # node -> that edge's length (root: 0)
-        # edges (parent, first id) -> child: sorted columns by (first id, parent) ...
+        # edges (parent, first id) -> child: columns sorted by first id ...
         self._keys = array("q")
         self._parents = array("q")
         self._children = array("q")
@@ -69,18 +70,25 @@ class RunRadixTree:
             self._merge()
 
     def _merge(self) -> None:
-        """The buffered edges into the sorted columns (one lexsort by (first id, parent))."""
-        n = len(self._recent)
-        new = np.fromiter((x for (p, s), c in self._recent.items() for x in (s, p, c)),
-                          dtype=np.int64, count=3 * n).reshape(n, 3)
-        keys = np.concatenate([np.frombuffer(self._keys, dtype=np.int64), new[:, 0]])
-        parents = np.concatenate([np.frombuffer(self._parents, dtype=np.int64), new[:, 1]])
-        children = np.concatenate([np.frombuffer(self._children, dtype=np.int64), new[:, 2]])
-        order = np.lexsort((parents, keys))
-        self._keys = array("q", keys[order].tobytes())
-        self._parents = array("q", parents[order].tobytes())
-        self._children = array("q", children[order].tobytes())
-        self._recent = {}
+        """The buffered edges into the sorted columns: sorted by first id among themselves,
+        then inserted where they belong (edges with the same first id may sit in any parent
+        order: `_child` scans them all), one column at a time so that the merge's transient
+        memory is two copies of one column."""
+        recent, self._recent = self._recent, {}
+        n = len(recent)
+        keys = np.fromiter((s for _, s in recent), dtype=np.int64, count=n)
+        order = np.argsort(keys, kind="stable")
+        parents = np.fromiter((p for p, _ in recent), dtype=np.int64, count=n)[order]
+        children = np.fromiter(recent.values(), dtype=np.int64, count=n)[order]
+        keys = keys[order]
+        del recent, order
+        at = np.searchsorted(np.frombuffer(self._keys, dtype=np.int64), keys)
+        for name, new in (("_keys", keys), ("_parents", parents), ("_children", children)):
+            merged = np.insert(np.frombuffer(getattr(self, name), dtype=np.int64), at, new)
+            col = array("q")
+            col.frombytes(memoryview(merged).cast("B"))
+            setattr(self, name, col)
+            del merged
 
     def match(self, runs: list[tuple[int, int]]) -> int:
         """Longest prefix of `runs` (in tokens) present in the tree."""
