@@ -17,6 +17,11 @@ namespace*2^24 + start .. ; explicit ids are split into maximal consecutive runs
 sequence becomes a short list of maximal (first id, length) runs and a radix tree whose edges
 are such runs answers longest-common-prefix queries. On the full Mooncake trace (144 M prompt
 tokens) that is ~300 k runs, well under a second and a few tens of MB.
+
+Both passes hold only what they must for a day of traffic: each request's runs are built as
+the pass reaches it (the timed pass keeps a request's from its first event to its last), the
+tree is stored in compact columns (workloads/run_tree.py), and the timed pass's events are
+numpy columns; a columnar workload (workloads/columns.py) builds each request then, too.
 """
 
 from __future__ import annotations
