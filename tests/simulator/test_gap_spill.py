@@ -2,7 +2,8 @@
 numpy's over the gaps listed one by one, and a run that spills summarises as one that does
 not.
 
-Cost: the hypothesis test about 1 s; the two simulations about 2 s together.
+Cost: the hypothesis test about 1-2.5 s (each example runs four 16-bit radix passes per
+rank); the two simulations about 1 s together.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ _VALUES = st.one_of(st.sampled_from([0.0, -0.0, 0.001, 0.0070001, 0.5, 1e-9, -2.
                     st.floats(-1e6, 1e6, allow_nan=False, width=64))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.lists(st.tuples(st.lists(_VALUES, min_size=1, max_size=6), st.integers(1, 40)),
                 min_size=1, max_size=10),
        st.integers(0, 10))
