@@ -121,12 +121,39 @@ def _simulate_streamed(opts: RunOptions, workload: Workload, cfg: Any, path: Pat
     tags = {"config_hash": opts.config_hash(), "policy": opts.policy.policy,
             "page_size": int(opts.policy.page_size)}
     with ParquetStream(path, COLUMN_KINDS, tags) as stream:
-        result = simulate(workload, cfg, progress=tick, request_sink=stream.write,
+        result = simulate(workload, cfg, progress=tick, request_sink=_trimming(stream.write),
                           event_sink=event_sink)
         stream.commit()
     result.load = lambda: _read_requests(path, tuple(tags))
     result.extra["requests_file"] = str(path)
     return result
+
+
+def _trimming(write: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`write`, then the C heap's free memory handed back to the system (glibc's
+    `malloc_trim`; nothing elsewhere). A long run frees a request's arrays as it finishes, and
+    glibc keeps the freed heap pages mapped: measured at 15,000 requests, 17 of the run's
+    88 MB above the imports were such pages. Once per chunk of rows (8,192 requests): a few
+    ms. Changes no result."""
+    trim = _malloc_trim()
+
+    def sink(chunk: Any) -> None:
+        write(chunk)
+        if trim is not None:
+            trim(0)
+
+    return sink
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        return None
 
 
 def _read_requests(path: Path, tags: tuple[str, ...]) -> pd.DataFrame:

@@ -25,6 +25,7 @@ import numpy as np
 import simpy
 
 from simulator.request import SimRequest
+from workloads.columns import arrival_column, arrival_order
 from workloads.request import Request, Session, Workload
 
 
@@ -39,7 +40,10 @@ class Arrivals:
         self._gated: deque[Request] = deque()  # arrived, waiting for a slot
         self.workload = workload
         self.enqueue = enqueue
-        self._open = sorted(workload.requests, key=lambda r: (r.arrival_s, r.request_id))
+        # by (arrival, id); a columnar workload stays columns: each request is built when it
+        # is due and dropped with its finished SimRequest (workloads/columns.py)
+        self._open = arrival_order(workload.requests)
+        self._times = arrival_column(self._open)
         self._next_open = 0
         self._releases: list[tuple[float, int]] = []  # announced session releases (heap)
         self._sessions_left = len(workload.sessions)
@@ -51,7 +55,8 @@ class Arrivals:
 
     def next_due(self) -> float:
         """The next open-loop arrival or announced session release (inf when none)."""
-        t = self._open[self._next_open].arrival_s if self._next_open < len(self._open) else np.inf
+        t = float(self._times[self._next_open]) if self._next_open < len(self._open) \
+            else np.inf
         if self._releases:
             t = min(t, self._releases[0][0])
         return t

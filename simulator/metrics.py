@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from kvcore.breakdown import PARTS, mean_share_pct
+from simulator.gap_spill import SPILL_VALUES, GapSpill
 from simulator.request_table import (
     CHUNK_ROWS,
     REQUEST_COLUMNS,  # noqa: F401  (re-exported: the table's columns)
@@ -64,6 +65,7 @@ class Recorder:
     # inter-token gaps (s), each array's values `count` times over (a decode stretch hands one
     # step's time once for all its requests): pooled over requests, as the benchmarks do
     gaps: list[tuple[np.ndarray, Any]] = field(default_factory=list)
+    gap_spill: GapSpill | None = None  # merged gaps moved to disk (a long run, _merge_gaps)
     # a hybrid policy's pools (its PoolKinds.pool_usage), set by the run; each kind's
     # (used, cached) bytes integrated over the window like the parts (simulator/pool_columns.py)
     pools: Callable[[], Mapping[str, Any]] | None = None
@@ -206,11 +208,25 @@ class Recorder:
                 values, count = values[:1], count * len(values)  # the same multiset
             self.gaps.append((values, count))
             if len(self.gaps) >= GAP_GROUPS:
-                self.gaps = [merge_gap_groups(self.gaps)]
+                self._merge_gaps()
+
+    def _merge_gaps(self) -> None:
+        """The groups as one; past SPILL_VALUES distinct values, to the spill file instead
+        (simulator/gap_spill.py: a day-long run's gaps on disk, percentiles still exact)."""
+        merged = merge_gap_groups(self.gaps)
+        if len(merged[0]) < SPILL_VALUES:
+            self.gaps = [merged]
+            return
+        if self.gap_spill is None:
+            self.gap_spill = GapSpill()
+        self.gap_spill.write(*merged)
+        self.gaps = []
 
     def itl_percentiles(self, qs: tuple[float, ...]) -> list[float]:
         """Percentiles of the pooled gaps (numpy's linear rule over the gaps listed one by
         one); equal for any grouping of the same gaps, so stretches and stepping agree."""
+        if self.gap_spill is not None:
+            return self.gap_spill.percentiles(self.gaps, qs)
         return weighted_percentiles(self.gaps, qs)
 
     def add_request(self, row: tuple) -> None:

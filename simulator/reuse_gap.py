@@ -23,40 +23,48 @@ import numpy as np
 import pandas as pd
 
 from workloads.request import Workload
-from workloads.reuse import ideal_reuse_hits, request_runs, timed_reuse_hits
+from workloads.reuse import ideal_reuse_hits, timed_reuse_hits_columns
 
 REUSE_COLUMNS = ("ideal_hit_rate", "reuse_gap_alignment", "reuse_gap_not_arrived",
                  "reuse_gap_capacity")
 
 
-def _times(df: pd.DataFrame, col: str) -> dict[int, float]:
-    s = df[["request_id", col]].dropna()
-    return dict(zip(s["request_id"].astype(int).tolist(), s[col].astype(float).tolist(),
-                    strict=True))
+def _times(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """(request ids, times) of the rows where `col` is set: columns, not a dict per request."""
+    t = df[col].to_numpy(dtype=float)
+    ok = ~np.isnan(t)
+    return df["request_id"].to_numpy()[ok].astype(np.int64), t[ok]
+
+
+def _at(ids: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """values[ids == w] for each w in `wanted` (every one of them among `ids`)."""
+    order = np.argsort(ids, kind="stable")
+    return values[order[np.searchsorted(ids[order], wanted)]]
 
 
 def reuse_gap(workload: Workload, requests: pd.DataFrame, page_size: int) -> dict[str, float]:
     """The REUSE_COLUMNS as fractions of the admitted requests' prompt tokens (NaN when no
-    request was admitted, or the per-request rows went to a sink)."""
+    request was admitted). Both passes build each request's runs as they reach it and keep
+    a compact tree (workloads/reuse.py), so a day-long run's pass stays small."""
     nan = dict.fromkeys(REUSE_COLUMNS, math.nan)
     if len(requests) == 0:
         return nan
-    admitted = requests[requests["admit_s"].notna()]
-    total = float(admitted["prompt_len"].sum())
+    # the admitted rows' columns one at a time (a day-long run's frame is not copied whole)
+    admitted = requests["admit_s"].notna()
+    total = float(requests.loc[admitted, "prompt_len"].sum())
     if total <= 0:
         return nan
-    ids = admitted["request_id"].astype(int).to_numpy()
-    runs = request_runs(workload)  # shared by both passes: building them is most of the cost
-    tok = ideal_reuse_hits(workload, 1, runs)
-    pos = {int(r): i for i, r in enumerate(tok.request_ids.tolist())}
-    hits1 = tok.hits[np.array([pos[int(r)] for r in ids], dtype=np.int64)]
+    ids = requests.loc[admitted, "request_id"].astype(int).to_numpy()
+    tok = ideal_reuse_hits(workload, 1)
+    hits1 = _at(tok.request_ids, tok.hits, ids)
     ideal1 = float(hits1.sum())
     ideal_ps = float((hits1 - hits1 % page_size).sum())  # the same match, floored to pages
-    timed = timed_reuse_hits(workload, page_size, _times(admitted, "admit_s"),
-                             _times(requests, "first_token_s"), _times(requests, "finish_s"),
-                             runs)
-    timed_sum = float(sum(timed.get(int(r), 0) for r in ids))
-    achieved = float(admitted["cached_tokens"].sum())
+    del tok
+    matched, timed = timed_reuse_hits_columns(
+        workload, page_size, _times(requests, "admit_s"), _times(requests, "first_token_s"),
+        _times(requests, "finish_s"))
+    timed_sum = float(int(timed[np.isin(matched, ids)].sum()))
+    achieved = float(requests.loc[admitted, "cached_tokens"].sum())
     return {"ideal_hit_rate": ideal1 / total,
             "reuse_gap_alignment": (ideal1 - ideal_ps) / total,
             "reuse_gap_not_arrived": (ideal_ps - timed_sum) / total,

@@ -99,15 +99,23 @@ def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
 
 
 def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
-    arrivals = [r.arrival_s for r in workload.requests] + [s.start_s for s in workload.sessions]
-    first = min(arrivals) if arrivals else 0.0
+    first = _first_arrival(workload)
     start = first + cfg.engine.warmup_s
     if cfg.duration_s:
         return start, first + cfg.duration_s
     if workload.sessions or not workload.requests or cfg.engine.max_concurrency:
         # closed loop (sessions, or requests sent as others finish): ends with the run
         return start, np.inf
-    return start, max(max(r.arrival_s for r in workload.requests), start)
+    return start, max(float(workload.open_arrivals().max()), start)
+
+
+def _first_arrival(workload: Workload) -> float:
+    """The earliest open-loop arrival or session start (0 for none), read from the arrival
+    column (a columnar workload builds no request for it)."""
+    times = [s.start_s for s in workload.sessions]
+    if len(workload.requests):
+        times.append(float(workload.open_arrivals().min()))
+    return min(times) if times else 0.0
 
 
 def simulate(
@@ -209,10 +217,11 @@ def latency_columns(cfg: SimConfig, latency) -> dict:
 def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
               requests: pd.DataFrame, summary: dict) -> dict:
     """The overload columns (simulator/overload.py) from the run's window and queue."""
-    nominal = workload.nominal_requests()
+    # columns, not every request built and sorted: the verdict counts arrivals in the window
+    # and takes the median prompt, neither of which depends on the order
+    arrivals, prompt_lens = workload.arrivals_and_prompt_lens()
     return overload_verdict(
-        arrivals=np.array([r.arrival_s for r in nominal], dtype=float),
-        prompt_lens=np.array([r.prompt_len for r in nominal], dtype=np.int64),
+        arrivals=arrivals, prompt_lens=prompt_lens,
         requests=requests, start=rec.window_start, end=rec.window_end,
         backlog=int(summary["queue_backlog"]), latency=latency,
         chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size)
@@ -230,9 +239,7 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
     cap = policy.capacity
     over = mean_share_pct(rec.over_seconds, span, cap)
     done = requests[requests.status == "completed"] if len(requests) else requests
-    makespan = (engine.last_finish_s - min(
-        [r.arrival_s for r in engine.workload.requests] + [s.start_s for s in
-                                                             engine.workload.sessions] or [0.0]))
+    makespan = engine.last_finish_s - _first_arrival(engine.workload)
     b_end = policy.breakdown(engine.head_reservation())
     out = {
         **cfg.to_dict(),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workloads.columns import GeneratedRequests
 from workloads.errors import WorkloadError
 from workloads.lengths import LengthDist, LengthModel
 from workloads.request import (
@@ -31,7 +32,6 @@ from workloads.request import (
     Turn,
     Workload,
     namespace_of,
-    unique_prompt,
 )
 from workloads.traces.load import DEFAULT_MAX_CONTEXT_LEN, resolve_max_new_tokens
 
@@ -65,12 +65,14 @@ def independent_requests(
     vLLM paper's setting (ShareGPT / Alpaca lengths, Poisson arrivals, no sharing)."""
     rng = np.random.default_rng([seed, 0x1E])
     inp, out = lengths.sample_pairs(rng, len(arrivals))
-    reqs = []
-    triples = zip(arrivals.tolist(), inp.tolist(), out.tolist(), strict=True)
-    for rid, (t, p, o) in enumerate(triples):
-        mnt, o2 = limits.apply(p, o)
-        reqs.append(Request(rid, t, unique_prompt(seed, rid, p), o2, mnt, seed=seed))
-    return Workload(name, reqs, seed=seed)
+    n = len(arrivals)
+    plens, outs, mnts = (np.empty(n, dtype=np.int64) for _ in range(3))
+    for i, (p, o) in enumerate(zip(inp.tolist(), out.tolist(), strict=True)):
+        mnts[i], outs[i] = limits.apply(p, o)
+        plens[i] = p
+    # held as columns, each Request built as the engine reaches it (workloads/columns.py)
+    return Workload(name, GeneratedRequests(np.asarray(arrivals, dtype=np.float64), plens,
+                                            outs, mnts, seed), seed=seed)
 
 
 def shared_prefix(

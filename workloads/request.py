@@ -12,6 +12,7 @@ requests never share a prefix by accident:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -206,7 +207,7 @@ class Workload:
     """A request stream: open-loop requests (sorted by arrival) plus closed-loop sessions."""
 
     name: str
-    requests: list[Request]
+    requests: Sequence[Request]  # a list, or columns built on demand (workloads/columns.py)
     sessions: list[Session] = field(default_factory=list)
     seed: int = 0
     description: str = ""
@@ -229,6 +230,13 @@ class Workload:
         keyed: list[tuple[float, int, int, int, Request]] = [
             (r.arrival_s, 0, i, 0, r) for i, r in enumerate(self.requests)
         ]
+        keyed.extend(self._session_turns())
+        keyed.sort(key=lambda x: x[:4])
+        return [x[4] for x in keyed]
+
+    def _session_turns(self) -> list[tuple[float, int, int, int, Request]]:
+        """Each session turn at its nominal time, keyed as `nominal_requests` sorts them."""
+        keyed: list[tuple[float, int, int, int, Request]] = []
         for si, sess in enumerate(self.sessions):
             prev: Request | None = None
             t = sess.start_s
@@ -238,8 +246,41 @@ class Workload:
                 req = sess.request_for_turn(k, t, prev)
                 keyed.append((t, 1, si, k, req))
                 prev = req
-        keyed.sort(key=lambda x: x[:4])
-        return [x[4] for x in keyed]
+        return keyed
+
+    def nominal_order(self) -> Sequence[Request]:
+        """`nominal_requests`, built lazily where it can be: a workload of open-loop requests
+        held as columns gives a view that builds each request when read, so a pass over a
+        million requests (the reuse gap) holds one at a time."""
+        columns = getattr(self.requests, "nominal", None)  # workloads/columns.py
+        if self.sessions or columns is None:
+            return self.nominal_requests()
+        return columns()
+
+    def open_arrivals(self) -> np.ndarray:
+        """The open-loop requests' arrival times, in list order (float64; sessions not
+        included), without building the requests of a columnar workload."""
+        columns = getattr(self.requests, "arrivals", None)
+        if isinstance(columns, np.ndarray):
+            return columns
+        return np.fromiter((r.arrival_s for r in self.requests), dtype=np.float64,
+                           count=len(self.requests))
+
+    def arrivals_and_prompt_lens(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every request's nominal arrival time and prompt length, session turns included,
+        in no particular order (what the overload verdict counts and takes a median of):
+        columns, not a sorted list of every request."""
+        arrivals = self.open_arrivals()
+        plens = getattr(self.requests, "prompt_lens", None)
+        if not isinstance(plens, np.ndarray):
+            plens = np.fromiter((r.prompt_len for r in self.requests), dtype=np.int64,
+                                count=len(self.requests))
+        if not self.sessions:
+            return arrivals, plens
+        turns = self._session_turns()
+        return (np.concatenate([arrivals, np.array([t[0] for t in turns], dtype=float)]),
+                np.concatenate([plens, np.array([t[4].prompt_len for t in turns],
+                                                dtype=np.int64)]))
 
     def to_frame(self):
         """One row per request (nominal order, see `nominal_requests`): request_id, arrival_s,

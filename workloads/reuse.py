@@ -17,6 +17,11 @@ namespace*2^24 + start .. ; explicit ids are split into maximal consecutive runs
 sequence becomes a short list of maximal (first id, length) runs and a radix tree whose edges
 are such runs answers longest-common-prefix queries. On the full Mooncake trace (144 M prompt
 tokens) that is ~300 k runs, well under a second and a few tens of MB.
+
+Both passes hold only what they must for a day of traffic: each request's runs are built as
+the pass reaches it (the timed pass keeps a request's from its first event to its last), the
+tree is stored in compact columns (workloads/run_tree.py), and the timed pass's events are
+numpy columns; a columnar workload (workloads/columns.py) builds each request then, too.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workloads.columns import id_column
 from workloads.errors import WorkloadError
 from workloads.request import (
     HASH_BLOCK_TOKENS,
@@ -34,6 +40,10 @@ from workloads.request import (
     Workload,
     namespace_of,
 )
+from workloads.run_tree import RunRadixTree
+
+__all__ = ["ReuseResult", "RunRadixTree", "final_runs", "ideal_reuse", "ideal_reuse_hits",
+           "request_runs", "sequence_runs", "timed_reuse_hits", "timed_reuse_hits_columns"]
 
 
 def _segment_runs(seg: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -97,62 +107,6 @@ def sequence_runs(req: Request, n_tokens: int | None = None) -> list[tuple[int, 
     return _merge(starts, lens)
 
 
-class RunRadixTree:
-    """A radix tree over token ids whose every edge is one run of consecutive ids."""
-
-    def __init__(self) -> None:
-        self.children: list[dict[int, int]] = [{}]
-        self.edge_start: list[int] = [0]
-        self.edge_len: list[int] = [0]
-
-    def match(self, runs: list[tuple[int, int]]) -> int:
-        """Longest prefix of `runs` (in tokens) present in the tree."""
-        node, matched = 0, 0
-        children, elen = self.children, self.edge_len
-        for s, n in runs:
-            while n > 0:
-                c = children[node].get(s)
-                if c is None:
-                    return matched
-                common = min(elen[c], n)
-                matched += common
-                if common < elen[c]:
-                    return matched
-                node, s, n = c, s + common, n - common
-        return matched
-
-    def _new(self, start: int, length: int) -> int:
-        self.children.append({})
-        self.edge_start.append(start)
-        self.edge_len.append(length)
-        return len(self.edge_len) - 1
-
-    def insert(self, runs: list[tuple[int, int]]) -> None:
-        node = 0
-        children, elen, estart = self.children, self.edge_len, self.edge_start
-        for s, n in runs:
-            while n > 0:
-                c = children[node].get(s)
-                if c is None:
-                    leaf = self._new(s, n)
-                    children[node][s] = leaf
-                    node, n = leaf, 0
-                    break
-                common = min(elen[c], n)
-                if common < elen[c]:  # split edge c at `common`
-                    mid = self._new(s, common)
-                    children[node][s] = mid
-                    estart[c] += common
-                    elen[c] -= common
-                    children[mid][estart[c]] = c
-                    c = mid
-                node, s, n = c, s + common, n - common
-
-    @property
-    def num_nodes(self) -> int:
-        return len(self.edge_len)
-
-
 @dataclass
 class ReuseResult:
     """Per-request ideal hits (tokens, page-aligned), in nominal order."""
@@ -168,25 +122,52 @@ class ReuseResult:
         return float(self.hits.sum()) / total if total else 0.0
 
 
+def final_runs(req: Request, prompt_runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`sequence_runs(req, req.final_len)` from the prompt's runs already built: the output
+    run appended (and joined to the last prompt run if it continues it), as `_merge` would."""
+    extra = req.final_len - req.prompt_len
+    if extra <= 0:
+        return list(prompt_runs)
+    ns = req.output_namespace
+    if ns is None:
+        ns = namespace_of(req.seed, req.request_id, OUTPUT_TAG)
+    out = list(prompt_runs)
+    s = ns * NAMESPACE_SPAN
+    if out and out[-1][0] + out[-1][1] == s:
+        out[-1] = (out[-1][0], out[-1][1] + extra)
+    else:
+        out.append((s, extra))
+    return out
+
+
+def _runs(r: Request, runs: dict[int, tuple[list, list]] | None) -> tuple[list, list]:
+    if runs is not None:
+        return runs[r.request_id]
+    prompt = sequence_runs(r)
+    return prompt, final_runs(r, prompt)
+
+
 def ideal_reuse_hits(workload: Workload, page_size: int = 1,
                      runs: dict[int, tuple[list, list]] | None = None) -> ReuseResult:
     """Per-request ideal prefix hits (see the module docstring for the definition and order);
-    `runs` as `request_runs` returns them, when the caller has them already."""
+    `runs` as `request_runs` returns them, when the caller has them already. One pass in
+    nominal order that builds each request's runs as it reaches it (a columnar workload
+    builds each request then, too), so what it holds is the compact tree and three columns."""
     if not isinstance(page_size, int) or page_size < 1:
         raise WorkloadError(f"page_size must be a positive integer, got {page_size!r}")
-    reqs = workload.nominal_requests()
+    reqs = workload.nominal_order()
     tree = RunRadixTree()
     hits = np.zeros(len(reqs), dtype=np.int64)
     plens = np.zeros(len(reqs), dtype=np.int64)
+    ids = np.zeros(len(reqs), dtype=np.int64)
     for i, r in enumerate(reqs):
         plen = r.prompt_len
         plens[i] = plen
-        prompt, final = (sequence_runs(r), sequence_runs(r, r.final_len)) if runs is None \
-            else runs[r.request_id]
+        ids[i] = r.request_id
+        prompt, final = _runs(r, runs)
         m = min(tree.match(prompt), max(plen - 1, 0))
         hits[i] = m - m % page_size
         tree.insert(final)
-    ids = np.array([r.request_id for r in reqs], dtype=np.int64)
     return ReuseResult(page_size, ids, plens, hits)
 
 
@@ -206,29 +187,95 @@ def timed_reuse_hits(workload: Workload, page_size: int, admit_s: dict[int, floa
     The difference to `ideal_reuse_hits` is reuse lost because the request that would supply
     the prefix had not arrived or not been computed yet when this one was admitted.
     `runs` (request id -> prompt runs, final-length runs; see `request_runs`) saves
-    recomputing them when the caller has them already."""
+    recomputing them when the caller has them already. The dict form of
+    `timed_reuse_hits_columns`."""
+    def column(times: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
+        return (np.array(list(times), dtype=np.int64),
+                np.array(list(times.values()), dtype=np.float64))
+
+    hits = timed_reuse_hits_columns(workload, page_size, column(admit_s),
+                                    column(prompt_done_s), column(finish_s), runs)
+    return dict(zip(*(a.tolist() for a in hits), strict=True))
+
+
+Times = tuple[np.ndarray, np.ndarray]  # (request ids, times), one row per request
+
+
+def timed_reuse_hits_columns(workload: Workload, page_size: int, admit: Times,
+                             prompt_done: Times, finish: Times,
+                             runs: dict[int, tuple[list, list]] | None = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """`timed_reuse_hits` over columns: (ids, times) for the admissions, the prompts done and
+    the finishes; returns (ids matched, their hits) in event order. The events are sorted as
+    arrays (time, then inserts before matches, then id, then prompt before whole sequence),
+    and a request's runs are built at its first event and dropped after its last, so the pass
+    holds the tree plus the requests in flight at each moment, not every request's runs."""
     if not isinstance(page_size, int) or page_size < 1:
         raise WorkloadError(f"page_size must be a positive integer, got {page_size!r}")
-    by_id = {r.request_id: r for r in workload.nominal_requests()}
-    if runs is None:
-        runs = request_runs(workload)
-    events: list[tuple[float, int, int, int]] = []  # (time, kind, request id, which runs)
-    for which, times in ((0, prompt_done_s), (1, finish_s)):
-        events.extend((t, 0, rid, which) for rid, t in times.items() if rid in by_id)
-    events.extend((t, 1, rid, 0) for rid, t in admit_s.items() if rid in by_id)
-    events.sort()
+    reqs = workload.nominal_order()
+    t, key, pos = _events(id_column(reqs), admit, prompt_done, finish)
+    order = np.lexsort((key, t))
+    del t
+    key, pos = key[order], pos[order]
+    del order
+    left = np.bincount(pos, minlength=len(reqs)).astype(np.int8)  # events per request
+    live: dict[int, tuple[Request, list, list]] = {}
     tree = RunRadixTree()
-    hits: dict[int, int] = {}
-    for _, kind, rid, which in events:
-        if kind == 0:
-            tree.insert(runs[rid][which])
-        else:
-            m = min(tree.match(runs[rid][0]), max(by_id[rid].prompt_len - 1, 0))
-            hits[rid] = m - m % page_size
-    return hits
+    out_ids = np.zeros(len(admit[0]), dtype=np.int64)
+    out_hits = np.zeros(len(admit[0]), dtype=np.int64)
+    matched = 0
+    for lo in range(0, len(key), _EVENT_CHUNK):  # Python ints a chunk at a time
+        chunk = zip(key[lo:lo + _EVENT_CHUNK].tolist(), pos[lo:lo + _EVENT_CHUNK].tolist(),
+                    strict=True)
+        for k, p in chunk:
+            got = live.get(p)
+            if got is None:
+                r = reqs[p]
+                got = live[p] = (r, *_runs(r, runs))
+            if k < _MATCH:
+                tree.insert(got[1 + (k & 1)])
+            else:
+                m = min(tree.match(got[1]), max(got[0].prompt_len - 1, 0))
+                out_ids[matched] = got[0].request_id
+                out_hits[matched] = m - m % page_size
+                matched += 1
+            left[p] -= 1
+            if left[p] == 0:
+                del live[p]
+    return out_ids[:matched], out_hits[:matched]
+
+
+_EVENT_CHUNK = 1 << 16
+_MATCH = 1 << 62  # event key: kind (insert 0, match 1) << 62 | request id << 1 | which runs
+
+
+def _events(known: np.ndarray, admit: Times, prompt_done: Times, finish: Times
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The timed pass's events as three columns: time, a key that sorts as (kind, request
+    id, which runs) does, and the request's position in `known`; events of requests not in
+    `known` are left out. 24 bytes an event, built in place."""
+    sorter = np.argsort(known, kind="stable")
+    ids_sorted = known[sorter]
+    sources = ((0, 0, prompt_done), (0, 1, finish), (1, 0, admit))
+    total = sum(len(times) for _, _, (_, times) in sources)
+    t = np.empty(total, dtype=np.float64)
+    key = np.empty(total, dtype=np.int64)
+    pos = np.empty(total, dtype=np.int64)
+    n = 0
+    for kind, which, (rids, times) in sources:
+        rids = np.asarray(rids, dtype=np.int64)
+        if len(rids) and (rids.min() < 0 or rids.max() >= 1 << 60):
+            raise WorkloadError("timed reuse: request ids must be in [0, 2**60)")
+        k = np.minimum(np.searchsorted(ids_sorted, rids), max(len(ids_sorted) - 1, 0))
+        ok = (ids_sorted[k] == rids) if len(ids_sorted) else np.zeros(len(rids), bool)
+        m = int(ok.sum())
+        t[n:n + m] = np.asarray(times, dtype=np.float64)[ok]
+        key[n:n + m] = (kind << 62) | (rids[ok] << 1) | which
+        pos[n:n + m] = sorter[k[ok]]
+        n += m
+    return t[:n], key[:n], pos[:n]
 
 
 def request_runs(workload: Workload) -> dict[int, tuple[list, list]]:
     """Request id -> (its prompt's runs, its prompt + output's runs up to final_len)."""
-    return {r.request_id: (sequence_runs(r), sequence_runs(r, r.final_len))
-            for r in workload.nominal_requests()}
+    return {r.request_id: _runs(r, None) for r in workload.nominal_order()}

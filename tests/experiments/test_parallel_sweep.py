@@ -1,7 +1,8 @@
 """Sweeps on several processes (experiments.executors, experiments.runner) and the workload
 they share (experiments/shared.py): results identical to a serial sweep, one build per sweep.
 
-Cost: about 4 s (two 3-cell sweeps of 40 requests; the parallel one starts a fork server).
+Cost: about 4 s (two 3-cell sweeps of 40 requests; the parallel one starts a fork server;
+the shared-file test builds and pickles 20,000 generated requests: 0.1 s).
 """
 
 from __future__ import annotations
@@ -82,5 +83,31 @@ def test_sweep_jobs_counts_the_shared_workload():
     shared = SharedWorkloads()
     try:
         assert shared.prepare(own) == [None, None] and SHARED_KEY not in shared.tag(own[0])
+    finally:
+        shared.close()
+
+
+def test_a_worker_reads_a_day_of_generated_traffic_once_and_small(monkeypatch):
+    """A sweep over a day of generated traffic (diurnal, 20,000 requests here) hands its
+    workers one file of columns (under 40 bytes a request, not the ~460 of the objects), and
+    a worker process loads it once for all its cells, building nothing itself."""
+    import os
+
+    from experiments import shared as shared_mod
+
+    day = {**BASE, "arrival": "diurnal", "rate": 10.0, "num_requests": 20000}
+    grid = cells(RunOptions.from_mapping(day), {"page_size": [1, 16]})
+    shared = SharedWorkloads()
+    try:
+        shared.prepare(grid)
+        shared.write_files()
+        (path,) = shared.files.values()
+        assert os.path.getsize(path) < 40 * 20000
+        spec = grid[0].workload_spec()
+        monkeypatch.setattr(shared_mod, "_BY_SPEC", {})  # as a worker: nothing built here
+        monkeypatch.setattr(workloads, "build_workload", lambda *a: pytest.fail("built"))
+        first = shared_mod.workload_for(spec, path)
+        assert shared_mod.workload_for(grid[1].workload_spec(), path) is first
+        assert first.num_requests == 20000
     finally:
         shared.close()

@@ -232,3 +232,17 @@ def test_latency_cdf_keeps_an_overloaded_run_off_its_axis():
     assert len(notes) == 1 and "TTFT CDF" in notes[0] and "off-scale" in notes[0]
     plain = cdf_figure(pd.DataFrame(rows), {"ok": "page 16", "hot": "page 1"})
     assert plain.axes[0].get_xlim()[1] > 800  # without the verdict every run sets the range
+
+
+def test_cdf_points_are_exact_points_of_the_cdf_and_bounded():
+    """Small: every value with its rank / n, as drawn before. Large: at most CDF_POINTS, each
+    (x, y) a point of the full empirical CDF, the first and last values included."""
+    from reports.plots import cdf_points
+
+    v = np.sort(np.random.default_rng(1).uniform(0, 1, 50))
+    x, y = cdf_points(v)
+    assert np.array_equal(x, v) and np.array_equal(y, np.arange(1, 51) / 50)
+    v = np.sort(np.random.default_rng(2).exponential(1.0, 100_003))
+    x, y = cdf_points(v, limit=1000)
+    assert len(x) <= 1000 and x[0] == v[0] and x[-1] == v[-1] and y[-1] == 1.0
+    assert np.array_equal(np.searchsorted(v, x, side="right") / len(v), y)
