@@ -110,8 +110,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_placement.py::test_buddy_split_and_coalesce",)),
     Mutation(
         "chain-index-youngest-holder", "kvcore/chain_index.py",
-        "        for seg in found:  # youngest first: the oldest writes last",
-        "        for seg in reversed(found):",
+        "                    take = live & (g < view)",  # the lowest generation wins
+        "                    take = live & ((g > view) | (view == np.iinfo(np.int64).max))",
         ("tests/kvcore/test_chain_index.py::TestPool",)),
     # -- simulator ---------------------------------------------------------------------------
     Mutation(
@@ -150,8 +150,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/simulator/test_multistep.py::test_stretches_equal_stepping",)),
     Mutation(
         "latency-drops-context-pages", "simulator/latency.py",
-        "            pages += _cdiv_sum(new + before, ps)",
-        "            pages += _cdiv_sum(new, ps)",
+        "            pre_pages += -(-(new + before) // ps)",
+        "            pre_pages += -(-new // ps)",
         ("tests/simulator/test_latency.py::test_page_term_counts_every_page_attended",)),
     Mutation(
         "reuse-gap-ignores-pages", "simulator/reuse_gap.py",
