@@ -19,7 +19,7 @@ groups (tests/simulator/test_gap_spill.py).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,22 @@ def _value(key: int) -> float:
 
 def _counts(values: np.ndarray, count: Any) -> np.ndarray:
     return count if isinstance(count, np.ndarray) else np.full(len(values), count, np.int64)
+
+
+def linear_percentiles(n: int, qs: tuple[float, ...] | list[float],
+                       value_at: Callable[[int], Any]) -> list[float]:
+    """numpy's "linear" percentile method over n sorted values, its arithmetic included (h,
+    then its lerp), reading only the two values each percentile needs (`value_at(rank)`): the
+    gaps are never expanded into one array, in memory or from the spill file."""
+    out = []
+    for q in qs:
+        h = (q / 100.0) * (n - 1)
+        lo = int(np.floor(h))
+        hi = min(lo + 1, n - 1)
+        t = h - lo
+        a, b = value_at(lo), value_at(hi)
+        out.append(float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t))
+    return out
 
 
 class GapSpill:
@@ -82,15 +98,7 @@ class GapSpill:
         n = sum(int(c.sum()) for _, c in groups())
         if n == 0:
             return [float("nan")] * len(qs)
-        out = []
-        for q in qs:  # numpy's "linear" method, its arithmetic included (h, then its lerp)
-            h = (q / 100.0) * (n - 1)
-            lo = int(np.floor(h))
-            hi = min(lo + 1, n - 1)
-            t = h - lo
-            a, b = (self._select(groups, r) for r in (lo, hi))
-            out.append(float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t))
-        return out
+        return linear_percentiles(n, qs, lambda rank: self._select(groups, rank))
 
     @staticmethod
     def _select(groups, rank: int) -> np.float64:

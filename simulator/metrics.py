@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from kvcore.breakdown import PARTS, mean_share_pct
-from simulator.gap_spill import SPILL_VALUES, GapSpill
+from simulator.gap_spill import SPILL_VALUES, GapSpill, linear_percentiles
 from simulator.request_table import (
     CHUNK_ROWS,
     REQUEST_COLUMNS,  # noqa: F401  (re-exported: the table's columns)
@@ -295,14 +295,5 @@ def weighted_percentiles(groups: list[tuple[np.ndarray, Any]], qs: tuple[float, 
     counts = _group_counts(groups)
     order = np.argsort(values, kind="stable")
     values, cum = values[order], np.cumsum(counts[order])
-    n = int(cum[-1])
-    out = []
-    for q in qs:  # numpy's "linear" method, its arithmetic included (h, then its lerp)
-        h = (q / 100.0) * (n - 1)
-        lo = int(np.floor(h))
-        hi = min(lo + 1, n - 1)
-        t = h - lo
-        a = values[np.searchsorted(cum, lo, side="right")]
-        b = values[np.searchsorted(cum, hi, side="right")]
-        out.append(float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t))
-    return out
+    return linear_percentiles(int(cum[-1]), qs,
+                              lambda rank: values[np.searchsorted(cum, rank, side="right")])

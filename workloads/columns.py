@@ -17,7 +17,7 @@ request. Pickles small (a sweep hands one to its workers, experiments/shared.py)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
 import numpy as np
@@ -129,34 +129,45 @@ class Reordered(Sequence[Request]):
             yield self.base[k]
 
 
+def _column(requests: Sequence[Request], own: Callable[[object], np.ndarray | None],
+            field: str, dtype: type) -> np.ndarray:
+    """One per-request field of `requests` in their order: the column a columnar sequence
+    holds (`own`), a reordered view's base column taken in its order, or else read from each
+    built request (a plain list)."""
+    col = own(requests)
+    if col is not None:
+        return col
+    if isinstance(requests, Reordered):
+        return _column(requests.base, own, field, dtype)[requests.order]
+    return np.fromiter((getattr(r, field) for r in requests), dtype=dtype, count=len(requests))
+
+
+def _held(name: str) -> Callable[[object], np.ndarray | None]:
+    """A columnar sequence's own array attribute `name` (None where there is none)."""
+    def own(requests: object) -> np.ndarray | None:
+        col = getattr(requests, name, None)
+        return col if isinstance(col, np.ndarray) else None
+    return own
+
+
+def _generated_ids(requests: object) -> np.ndarray | None:
+    return requests.request_ids() if isinstance(requests, GeneratedRequests) else None
+
+
 def arrival_column(requests: Sequence[Request]) -> np.ndarray:
     """The arrival times of `requests` in their order, as float64 (no request built for a
     columnar sequence)."""
-    col = getattr(requests, "arrivals", None)
-    if isinstance(col, np.ndarray):
-        return col
-    if isinstance(requests, Reordered):
-        return arrival_column(requests.base)[requests.order]
-    return np.fromiter((r.arrival_s for r in requests), dtype=np.float64, count=len(requests))
+    return _column(requests, _held("arrivals"), "arrival_s", np.float64)
 
 
 def prompt_len_column(requests: Sequence[Request]) -> np.ndarray:
     """The prompt lengths of `requests` in their order (int64)."""
-    col = getattr(requests, "prompt_lens", None)
-    if isinstance(col, np.ndarray):
-        return col
-    if isinstance(requests, Reordered):
-        return prompt_len_column(requests.base)[requests.order]
-    return np.fromiter((r.prompt_len for r in requests), dtype=np.int64, count=len(requests))
+    return _column(requests, _held("prompt_lens"), "prompt_len", np.int64)
 
 
 def id_column(requests: Sequence[Request]) -> np.ndarray:
     """The request ids of `requests` in their order (int64)."""
-    if isinstance(requests, GeneratedRequests):
-        return requests.request_ids()
-    if isinstance(requests, Reordered):
-        return id_column(requests.base)[requests.order]
-    return np.fromiter((r.request_id for r in requests), dtype=np.int64, count=len(requests))
+    return _column(requests, _generated_ids, "request_id", np.int64)
 
 
 def arrival_order(requests: Sequence[Request]) -> Sequence[Request]:
