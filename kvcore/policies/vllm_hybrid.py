@@ -54,7 +54,7 @@ from kvcore.hybrid_groups import (
 )
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import PoolKinds, PoolUsage, PrefixCache
-from kvcore.policies.vllm_hybrid_state import HybridReq, check_hybrid_invariants
+from kvcore.policies.vllm_hybrid_state import HybridReq, check_hybrid_invariants, partial_tails
 from kvcore.policies.vllm_hybrid_stretch import HybridDecodeStretch
 from kvcore.validation import cdiv, check_request_lengths, non_negative_int, positive_int
 
@@ -428,17 +428,8 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
         tokens = (self.groups.num_blocks - free) * bs
         reserved = rounding = 0
         for r in self._reqs.values():
-            w = r.written
-            if not w % bs:
-                continue
-            for g, k in enumerate(self.gspec):
-                t = r.tables[g]
-                if self.specs[k].is_state or not t or not t[-1]:
-                    continue
-                end = len(t) * bs
-                tokens -= end - w
-                reserved += max(min(end, r.final_len) - w, 0)
-                rounding += max(end - max(r.final_len, w), 0)
+            empty, res, rnd = partial_tails(r, self.gspec, self.specs, bs)
+            tokens, reserved, rounding = tokens - empty, reserved + res, rounding + rnd
         # the parts above are in blocks x block_size; as engine slots each is divided by
         # slot_groups (floors), and free takes the rest, so the parts still sum to capacity
         g = self.slot_groups

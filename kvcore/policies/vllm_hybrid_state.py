@@ -7,6 +7,7 @@ the bookkeeping and the checks here (`check_hybrid_invariants`, called by the po
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -37,6 +38,26 @@ class HybridReq:
         self.tables: list[list[int]] = [[] for _ in range(groups)]
         self.nhashed = [0] * groups
         self.states: list[set[int]] = [set() for _ in range(groups)]
+
+
+def partial_tails(req: HybridReq, gspec: Sequence[int], specs: Sequence[GroupSpec],
+                  block_size: int) -> tuple[int, int, int]:
+    """The unwritten tails of a request's last attention blocks, one per attention group
+    (a state block holds a state, not tokens): (slots past its written tokens, the part of
+    them up to its final length = reserved, the part beyond = rounding)."""
+    w = req.written
+    empty = reserved = rounding = 0
+    if not w % block_size:
+        return 0, 0, 0
+    for g, k in enumerate(gspec):
+        t = req.tables[g]
+        if specs[k].is_state or not t or not t[-1]:
+            continue
+        end = len(t) * block_size
+        empty += end - w
+        reserved += max(min(end, req.final_len) - w, 0)
+        rounding += max(end - max(req.final_len, w), 0)
+    return empty, reserved, rounding
 
 
 class HybridView(Protocol):

@@ -33,7 +33,7 @@ import numpy as np
 
 from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.capabilities import DecodeStretch, PoolUsage
-from kvcore.policies.vllm_hybrid_state import HybridReq, HybridView
+from kvcore.policies.vllm_hybrid_state import HybridReq, HybridView, partial_tails
 from kvcore.validation import cdiv
 
 
@@ -155,17 +155,9 @@ def stretch_profile(p: StretchView, plan: StretchPlan, head_reservation: int) ->
     # requests outside the stretch (none in the engine's stretches) keep their tails
     inside = {id(r) for r in plan.reqs}
     for other in p.reqs.values():
-        w0 = other.written
-        if id(other) in inside or not w0 % bs:
-            continue
-        for g, k in enumerate(p.gspec):
-            tab = other.tables[g]
-            if p.specs[k].is_state or not tab or not tab[-1]:
-                continue
-            e = len(tab) * bs
-            tokens -= e - w0
-            reserved += max(min(e, other.final_len) - w0, 0)
-            rounding += max(e - max(other.final_len, w0), 0)
+        if id(other) not in inside:
+            empty, res, rnd = partial_tails(other, p.gspec, p.specs, bs)
+            tokens, reserved, rounding = tokens - empty, reserved + res, rounding + rnd
     g = p.slot_groups
     out = np.empty((n, 6), dtype=np.int64)
     for j in range(n):
