@@ -97,6 +97,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "decode-rounding-counted-as-reserved", "kvcore/breakdown.py",
         "    out[:, 2] += new_slots - token_growth - rounding\n    out[:, 3] += rounding\n",
         "    out[:, 2] += new_slots - token_growth\n",  # the parts still sum to the capacity
+        ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",
+         "tests/kvcore/test_paged_fast_paths.py::test_page_growth_within_page_equals_general",
+         "tests/kvcore/test_vllm_block.py::test_decode_steps_equal_stepping")),
+    Mutation(
+        "short-stretch-rounding-counted-as-reserved", "kvcore/breakdown.py",
+        "                    [0, 0, -1, 1, 0, 0]], dtype=np.int64)",
+        "                    [0, 0, 0, 0, 0, 0]], dtype=np.int64)",  # the parts still sum
         ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",)),
     Mutation(
         "best-fit-takes-largest-hole", "kvcore/policies/placement.py",
