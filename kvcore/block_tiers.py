@@ -39,6 +39,7 @@ import numpy as np
 
 from kvcore.block_hash import NONE_HASH
 from kvcore.block_pool import HashedBlocks
+from kvcore.tiers import tier_pages
 from kvcore.validation import InvariantError
 
 _U64 = np.uint64
@@ -103,10 +104,7 @@ class BlockTier:
 
     def __init__(self, name: str, num_tokens: int, page_size: int,
                  lower: BlockTier | None = None) -> None:
-        blocks = num_tokens // page_size
-        if blocks < 1:
-            raise ValueError(f"the {name} tier of {num_tokens} slots is smaller than one block "
-                             f"of {page_size} tokens")
+        blocks = tier_pages(name, num_tokens, page_size, "block")
         self.name = name
         self.page_size = page_size
         self.pool = TierPool(blocks, page_size)

@@ -31,6 +31,7 @@ import torch
 from kvcore.allocator import PagedAllocator
 from kvcore.radix_cache import RadixCache, TreeNode
 from kvcore.radix_node import frozen
+from kvcore.tiers import tier_pages
 from kvcore.validation import InvariantError
 
 
@@ -53,10 +54,7 @@ class TierTree(RadixCache):
 
     def __init__(self, name: str, num_tokens: int, page_size: int,
                  lower: TierTree | None = None) -> None:
-        pages = num_tokens // page_size
-        if pages < 1:
-            raise ValueError(f"the {name} tier of {num_tokens} slots is smaller than one page "
-                             f"of {page_size} tokens")
+        pages = tier_pages(name, num_tokens, page_size)
         super().__init__(page_size, PagedAllocator(pages, page_size, "cpu"), eviction="lru")
         self.name = name
         self.lower = lower

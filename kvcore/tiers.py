@@ -77,6 +77,16 @@ class TierConfig:
         return WRITES.get(self.write_policy)
 
 
+def tier_pages(name: str, num_tokens: int, page_size: int, unit: str = "page") -> int:
+    """Whole pages (blocks) of a lower tier of `num_tokens` slots; one error, named for the
+    tier, when not even one fits (both tier stores size themselves with it)."""
+    pages = num_tokens // page_size
+    if pages < 1:
+        raise ValueError(f"the {name} tier of {num_tokens} slots is smaller than one {unit} "
+                         f"of {page_size} tokens")
+    return pages
+
+
 class TierHit(NamedTuple):
     """Tokens of a prefix found in each tier, in load order: `device` from the root, `host`
     past it, `storage` past both (page-aligned)."""
