@@ -135,7 +135,7 @@ class PagedAllocator:
         return out
 
     def alloc_decode_host(self, seq: np.ndarray, last: np.ndarray,
-                          need: np.ndarray | None = None,
+                          need: np.ndarray | list[int] | None = None,
                           n_new: int = -1) -> np.ndarray | None:
         """One slot per request for its next token (`seq` >= 1 counts that token; int64 host
         arrays): last+1 while the request's last page has room, else the first slot of a

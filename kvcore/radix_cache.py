@@ -283,10 +283,13 @@ class RadixCache:
         return self.insert_path(key, value)[0]
 
     def insert_path(
-        self, key: object, value: torch.Tensor | np.ndarray
+        self, key: object, value: torch.Tensor | np.ndarray, below: TreeNode | None = None,
+        depth: int = 0,
     ) -> tuple[int, TreeNode]:
         """`insert`, also returning the node whose path ends exactly at the inserted length
-        (what a request that keeps running locks instead of matching again)."""
+        (what a request that keeps running locks instead of matching again). `below`: a
+        node `depth` deep on key's path (a request's locked match): the walk starts there,
+        touching root..below as the full walk would, without comparing those keys again."""
         key = as_key(key)
         if len(value) < len(key):
             raise ValueError(f"value has {len(value)} slots for {len(key)} tokens")
@@ -295,6 +298,12 @@ class RadixCache:
         n = len(key) - len(key) % self.page_size
         self._clock += 1
         node, pos = self.root, 0
+        if below is not None and below is not self.root:
+            if not 0 < depth <= n or depth % self.page_size:
+                raise ValueError(f"insert below depth {depth} of a {n}-token key")
+            for above in below.path_to_root():
+                above.last_access = self._clock
+            node, pos = below, depth
         while pos < n:
             children = node.children
             child = children.get(self._child_key(key, pos)) if children is not None else None

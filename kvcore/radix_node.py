@@ -159,6 +159,19 @@ def frozen(key: np.ndarray) -> np.ndarray:
     return view
 
 
+def partial_page_hit(node: TreeNode, key: np.ndarray, pos: int) -> int:
+    """The tokens of key[pos:] that the best child of `node` starts with: at the end of a
+    page-aligned match (node `pos` deep), what the token-level hit adds inside the next
+    stored page (`RadixCache.peek`'s second answer is pos + this). Children by first token
+    are only kept for page_size > 1; at page size 1 a match is already token-level."""
+    by_first = node.by_first_token
+    if by_first is None or pos >= len(key):
+        return 0
+    rest = key[pos:]
+    return max((common_prefix_len(c.key, rest) for c in by_first.get(int(key[pos]), ())),
+               default=0)
+
+
 def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     if n == 0:

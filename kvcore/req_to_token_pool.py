@@ -31,6 +31,8 @@ import torch
 
 from kvcore.validation import InvariantError, positive_int
 
+_UMAX = np.maximum.reduce
+
 #: numpy-style indices: a row or rows, a position, positions or a slice of them
 Index = int | slice | np.ndarray
 
@@ -105,8 +107,10 @@ class ReqToTokenPool:
         broadcast): a decode step's one entry per request, or a stretch's (steps x batch).
         Positions outside the table are a ValueError, nothing written."""
         if isinstance(cols, np.ndarray):
-            if cols.size and cols.astype(np.int64, copy=False).view(np.uint64).max() \
-                    >= self.max_context_len:  # a negative position wraps to a huge one
+            # a negative position wraps to a huge one; the ufunc's own reduce skips the
+            # Python wrappers of ndarray.max (a few microseconds on every decode step)
+            if cols.size and _UMAX(cols.astype(np.int64, copy=False).view(np.uint64),
+                                   axis=None) >= self.max_context_len:
                 bad = cols[(cols < 0) | (cols >= self.max_context_len)].flat[0]
                 raise ValueError(f"position {bad} outside the page table (max_context_len "
                                  f"{self.max_context_len})")

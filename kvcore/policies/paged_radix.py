@@ -29,14 +29,22 @@ from kvcore.breakdown import (
     MemoryBreakdown,
     page_growth_profile,
     page_growth_within_page,
-    pages_at_steps,
 )
 from kvcore.kv_pool import MHATokenToKVPool
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import DecodeStretch, PrefixCache
-from kvcore.policies.paged_rows import Totals, grow_totals, short_stretch_slots, steps_within
+from kvcore.policies.paged_rows import (
+    Totals,
+    grow_totals,
+    recount_totals,
+    short_stretch,
+    short_stretch_slots,
+    step_column,
+    steps_within,
+    stretch_pages,
+)
 from kvcore.radix_cache import RadixCache
-from kvcore.radix_node import MatchResult, TreeNode, as_key
+from kvcore.radix_node import MatchResult, TreeNode, as_key, partial_page_hit
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import InvariantError, positive_int
 
@@ -159,8 +167,9 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         if row is None:
             return None
         key = as_key(token_ids)[: max(len(token_ids) - 1, 0)]
-        token_hit = self.tree.peek(key)[1]
-        match = self.tree.match_prefix(key)
+        match = self.tree.match_prefix(key)  # then the token-level hit from where it ends
+        token_hit = len(match.indices) + partial_page_hit(match.last_node, key,
+                                                          len(match.indices))
         self.tree.inc_lock_ref(match.last_node)
         match = self._load(row, key, match)
         cached = len(match.indices)
@@ -222,11 +231,12 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         self._epoch += 1
         rows = self._rows(rids, "decode")
         w = self._written[rows]
-        self.check_decode_args(rids, w, self.req_to_token_pool.max_context_len)
+        wl = w.tolist()  # a few dozen Python ints: cheaper to scan than numpy calls
+        self.check_decode_args(rids, wl, self.req_to_token_pool.max_context_len)
         ps = self.page_size
         # a request needs a new page when its last one is full (or it has none): a batch
         # index each (a few per step, so the totals below take them one by one)
-        need = np.arange(len(rows)) if ps == 1 else np.flatnonzero(w % ps == 0)
+        need = list(range(len(wl))) if ps == 1 else [i for i, x in enumerate(wl) if not x % ps]
         n_new = len(need)
         self._make_room(n_new * ps)
         if ps == 1:
@@ -238,10 +248,10 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         self.req_to_token_pool.write_at(rows, w, out)
         self._written[rows] = w + 1
         tot, final = self._tot, self._final
-        tot.written += len(rows)
+        tot.written += len(wl)
         tot.end += n_new * ps  # only a new page moves a row's end (by one page)...
-        for i in need.tolist():  # ... and its rounding
-            start, f = w.item(i), final.item(rows.item(i))
+        for i in need:  # ... and its rounding
+            start, f = wl[i], final.item(rows.item(i))
             tot.rounding += max(start + ps - f, 0) - max(start - f, 0)
         return True
 
@@ -263,25 +273,29 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         at the step where stepping would have evicted it."""
         rows = self._rows(rids, "decode")
         w = self._written[rows]
-        self.check_decode_args(rids, w, self.req_to_token_pool.max_context_len, steps=n)
+        wl = w.tolist()  # Python ints: the short stretch below and the check work on them
+        self.check_decode_args(rids, wl, self.req_to_token_pool.max_context_len, steps=n)
         ps = self.page_size
-        room = (-w) % ps  # what is left of each request's last page
-        have = w + room  # where that page ends
         base = self.breakdown(head_reservation)
-        final = self._final[rows]
-        if 0 < n <= ps:  # at most one new page each (the usual stretch): closed form
-            profile, taken = page_growth_within_page(base, room, final, have, ps, n)
+        short = 0 < n <= ps  # at most one new page each (the usual stretch): closed form
+        if short:
+            profile, taken, n_new, rounding = short_stretch(
+                base.as_tuple(), wl, self._final[rows].tolist(), ps, n)
         else:
-            profile, taken = page_growth_profile(base, w, final, have, ps, n)
+            room = (-w) % ps  # what is left of each request's last page
+            have = w + room  # where that page ends
+            profile, taken_a = page_growth_profile(base, w, self._final[rows], have, ps, n)
+            n_new = int(taken_a[-1]) // ps if n else 0  # taken: new slots through each step
+            rounding = int(profile[-1, _INTERNAL]) - base.internal if n else 0
         self._epoch += 1
-        n_new = int(taken[-1]) // ps if n else 0  # taken: new slots through each step
         if n_new * ps > self.available_tokens():  # before anything changes: no half step
             raise ValueError("decode_steps needs decode_cost <= available_tokens")
         free0 = self.allocator.available_size()
         if n_new * ps > free0:
             sizes: list[int] = []
             self.tree.evict(n_new * ps - free0, sizes)
-            shortfall = taken - free0  # slots stepping would be short of through each step
+            # slots stepping would be short of through each step
+            shortfall = (np.array(taken) if short else taken_a) - free0
             cum = np.cumsum(sizes)
             idx = np.minimum(np.searchsorted(cum, np.maximum(shortfall, 1)), len(cum) - 1)
             evicted = np.where(shortfall > 0, cum[idx], 0)
@@ -289,31 +303,23 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             profile[:, _FREE] += evicted
         pages = self.allocator.pop_host(n_new)
         assert pages is not None
-        steps = np.arange(n, dtype=np.int64)[:, None]
+        steps = step_column(n)
         pos = w + steps  # (n, batch) positions
         if ps == 1:  # a new page every step, step-major: exactly the pop order
             slots = pages.reshape(n, len(rows))
-        elif n <= ps:
-            slots = short_stretch_slots(self._last_loc(rows, w), room, pages, steps, ps)
+        elif short:
+            slots = short_stretch_slots(self._last_loc(rows, w), (-w) % ps, pages, steps, ps)
         else:
-            slots = self._step_pages(rows, w, have, pages, pos) * ps + pos % ps
+            last_page = self._last_loc(rows, w) // ps
+            slots = stretch_pages(pos, pages, last_page, ps) * ps + pos % ps
         self.req_to_token_pool.write_at(rows, pos, slots)
         self._written[rows] = w + n
         if n:
             tot = self._tot
             tot.written += n * len(rows)
             tot.end += n_new * ps
-            tot.rounding += int(profile[-1, _INTERNAL]) - base.internal
+            tot.rounding += rounding
         return profile
-
-    def _step_pages(self, rows, w, have, pages, pos) -> np.ndarray:
-        """The page of every (step, request) position of a stretch longer than a page: the
-        request's current last page until `have`, then its new pages in the order stepping
-        would pop them."""
-        last_page = self._last_loc(rows, w) // self.page_size
-        if not len(pages):
-            return np.broadcast_to(last_page, pos.shape)
-        return pages_at_steps(pos, pages, last_page, self.page_size)
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         rows = self._rows(rids, "decode")
@@ -337,7 +343,9 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             return cached, None, True
         # the int32 row itself: the tree copies (as int64) only the part it did not have
         row_slots = self.req_to_token_pool.row_prefix(row, n)
-        already, node = self.tree.insert_path(as_key(token_ids)[:n], row_slots)
+        # the walk starts at the row's locked node: its path is token_ids[:cached] already
+        already, node = self.tree.insert_path(as_key(token_ids)[:n], row_slots,
+                                              self._node[row], cached)
         self._inserted(token_ids, n)
         self._free_positions(row, cached, already)
         return n, node, already == cached
@@ -438,13 +446,6 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             free=self.allocator.available_size(),
         )
 
-    def _recount_totals(self) -> tuple[int, int, int, int]:
-        """`Totals` recomputed over every row (a free row holds zeros and adds nothing)."""
-        w = self._written
-        end = _ceil_to(w, self.page_size)
-        return (int(w.sum()), int(self._cached.sum()), int(end.sum()),
-                int(np.maximum(end - self._final, 0).sum()))
-
     def page_table_entries(self) -> int:
         # each live row's entries end at its last page's end: a running total
         return self._tot.end // self.page_size
@@ -487,7 +488,8 @@ class PagedPolicy(PrefixCache, DecodeStretch):
                 f"leak: free + private + cached = {len(pages)} pages, capacity "
                 f"{self.allocator.num_pages}"
             )
-        totals, recount = self._tot.as_tuple(), self._recount_totals()
+        totals = self._tot.as_tuple()
+        recount = recount_totals(self._written, self._cached, self._final, self.page_size)
         if totals != recount:
             raise InvariantError(f"running totals (written, cached, end, rounding) {totals} "
                                  f"!= recomputed {recount}")

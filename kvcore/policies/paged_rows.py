@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvcore.breakdown import pages_at_steps
+
+#: a short stretch's profile rows, the new slots through each step, the number of requests
+#: taking a page, and the rounding the stretch adds
+ShortStretch = tuple[np.ndarray, list[int], int, int]
+
 
 class Totals:
     """Running sums over the live rows of what the breakdown needs: written tokens, cached
@@ -21,6 +27,15 @@ class Totals:
 
     def as_tuple(self) -> tuple[int, int, int, int]:
         return self.written, self.cached, self.end, self.rounding
+
+
+def recount_totals(written: np.ndarray, cached: np.ndarray, final: np.ndarray,
+                   page_size: int) -> tuple[int, int, int, int]:
+    """`Totals` recomputed over every row (a free row holds zeros and adds nothing): what
+    check_invariants compares the running totals with."""
+    end = (written + (page_size - 1)) // page_size * page_size
+    return (int(written.sum()), int(cached.sum()), int(end.sum()),
+            int(np.maximum(end - final, 0).sum()))
 
 
 def grow_totals(tot: Totals, page_size: int, final: np.ndarray, w: np.ndarray,
@@ -63,3 +78,59 @@ def short_stretch_slots(last_loc: np.ndarray, room: np.ndarray, pages: np.ndarra
     new_page[np.argsort(room, kind="stable")[: len(pages)]] = pages
     # step s < room: last + 1 + s; else new_page * ps + (s - room)
     return steps + np.where(steps < room, last_loc + 1, new_page * page_size - room)
+
+
+def short_stretch(base: tuple[int, ...], written: list[int], final: list[int],
+                  page_size: int, n: int) -> ShortStretch:
+    """`page_growth_within_page` (kvcore/breakdown.py) from plain ints, for a batch of a few
+    dozen requests: a Python pass over the requests that take a page costs less than that
+    function's dozen numpy calls. Request i (room r_i = ceil_ps(w_i) - w_i on its last page)
+    takes one new page at step r_i + 1 when r_i < n (1 <= n <= page_size), which moves its
+    rounding by min(max(ceil_ps(w_i) - final_i + ps, 0), ps). `base` is the breakdown's
+    `as_tuple()`; the profile is the same int64 array."""
+    ps = page_size
+    pages_at = [0] * n  # requests taking their page at each step (by room), and the
+    gain_at = [0] * n  # rounding those pages add
+    for w, f in zip(written, final, strict=True):
+        r = -w % ps
+        if r < n:
+            pages_at[r] += 1
+            gain_at[r] += min(max(w + r - f + ps, 0), ps)
+    ts, ca, rs, it, ex, fr = base
+    batch = len(written)
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    taken: list[int] = []
+    slots = rounding = 0
+    for s in range(n):
+        slots += pages_at[s] * ps
+        rounding += gain_at[s]
+        tokens = (s + 1) * batch
+        rows.append((ts + tokens, ca, rs + slots - tokens - rounding, it + rounding, ex,
+                     fr - slots))
+        taken.append(slots)
+    return np.array(rows, dtype=np.int64), taken, slots // ps, rounding
+
+
+_STEPS: dict[int, np.ndarray] = {}
+
+
+def step_column(n: int) -> np.ndarray:
+    """The column 0..n-1 of a stretch's steps, read-only and kept per length: a stretch is
+    a few steps, and the same few lengths recur thousands of times in a run."""
+    col = _STEPS.get(n)
+    if col is None:
+        col = np.arange(n, dtype=np.int64)[:, None]
+        col.flags.writeable = False
+        if len(_STEPS) < 4096:
+            _STEPS[n] = col
+    return col
+
+
+def stretch_pages(pos: np.ndarray, pages: np.ndarray, last_page: np.ndarray,
+                  page_size: int) -> np.ndarray:
+    """The page of every (step, request) position of a stretch longer than a page: each
+    request's current `last_page` until its page ends, then its new pages in the order
+    stepping pops them (`pages_at_steps`)."""
+    if not len(pages):
+        return np.broadcast_to(last_page, pos.shape)
+    return pages_at_steps(pos, pages, last_page, page_size)

@@ -1,5 +1,6 @@
 """PagedPolicy's closed forms against what they replace: `steps_within` against the binary
-search over `decode_cost`, `page_growth_within_page` against `page_growth_profile`, the
+search over `decode_cost`, `page_growth_within_page` against `page_growth_profile` and
+`short_stretch` (its plain-int form, what decode_steps runs) against it, the
 running totals behind `breakdown` against a recomputation (check_invariants catches a drift),
 and the allocator's decode given the policy's page indices against its own mask.
 The stateful tests in test_paged_policy.py run check_invariants after every operation."""
@@ -15,6 +16,7 @@ from kvcore.allocator import PagedAllocator
 from kvcore.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.capabilities import DecodeStretch
+from kvcore.policies.paged_rows import short_stretch
 from kvcore.validation import InvariantError
 
 
@@ -58,6 +60,28 @@ def test_page_growth_within_page_equals_general(ps: int, data) -> None:
     assert np.array_equal(got, want)
     assert np.array_equal(got_new, want_new)
     assert got.dtype == want.dtype and got_new.dtype == np.int64
+
+
+@settings(max_examples=60, deadline=None)
+@given(ps=st.sampled_from([1, 2, 4, 16]), data=st.data())
+def test_short_stretch_equals_within_page(ps: int, data) -> None:
+    """The plain-int short stretch gives the same profile, new slots per step, page count
+    and rounding as the array closed form (itself checked against the general profile)."""
+    batch = data.draw(st.integers(0, 8))
+    w = np.array(data.draw(st.lists(st.integers(0, 80), min_size=batch, max_size=batch)),
+                 dtype=np.int64)
+    final = w + np.array(data.draw(st.lists(st.integers(0, 40), min_size=batch,
+                                            max_size=batch)), dtype=np.int64)
+    n = data.draw(st.integers(1, ps))
+    have = (w + ps - 1) // ps * ps
+    base = MemoryBreakdown.for_pages(10_000, 100, 50, 30, 20, 10_000 - 200)
+    want, want_new = page_growth_within_page(base, have - w, final, have, ps, n)
+    got, got_new, pages, rounding = short_stretch(base.as_tuple(), w.tolist(),
+                                                  final.tolist(), ps, n)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert got_new == want_new.tolist()
+    assert pages == int((have - w < n).sum()) == want_new[-1] // ps
+    assert rounding == int(want[-1, 3]) - base.internal
 
 
 def test_running_totals_drift_is_caught() -> None:

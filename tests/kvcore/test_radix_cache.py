@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -19,6 +19,7 @@ from hypothesis.stateful import (
 )
 
 from kvcore.radix_cache import RadixCache
+from kvcore.radix_node import partial_page_hit
 from tests.kvcore.sglang_api import SGLangPagedAllocator as PagedAllocator
 
 CUDA = torch.cuda.is_available()
@@ -493,3 +494,71 @@ def _path(node):
         out.append(node)
         node = node.parent
     return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(ps=st.sampled_from([1, 4]), data=st.data())
+def test_insert_below_a_locked_node_equals_insert_from_the_root(ps: int, data) -> None:
+    """The paged policy inserts a finishing request's pages below its locked match instead
+    of walking from the root: both trees must end with the same nodes, clocks, hits, locks
+    and eviction order. Prompts share prefixes (a few token values) so paths split."""
+    trees = [RadixCache(ps) for _ in range(2)]
+    prompts = data.draw(st.lists(st.lists(st.integers(0, 2), min_size=ps, max_size=6 * ps),
+                                 min_size=1, max_size=6))
+    for k, prompt in enumerate(prompts):
+        key = np.array(prompt + [10 + k] * (2 * ps), dtype=np.int64)  # a new tail each
+        key = key[: len(key) - len(key) % ps]
+        nodes = [t.match_prefix(key[: len(prompt) - len(prompt) % ps]).last_node
+                 for t in trees]
+        depth = sum(len(n.key) for n in _path(nodes[0]))
+        for t, node in zip(trees, nodes, strict=True):
+            t.inc_lock_ref(node)
+        value = torch.arange(len(key)) + 1000 * k
+        got = trees[0].insert_path(key, value, nodes[0], depth)
+        want = trees[1].insert_path(key, value)
+        assert got[0] == want[0] and len(_path(got[1])) == len(_path(want[1]))
+        if data.draw(st.booleans()):
+            for t, node in zip(trees, nodes, strict=True):
+                t.dec_lock_ref(node)
+
+    def state(t: RadixCache) -> list[tuple]:
+        return sorted((tuple(n.key.tolist()), n.hit_count, n.last_access, n.lock_ref)
+                      for n in t.nodes())
+
+    assert state(trees[0]) == state(trees[1])
+    for t in trees:
+        t.check_invariants()
+    orders = []
+    for t in trees:
+        sizes: list[int] = []
+        t.evict(10**6, sizes)
+        orders.append(sizes)
+    assert orders[0] == orders[1]
+
+
+def test_insert_below_needs_a_whole_page_depth_within_the_key() -> None:
+    tree = RadixCache(4)
+    tree.insert(np.arange(8), torch.arange(8))
+    node = tree.match_prefix(np.arange(8)).last_node
+    for bad in (0, 6, 12):
+        with pytest.raises(ValueError, match=f"insert below depth {bad} of a 8-token key"):
+            tree.insert_path(np.arange(8), torch.arange(8), node, bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ps=st.sampled_from([1, 4]), data=st.data())
+def test_token_hit_after_the_match_equals_peek_before(ps: int, data) -> None:
+    """The paged policy's admission matches once and reads the token-level hit from where
+    the match ends (`partial_page_hit`) instead of peeking first: the same number, whether
+    the match ends inside a node (a split), at a node's end or before a partial page."""
+    tree = RadixCache(ps)
+    ids = st.lists(st.integers(0, 2), min_size=0, max_size=5 * ps)
+    for k, stored in enumerate(data.draw(st.lists(ids, min_size=1, max_size=5))):
+        stored = stored[: len(stored) - len(stored) % ps]
+        tree.insert(np.array(stored, dtype=np.int64), torch.arange(len(stored)) + 100 * k)
+    key = np.array(data.draw(ids), dtype=np.int64)
+    want = tree.peek(key)
+    match = tree.match_prefix(key)
+    assert len(match.indices) == want[0]
+    assert len(match.indices) + partial_page_hit(match.last_node, key,
+                                                 len(match.indices)) == want[1]
