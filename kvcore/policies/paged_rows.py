@@ -95,7 +95,8 @@ def short_stretch(base: tuple[int, ...], written: list[int], final: list[int],
         r = -w % ps
         if r < n:
             pages_at[r] += 1
-            gain_at[r] += min(max(w + r - f + ps, 0), ps)
+            gain = w + r - f + ps  # clipped to [0, ps] below (no min / max calls)
+            gain_at[r] += (0 if gain < 0 else ps if gain > ps else gain)
     ts, ca, rs, it, ex, fr = base
     batch = len(written)
     rows: list[tuple[int, int, int, int, int, int]] = []
