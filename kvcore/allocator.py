@@ -35,6 +35,7 @@ import torch
 from kvcore.validation import InvariantError, positive_int
 
 IntsLike = torch.Tensor | Sequence[int]
+_MIN, _ANY = np.minimum.reduce, np.logical_or.reduce
 
 
 class PagedAllocator:
@@ -179,8 +180,9 @@ class PagedAllocator:
         if stack is None or is_free is None:
             self.free_pages(self._to_device(pages), distinct=True)
             return
-        try:  # an id past the last page fails the mask lookup itself
-            bad = pages.min() < 1 or is_free[pages].any()
+        try:  # an id past the last page fails the mask lookup itself; the ufuncs' own
+            # reduce skips ndarray.min / any's Python wrappers (eviction frees this way)
+            bad = _MIN(pages) < 1 or _ANY(is_free[pages])
         except IndexError:
             bad = True
         if bad:

@@ -237,16 +237,16 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         # a request needs a new page when its last one is full (or it has none): a batch
         # index each (a few per step, so the totals below take them one by one)
         need = list(range(len(wl))) if ps == 1 else [i for i, x in enumerate(wl) if not x % ps]
-        n_new = len(need)
+        n_new, w1 = len(need), w + 1
         self._make_room(n_new * ps)
         if ps == 1:
             out = self.allocator.pop_host(n_new)
         else:
-            out = self.allocator.alloc_decode_host(w + 1, self._last_loc(rows, w), need, n_new)
+            out = self.allocator.alloc_decode_host(w1, self._last_loc(rows, w), need, n_new)
         if out is None:
             return False
         self.req_to_token_pool.write_at(rows, w, out)
-        self._written[rows] = w + 1
+        self._written[rows] = w1
         tot, final = self._tot, self._final
         tot.written += len(wl)
         tot.end += n_new * ps  # only a new page moves a row's end (by one page)...
