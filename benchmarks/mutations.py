@@ -106,6 +106,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                    [0, 0, 0, 0, 0, 0]], dtype=np.int64)",  # the parts still sum
         ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",)),
     Mutation(
+        "plain-short-stretch-rounding-as-reserved", "kvcore/policies/paged_rows.py",
+        "rows.append((ts + tokens, ca, rs + slots - tokens - rounding, it + rounding, ex,",
+        "rows.append((ts + tokens, ca, rs + slots - tokens, it, ex,",  # the parts still sum
+        ("tests/kvcore/test_paged_fast_paths.py::test_short_stretch_equals_within_page",
+         "tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping")),
+    Mutation(
+        "insert-below-skips-the-path-touch", "kvcore/radix_cache.py",
+        "                above.last_access = self._clock\n",
+        "                pass\n",  # the locked path keeps its old LRU clock
+        ("tests/kvcore/test_radix_cache.py::"
+         "test_insert_below_a_locked_node_equals_insert_from_the_root",)),
+    Mutation(
         "best-fit-takes-largest-hole", "kvcore/policies/placement.py",
         "        return self._by_size[i][1] if i < len(self._by_size) else None",
         "        return self._by_size[-1][1] if i < len(self._by_size) else None",  # worst fit
