@@ -52,7 +52,7 @@ class ChainMemo:
 
     @staticmethod
     def _key(ids: np.ndarray) -> int:
-        return int(ids.__array_interface__["data"][0])
+        return ids.ctypes.data  # the buffer's address (a fraction of __array_interface__'s cost)
 
     def chain(self, ids: np.ndarray, nblocks: int) -> tuple[ChainEntry, np.ndarray]:
         """The entry of `ids` (contiguous int64) and the hashes of its first `nblocks` full
@@ -63,7 +63,7 @@ class ChainMemo:
         e = self._entries.get(key)
         if e is not None:
             have = min(len(e.hashes), nblocks)
-            if np.array_equal(e.ids[: have * ps], ids[: have * ps]):
+            if bool((e.ids[: have * ps] == ids[: have * ps]).all()):
                 self._entries.move_to_end(key)
                 if have < nblocks:
                     parent = int(e.hashes[have - 1]) if have else NONE_HASH

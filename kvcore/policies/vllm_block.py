@@ -150,11 +150,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         done = req.nhashed
         if done >= full:
             return None
-        have = len(req.chain)
-        if have < full:  # hash only the blocks not hashed yet
-            parent = int(req.chain[-1]) if have else NONE_HASH
-            req.chain = np.concatenate([req.chain, self.hasher.chain(
-                parent, req.ids[have * ps : full * ps])])
+        self._hash_to(req, full)
         parent, after = (int(req.chain[done - 1]), int(req._blocks[done - 1])) if done \
             else (NONE_HASH, 0)
         req.nhashed = full
@@ -227,33 +223,62 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                                            slots[start - first * ps : end - first * ps])
 
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
+        """One engine iteration's prefill chunks: the blocks popped in one call, and the
+        newly full blocks of every request cached in one call (`BlockPool.cache_runs`: each
+        request still its own caching, in request order). With small chunks
+        (`--chunked-prefill-size 64`) an iteration extends about ten requests by a few dozen
+        blocks each, so what counts is the work per request, not per block."""
         reqs = [self._req(r) for r in rids]
         self.check_extend_args(rids, target_lens, [r.written for r in reqs],
                                self.max_context_len)
         ps = self.page_size
+        ts = [int(t) for t in target_lens]
         need = 0
-        for req, t in zip(reqs, target_lens, strict=True):
-            need += cdiv(int(t), ps) - req.nblocks
+        for req, t in zip(reqs, ts, strict=True):
+            need += -(-t // ps) - req.nblocks
         if need > self.pool.get_num_free_blocks():
             return False
         new = self.pool.get_new_blocks(need)
         at = 0
-        runs = []  # the requests' newly full blocks, cached together in request order
-        for req, t in zip(reqs, target_lens, strict=True):
-            t = int(t)
-            k = cdiv(t, ps) - req.nblocks
+        runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after) each
+        parts: list[tuple[_Req, int, int]] = []  # (request, first, end) of each run's blocks
+        for req, t in zip(reqs, ts, strict=True):
+            w = req.written
+            if t <= w:
+                continue
+            k = -(-t // ps) - req.nblocks
             if k > 0:
                 req.add_blocks(new[at : at + k])
                 at += k
-            if t > req.written:
-                self._write(req, req.written, t)
-                req.written = t
-                run = self._full_run(req)
-                if run is not None:
-                    runs.append(run)
+            self._write(req, w, t)
+            req.written = t
+            full = min(t, len(req.ids)) // ps
+            done = req.nhashed
+            if full > done:
+                self._hash_to(req, full)
+                runs.append((full - done, int(req.chain[done - 1]) if done else NONE_HASH,
+                             done, int(req._blocks[done - 1]) if done else 0))
+                parts.append((req, done, full))
+                req.nhashed = full
         if runs:
-            self.pool.cache_runs(runs)
+            if len(parts) == 1:
+                req, d, f = parts[0]
+                every, hashes, tokens = req._blocks[d:f], req.chain[d:f], req.ids[d * ps : f * ps]
+            else:
+                every = np.concatenate([r._blocks[d:f] for r, d, f in parts])
+                hashes = np.concatenate([r.chain[d:f] for r, d, f in parts])
+                tokens = np.concatenate([r.ids[d * ps : f * ps] for r, d, f in parts])
+            self.pool.cache_runs(every, hashes, tokens.reshape(-1, ps), runs)
         return True
+
+    def _hash_to(self, req: _Req, full: int) -> None:
+        """Extend `req.chain` to its first `full` blocks (ids known), hashing only the new."""
+        have = len(req.chain)
+        if have < full:
+            ps = self.page_size
+            parent = int(req.chain[-1]) if have else NONE_HASH
+            req.chain = np.concatenate([req.chain, self.hasher.chain(
+                parent, req.ids[have * ps : full * ps])])
 
     def decode(self, rids: Sequence[int]) -> bool:
         reqs = [self._req(r) for r in rids]
