@@ -424,7 +424,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         pool = self.pool
         tokens = (self.num_pages - pool.get_num_free_blocks()) * ps
         reserved = rounding = 0
-        for r in self._reqs.values():
+        for r in self._reqs.values() if ps > 1 else ():  # a one-token block is never partial
             w = r.written
             if w % ps:
                 end = r.nblocks * ps
