@@ -101,7 +101,7 @@ class Segment:
         self._gens[n : n + k] = gen
         self.n = n + k
         self.live += k
-        self.last_block, self.last_hash = int(blocks[-1]), int(hashes[-1])
+        self.last_block, self.last_hash = blocks.item(-1), hashes.item(-1)
 
     def cut(self, end: int) -> None:
         """Keep the first `end` entries only (the rest are dead), in arrays of their own."""
@@ -203,7 +203,7 @@ class ChainIndex:
     def _ending_at(self, block: int, end: int) -> Segment | None:
         """The live segment whose last entry is `block`, still indexed, ending at chain
         position `end`; None if there is none."""
-        seg = self.segments.get(int(self.seg_of[block]))
+        seg = self.segments.get(self.seg_of.item(block))
         if seg is None or seg.start + seg.n != end or seg.last_block != block:
             return None
         return seg

@@ -92,7 +92,7 @@ class _Req:
             self._blocks = grown
         self._blocks[n : n + k] = new
         self.nblocks = n + k
-        self.last = int(new[-1])
+        self.last = new.item(-1)
 
     def add_block(self, b: int) -> None:
         """`add_blocks` of one block (decode's case, kept free of array slicing)."""
@@ -247,17 +247,24 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             if t <= w:
                 continue
             k = -(-t // ps) - req.nblocks
-            if k > 0:
-                req.add_blocks(new[at : at + k])
+            if ps == 1:  # a block per token: k == t - w new blocks, and they are the slots
+                got = new[at : at + k]
+                req.add_blocks(got)
+                self.req_to_token_pool.write_range(req.row, w, got)
                 at += k
-            self._write(req, w, t)
+            else:
+                if k > 0:
+                    req.add_blocks(new[at : at + k])
+                    at += k
+                self._write(req, w, t)
             req.written = t
             full = min(t, len(req.ids)) // ps
             done = req.nhashed
             if full > done:
-                self._hash_to(req, full)
-                runs.append((full - done, int(req.chain[done - 1]) if done else NONE_HASH,
-                             done, int(req._blocks[done - 1]) if done else 0))
+                if len(req.chain) < full:
+                    self._hash_to(req, full)
+                runs.append((full - done, req.chain.item(done - 1) if done else NONE_HASH,
+                             done, req._blocks.item(done - 1) if done else 0))
                 parts.append((req, done, full))
                 req.nhashed = full
         if runs:
