@@ -34,6 +34,10 @@ live segment's first hash against the chain at that position.
 * Removal is lazy: a block is live while its generation equals its segment entry's; an
   eviction writes 0 there and counts the segment down. A segment with no live block leaves
   the index; segments whose dead tail grows are trimmed when the arrays held pass a bound.
+* A lookup starts where the caller's still-valid hit ends (a hit stays the oldest holders
+  while its blocks stay indexed) and reads the chain in windows, stopping at the first
+  window with a miss: at page size 1 a waiting 45 k-block prompt whose hit ends after 2 k
+  blocks was compared and scanned whole at every admission round (issue 28).
 * Holders of one hash, for tests and debugging, come from the pool's per-block arrays.
 
 tests/kvcore/test_chain_index.py checks the pool with this index against a per-block model
