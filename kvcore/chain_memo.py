@@ -15,7 +15,8 @@ keeps, per token array:
 
 Entries are found by the array's buffer address and confirmed by comparing the tokens with the
 entry's own copy, so a reused or rewritten buffer costs a fresh hash, never a stale one. The
-memo is bounded (least recently used entries go) and admission takes a prompt's entry out.
+memo is bounded (least recently used entries go) and admission takes a prompt's entry out;
+a request released before its prompt is written hands its chain back (`keep`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,18 @@ class ChainMemo:
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
         return e, e.hashes
+
+    def keep(self, ids: np.ndarray, hashes: np.ndarray) -> None:
+        """Remember `hashes`, the chain of `ids`' first full blocks (contiguous int64; a
+        released request's prompt and chain), as the entry of `ids` (copied, like every
+        entry's tokens); no earlier hit is known."""
+        ps = self.hasher.page_size
+        n = min(len(hashes), len(ids) // ps)
+        key = self._key(ids)
+        self._entries[key] = ChainEntry(ids[: n * ps].copy(), hashes[:n])
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
 
     def forget(self, ids: np.ndarray) -> None:
         """Drop the entry of `ids` (its request was admitted and keeps its own chain)."""
