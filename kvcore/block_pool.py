@@ -85,10 +85,17 @@ class FreeKVCacheBlockQueue:
         """Take m blocks off the head (m <= num_free_blocks)."""
         if not m:
             return _EMPTY
-        pos = self._find(m)
-        blocks = self._q[pos]
-        self._q[pos] = 0
-        self._head = int(pos[-1]) + 1
+        q, h = self._q, self._head
+        end = h + m
+        if end <= self._tail and np.count_nonzero(q[h:end]) == m:  # no tombstone among them
+            blocks = q[h:end].copy()
+            q[h:end] = 0
+            self._head = end
+        else:
+            pos = self._find(m)
+            blocks = q[pos]
+            q[pos] = 0
+            self._head = int(pos[-1]) + 1
         self.positions[blocks] = -1
         self.num_free_blocks -= m
         return blocks
