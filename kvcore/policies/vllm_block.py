@@ -25,10 +25,12 @@ Speed: at page size 1 every token is a block, so nothing here walks blocks in Py
 request's block table is a numpy array (grown by doubling), its full blocks' hashes one array
 hashed once (`chain`; registering blocks slices it), and prompts asked about repeatedly
 before admission are hashed once and looked up again only when the cache changed under them
-(`ChainMemo`, kvcore/chain_memo.py); a stretch of decode steps pops its blocks in one batch
-(`decode_steps`). With the pool's run-based prefix index (kvcore/chain_index.py) this keeps
-`vllm` within 3x of `paged` at every page size (benchmarks/bench_vllm_speed.py,
-docs/performance.md) with the same blocks hit, evicted and freed in the same order.
+(`ChainMemo`, kvcore/chain_memo.py; a request released in the middle of its prefill hands
+its chain back); an iteration's prefill chunks are cached in one call (`extend`), a stretch
+of decode steps pops its blocks in one batch (`decode_steps`). With the pool's run-based
+prefix index (kvcore/chain_index.py) this keeps `vllm` within 3x of `paged` at every page
+size (benchmarks/bench_policies.py, docs/performance.md) with the same blocks hit, evicted
+and freed in the same order.
 """
 
 from __future__ import annotations
