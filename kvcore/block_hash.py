@@ -44,6 +44,18 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _S33)
 
 
+def _mix_into(x: np.ndarray) -> np.ndarray:
+    """`_mix` of a uint64 array the caller owns, computed in place (no temporaries but one:
+    a 45 k-token prompt at page size 1 is hashed in a few passes over one buffer)."""
+    tmp = np.empty_like(x)
+    for m in (_M1, _M2):
+        np.right_shift(x, _S33, out=tmp)
+        np.bitwise_xor(x, tmp, out=x)
+        np.multiply(x, _U64(m), out=x)
+    np.right_shift(x, _S33, out=tmp)
+    return np.bitwise_xor(x, tmp, out=x)
+
+
 def _unmix(x: np.ndarray) -> np.ndarray:
     """Inverse of `_mix` (a shift by 33 >= 32 bits is its own xor-shift inverse)."""
     x = x ^ (x >> _S33)
@@ -99,7 +111,11 @@ class ChainHasher:
         if not m:
             return np.zeros(0, dtype=_U64)
         n = m * ps
-        s = np.cumsum(_token_words(ids[:n]) * self._binv[:n], dtype=_U64)
+        w = np.add(np.ascontiguousarray(ids[:n], dtype=np.int64).view(_U64), _U64(_SALT))
+        w = _mix_into(w)  # the token words (`_token_words`)
+        np.multiply(w, self._binv[:n], out=w)
+        s = np.cumsum(w, dtype=_U64, out=w)
         raw0 = int(_unmix(np.array([parent], dtype=_U64))[0]) * _BASE & _MASK
-        ends = np.arange(ps - 1, n, ps)
-        return _mix(self._bpow[ends] * (s[ends] + _U64(raw0)))
+        out = s[ps - 1 : n : ps] + _U64(raw0)  # the prefix sums at block ends (a new array)
+        np.multiply(out, self._bpow[ps - 1 : n : ps], out=out)
+        return _mix_into(out)

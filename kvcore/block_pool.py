@@ -85,10 +85,17 @@ class FreeKVCacheBlockQueue:
         """Take m blocks off the head (m <= num_free_blocks)."""
         if not m:
             return _EMPTY
-        pos = self._find(m)
-        blocks = self._q[pos]
-        self._q[pos] = 0
-        self._head = int(pos[-1]) + 1
+        q, h = self._q, self._head
+        end = h + m
+        if end <= self._tail and np.count_nonzero(q[h:end]) == m:  # no tombstone among them
+            blocks = q[h:end].copy()
+            q[h:end] = 0
+            self._head = end
+        else:
+            pos = self._find(m)
+            blocks = q[pos]
+            q[pos] = 0
+            self._head = int(pos[-1]) + 1
         self.positions[blocks] = -1
         self.num_free_blocks -= m
         return blocks
@@ -268,24 +275,23 @@ class BlockPool(HashedBlocks):
         self.index.insert(blocks, hashes, start, parent, after)
         return hashes
 
-    def cache_runs(self, runs: list[tuple[np.ndarray, np.ndarray, int, np.ndarray, int, int]]
-                   ) -> None:
-        """`cache_full_blocks(blocks, hashes, parent, tokens, start, after)` of each run, in
-        order (each its own caching), with the per-block arrays written once for all runs:
-        the prefill chunks of one engine iteration. Runs are non-empty and share no block."""
-        if len(runs) == 1:
-            blocks, hashes, parent, tokens, start, after = runs[0]
-            self.cache_full_blocks(blocks, hashes, parent, tokens, start, after)
-            return
-        every = np.concatenate([r[0] for r in runs])
-        hashes = np.concatenate([r[1] for r in runs])
+    def cache_runs(self, every: np.ndarray, hashes: np.ndarray, tokens: np.ndarray,
+                   runs: list[tuple[int, int, int, int]]) -> None:
+        """`cache_full_blocks` of several runs, in order (each its own caching), with the
+        per-block arrays written once for all: the prefill chunks of one engine iteration.
+        `every`, `hashes`, `tokens`: the runs' blocks, hashes and token ids one after the
+        other; `runs`: (length, parent, start, after) of each, none empty, no block twice."""
         self.is_hashed[every] = True
         self.block_hash[every] = hashes
-        self.parent_hash[every[1:]] = hashes[:-1]  # within a run; each run's first below
-        firsts = np.cumsum([0] + [len(r[0]) for r in runs[:-1]])
-        self.parent_hash[every[firsts]] = np.array([r[2] for r in runs], dtype=_U64)
-        self.block_tokens[every] = np.concatenate([r[3] for r in runs])
-        self.index.insert_runs([(r[0], r[1], r[4], r[2], r[5]) for r in runs])
+        parents = np.empty_like(hashes)
+        parents[1:] = hashes[:-1]  # within a run; each run's first below
+        at = 0
+        for k, parent, _, _ in runs:
+            parents[at] = parent
+            at += k
+        self.parent_hash[every] = parents
+        self.block_tokens[every] = tokens
+        self.index.insert_runs(every, hashes, runs)
 
     def get_cached_blocks(self, h: int) -> list[int]:
         """Blocks indexed under hash h, oldest first (a scan of the per-block arrays: for
@@ -302,9 +308,10 @@ class BlockPool(HashedBlocks):
         whole chain, or it ended at a miss when the index's newest caching was `known_at`
         and no block cached since, in a segment that starts on the chain, sits at the miss
         (holders never come back, and a younger holder before the miss changes nothing, so
-        only a new holder there can extend a hit). Otherwise the chain index walks the chain; only a
-        collision (a key that differs under an equal hash) costs a walk over the other
-        holders of that hash."""
+        only a new holder there can extend a hit). Otherwise the chain index walks the chain
+        from the end of the still-valid part of `known` (evictions take a hit's tail first,
+        so that is usually most of it); only a collision (a key that differs under an equal
+        hash) costs a walk over the other holders of that hash."""
         ps = self.page_size
         nblocks = len(hashes)
         j = min(len(known), nblocks)
@@ -316,12 +323,13 @@ class BlockPool(HashedBlocks):
         if known_at >= 0 and j == len(known) and not self.index.any_on_since(
                 np.ascontiguousarray(hashes, dtype=_U64), known_at, j):
             return known
-        cand, _ = self.index.walk(np.ascontiguousarray(hashes, dtype=_U64))
+        # the still-valid known prefix stays (its blocks are still the oldest holders and
+        # their keys were checked when it was found): the walk starts where it ends
+        tail = self.index.walk(np.ascontiguousarray(hashes, dtype=_U64), j)
+        cand = np.concatenate([known[:j], tail]) if j else tail
         k = len(cand)
         if not k:
             return cand
-        # the still-valid known prefix was checked when it was found
-        j = j if j <= k and np.array_equal(cand[:j], known[:j]) else 0
         parents = np.empty(k, dtype=_U64)
         parents[0] = NONE_HASH
         parents[1:] = hashes[: k - 1]

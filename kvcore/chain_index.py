@@ -34,6 +34,10 @@ live segment's first hash against the chain at that position.
 * Removal is lazy: a block is live while its generation equals its segment entry's; an
   eviction writes 0 there and counts the segment down. A segment with no live block leaves
   the index; segments whose dead tail grows are trimmed when the arrays held pass a bound.
+* A lookup starts where the caller's still-valid hit ends (a hit stays the oldest holders
+  while its blocks stay indexed) and reads the chain in windows, stopping at the first
+  window with a miss: at page size 1 a waiting 45 k-block prompt whose hit ends after 2 k
+  blocks was compared and scanned whole at every admission round (issue 28).
 * Holders of one hash, for tests and debugging, come from the pool's per-block arrays.
 
 tests/kvcore/test_chain_index.py checks the pool with this index against a per-block model
@@ -49,6 +53,7 @@ from kvcore.validation import InvariantError
 
 _U64 = np.uint64
 _NO_BLOCKS = np.zeros(0, dtype=np.int64)
+_NEVER = np.iinfo(np.int64).max  # an age older than every generation
 
 
 class Segment:
@@ -57,7 +62,8 @@ class Segment:
     the chain position of its first block, its id (`sid`: its age among segments) and how
     many of its blocks still live."""
 
-    __slots__ = ("_blocks", "_gens", "_hashes", "live", "n", "sid", "slot", "start")
+    __slots__ = ("_blocks", "_gens", "_hashes", "last_block", "last_hash", "live", "n", "sid",
+                 "slot", "start")
 
     def __init__(self, sid: int, start: int) -> None:
         self.sid = sid
@@ -68,6 +74,7 @@ class Segment:
         self.n = 0
         self.live = 0
         self.slot = -1  # its row in the index's per-segment arrays
+        self.last_block = self.last_hash = 0  # its last entry's block and hash, as ints
 
     @property
     def blocks(self) -> np.ndarray:
@@ -98,26 +105,21 @@ class Segment:
         self._gens[n : n + k] = gen
         self.n = n + k
         self.live += k
+        self.last_block, self.last_hash = blocks.item(-1), hashes.item(-1)
 
     def cut(self, end: int) -> None:
         """Keep the first `end` entries only (the rest are dead), in arrays of their own."""
         self._blocks, self._hashes, self._gens = (
             a[:end].copy() for a in (self._blocks, self._hashes, self._gens))
         self.n = end
-
-    def cover(self, chain: np.ndarray, gen: np.ndarray) -> tuple[int, np.ndarray]:
-        """How far this segment follows `chain` from its start (m entries), and the mask of
-        its live entries among those m (`gen`: the blocks' current generations)."""
-        k = min(self.n, len(chain) - self.start)
-        if k <= 0:
-            return 0, np.zeros(0, dtype=bool)
-        eq = self._hashes[:k] == chain[self.start : self.start + k]
-        m = k if eq.all() else int(eq.argmin())
-        return m, gen[self._blocks[:m]] == self._gens[:m]
+        self.last_block, self.last_hash = int(self._blocks[end - 1]), int(self._hashes[end - 1])
 
 
 class ChainIndex:
     """Segments of cached blocks, found by their first hash; lookups along a hash chain."""
+
+    #: positions a walk reads first (then four times more per window); tests set it small
+    window = 1024
 
     def __init__(self, num_blocks: int) -> None:
         nb = num_blocks + 1  # block 0 (the null block) is never indexed
@@ -152,60 +154,61 @@ class ChainIndex:
         one per chunk; ages stay exact because a lookup ranks holders by their generations,
         not by their segments."""
         if len(blocks):
-            self.insert_runs([(blocks, hashes, start, parent, after)])
+            self.insert_runs(blocks, hashes, [(len(blocks), parent, start, after)])
 
-    def insert_runs(self, runs: list[tuple[np.ndarray, np.ndarray, int, int, int]]) -> None:
-        """`insert` of each run (blocks, hashes, start, parent, after; none empty, no block
-        twice) in order, each its own caching (generation), with the per-block arrays
-        written once for all: an engine iteration's prefill chunks of several requests."""
-        gens, sids, lens = [], [], []
-        for blocks, hashes, start, parent, after in runs:
-            self._last_gen += 1
-            g = self._last_gen
-            seg = self._segment_for(hashes, start, parent, after)
-            seg.append(blocks, hashes, g)
+    def insert_runs(self, every: np.ndarray, hashes: np.ndarray,
+                    runs: list[tuple[int, int, int, int]]) -> None:
+        """`insert` of several runs in order, each its own caching (generation), with the
+        per-block arrays written once for all: an engine iteration's prefill chunks of
+        several requests. `every`, `hashes`: the runs' blocks and hashes one after the
+        other; `runs`: (length, parent, start, after) of each, none empty, no block twice."""
+        g = first = self._last_gen + 1
+        sids, lens = [], []
+        at = 0
+        for k, parent, start, after in runs:
+            seg = self._newest
+            if seg is None or seg.start + seg.n != start or seg.last_hash != parent:
+                seg = self._ending_at(after, start) if after else None
+                if seg is None or seg.last_hash != parent:
+                    seg = self._new_segment(start, hashes[at])
+            seg.append(every[at : at + k], hashes[at : at + k], g)
             self._latest[seg.slot] = g
-            gens.append(g)
             sids.append(seg.sid)
-            lens.append(len(blocks))
+            lens.append(k)
+            at += k
+            g += 1
+        self._last_gen = g - 1
         if len(runs) == 1:
-            every = runs[0][0]
-            self.gen[every] = gens[0]
+            self.gen[every] = first
             self.seg_of[every] = sids[0]
         else:
-            every = np.concatenate([r[0] for r in runs])
-            self.gen[every] = np.repeat(np.array(gens, dtype=np.int64), lens)
+            self.gen[every] = np.repeat(np.arange(first, g, dtype=np.int64), lens)
             self.seg_of[every] = np.repeat(np.array(sids, dtype=np.int64), lens)
-        total = len(every)
-        self.num_live += total
-        self._held += total
+        self.num_live += at
+        self._held += at
         if self._held > self._trim_at:
             self._trim()
 
-    def _segment_for(self, hashes: np.ndarray, start: int, parent: int, after: int) -> Segment:
-        """The segment a run extends (see `insert`), or a new one."""
-        seg = self._newest
-        if after and (seg is None or seg.end != start or int(seg._hashes[seg.n - 1]) != parent):
-            seg = self._ending_at(after, start)
-        if seg is None or seg.end != start or int(seg._hashes[seg.n - 1]) != parent:
-            self._last_sid += 1
-            seg = Segment(self._last_sid, start)
-            self.segments[seg.sid] = seg
-            row = len(self.segments) - 1
-            if row == len(self._ids):
-                self._pos, self._first, self._ids, self._latest = (
-                    np.concatenate([a, np.zeros_like(a)])
-                    for a in (self._pos, self._first, self._ids, self._latest))
-            self._pos[row], self._first[row], self._ids[row] = start, hashes[0], seg.sid
-            seg.slot = row
-            self._newest = seg
+    def _new_segment(self, start: int, first_hash: np.uint64) -> Segment:
+        """A new segment at chain position `start`, the newest, with its row."""
+        self._last_sid += 1
+        seg = Segment(self._last_sid, start)
+        self.segments[seg.sid] = seg
+        row = len(self.segments) - 1
+        if row == len(self._ids):
+            self._pos, self._first, self._ids, self._latest = (
+                np.concatenate([a, np.zeros_like(a)])
+                for a in (self._pos, self._first, self._ids, self._latest))
+        self._pos[row], self._first[row], self._ids[row] = start, first_hash, seg.sid
+        seg.slot = row
+        self._newest = seg
         return seg
 
     def _ending_at(self, block: int, end: int) -> Segment | None:
         """The live segment whose last entry is `block`, still indexed, ending at chain
         position `end`; None if there is none."""
-        seg = self.segments.get(int(self.seg_of[block]))
-        if seg is None or seg.end != end or int(seg._blocks[seg.n - 1]) != block:
+        seg = self.segments.get(self.seg_of.item(block))
+        if seg is None or seg.start + seg.n != end or seg.last_block != block:
             return None
         return seg
 
@@ -270,11 +273,6 @@ class ChainIndex:
         pos = self._pos[:rows]
         return (pos < n) & (chain[np.minimum(pos, n - 1)] == self._first[:rows])
 
-    def segments_on(self, chain: np.ndarray) -> list[Segment]:
-        """The live segments that start on `chain`, youngest first."""
-        ids = self._ids[: len(self.segments)][self._on(chain)]
-        return [self.segments[g] for g in np.sort(ids)[::-1].tolist()]
-
     def any_on_since(self, chain: np.ndarray, newest: int, at: int = -1) -> bool:
         """Whether a segment that starts on `chain` got blocks cached after generation
         `newest` (a new segment, or an old one extended); with `at` >= 0, only blocks cached
@@ -294,35 +292,58 @@ class ChainIndex:
                 return True
         return False
 
-    def walk(self, chain: np.ndarray) -> tuple[np.ndarray, list[Segment]]:
+    def walk(self, chain: np.ndarray, lo: int = 0) -> np.ndarray:
         """The oldest live holder of each position of `chain` (uint64 hashes from the first
-        block), up to the first position with none; and the segments on the chain (for a
-        caller that must look past a holder whose key differs)."""
+        block) from position `lo` on, up to the first position with none (the caller knows
+        the holders before `lo`).
+
+        A segment that starts on the chain follows it from its start up to some position;
+        its hashes are a chain, so an entry at position p >= lo that equals chain[p] implies
+        the entries before it match too (up to a hash collision, which the pool's key check
+        catches), and the comparison can start at `lo`. The chain is then read in windows
+        (the first `window` positions, each next window four times larger) and the walk
+        stops at the first window with a miss: a lookup pays for the hit it finds, not for
+        the whole prompt (at page size 1 a waiting prompt of 45 k blocks whose hit ends
+        after 2 k blocks was compared and scanned whole at every admission round)."""
         n = len(chain)
-        if not n or not self.num_live:
-            return _NO_BLOCKS, []
+        if lo >= n or not self.num_live:
+            return _NO_BLOCKS
         rows = len(self.segments)
-        ids = self._ids[:rows][self._on(chain)].tolist()
-        found = [self.segments[g] for g in ids]
-        best = np.zeros(n, dtype=np.int64)
-        if len(found) == 1:
-            seg = found[0]
-            m, live = seg.cover(chain, self.gen)
-            if m:
-                best[seg.start : seg.start + m][live] = seg._blocks[:m][live]
-        else:  # the oldest live holder of each position: the lowest generation wins
-            age = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-            for seg in found:
-                m, live = seg.cover(chain, self.gen)
-                if m:
-                    s = seg.start
-                    view = age[s : s + m]
-                    g = seg._gens[:m]
-                    take = live & (g < view)
-                    view[take] = g[take]
-                    best[s : s + m][take] = seg._blocks[:m][take]
-        miss = np.flatnonzero(best == 0)
-        return (best[: int(miss[0])] if len(miss) else best), found
+        active = [self.segments[g] for g in self._ids[:rows][self._on(chain)].tolist()]
+        active = [seg for seg in active if seg.start + seg.n > lo]
+        gen, pieces = self.gen, []
+        pos, width = lo, self.window
+        while active and pos < n:
+            hi = min(n, pos + width)
+            best = np.zeros(hi - pos, dtype=np.int64)
+            age = np.full(hi - pos, _NEVER, dtype=np.int64)
+            later = []
+            for seg in active:
+                s, e = max(seg.start, pos), min(seg.start + seg.n, hi)
+                if s >= e:
+                    later.append(seg)  # starts after this window
+                    continue
+                o, k = s - seg.start, e - s
+                eq = seg._hashes[o : o + k] == chain[s:e]
+                m = k if eq.all() else int(eq.argmin())
+                if not m:
+                    continue
+                blocks, g = seg._blocks[o : o + m], seg._gens[o : o + m]
+                view = age[s - pos : s - pos + m]
+                take = (gen[blocks] == g) & (g < view)  # live and older than any so far
+                view[take] = g[take]
+                best[s - pos : s - pos + m][take] = blocks[take]
+                if m == k and seg.start + seg.n > hi:
+                    later.append(seg)  # follows the chain into the next window
+            miss = np.flatnonzero(best == 0)
+            if len(miss):
+                pieces.append(best[: int(miss[0])])
+                break
+            pieces.append(best)
+            pos, width, active = hi, 4 * width, later
+        if not pieces:
+            return _NO_BLOCKS
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     # -- checks ----------------------------------------------------------------------------
     def check_invariants(self, block_hash: np.ndarray, parent_hash: np.ndarray) -> None:
@@ -333,7 +354,8 @@ class ChainIndex:
         live_total = 0
         for sid, seg in self.segments.items():
             b, h, g = seg.blocks, seg.hashes, seg.gens
-            if seg.sid != sid or not seg.n or (np.diff(g) < 0).any():
+            if seg.sid != sid or not seg.n or (np.diff(g) < 0).any() or \
+                    seg.last_block != b[-1] or seg.last_hash != h[-1]:
                 raise InvariantError(f"vllm: chain index segment {sid} is malformed")
             live = self.gen[b] == g
             if int(np.count_nonzero(live)) != seg.live or not seg.live:

@@ -25,10 +25,12 @@ Speed: at page size 1 every token is a block, so nothing here walks blocks in Py
 request's block table is a numpy array (grown by doubling), its full blocks' hashes one array
 hashed once (`chain`; registering blocks slices it), and prompts asked about repeatedly
 before admission are hashed once and looked up again only when the cache changed under them
-(`ChainMemo`, kvcore/chain_memo.py); a stretch of decode steps pops its blocks in one batch
-(`decode_steps`). With the pool's run-based prefix index (kvcore/chain_index.py) this keeps
-`vllm` within 3x of `paged` at every page size (benchmarks/bench_vllm_speed.py,
-docs/performance.md) with the same blocks hit, evicted and freed in the same order.
+(`ChainMemo`, kvcore/chain_memo.py; a request released in the middle of its prefill hands
+its chain back); an iteration's prefill chunks are cached in one call (`extend`), a stretch
+of decode steps pops its blocks in one batch (`decode_steps`). With the pool's run-based
+prefix index (kvcore/chain_index.py) this keeps `vllm` within 3x of `paged` at every page
+size (benchmarks/bench_policies.py, docs/performance.md) with the same blocks hit, evicted
+and freed in the same order.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class _Req:
             self._blocks = grown
         self._blocks[n : n + k] = new
         self.nblocks = n + k
-        self.last = int(new[-1])
+        self.last = new.item(-1)
 
     def add_block(self, b: int) -> None:
         """`add_blocks` of one block (decode's case, kept free of array slicing)."""
@@ -150,11 +152,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         done = req.nhashed
         if done >= full:
             return None
-        have = len(req.chain)
-        if have < full:  # hash only the blocks not hashed yet
-            parent = int(req.chain[-1]) if have else NONE_HASH
-            req.chain = np.concatenate([req.chain, self.hasher.chain(
-                parent, req.ids[have * ps : full * ps])])
+        self._hash_to(req, full)
         parent, after = (int(req.chain[done - 1]), int(req._blocks[done - 1])) if done \
             else (NONE_HASH, 0)
         req.nhashed = full
@@ -227,33 +225,69 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                                            slots[start - first * ps : end - first * ps])
 
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
+        """One engine iteration's prefill chunks: the blocks popped in one call, and the
+        newly full blocks of every request cached in one call (`BlockPool.cache_runs`: each
+        request still its own caching, in request order). With small chunks
+        (`--chunked-prefill-size 64`) an iteration extends about ten requests by a few dozen
+        blocks each, so what counts is the work per request, not per block."""
         reqs = [self._req(r) for r in rids]
         self.check_extend_args(rids, target_lens, [r.written for r in reqs],
                                self.max_context_len)
         ps = self.page_size
+        ts = [int(t) for t in target_lens]
         need = 0
-        for req, t in zip(reqs, target_lens, strict=True):
-            need += cdiv(int(t), ps) - req.nblocks
+        for req, t in zip(reqs, ts, strict=True):
+            need += -(-t // ps) - req.nblocks
         if need > self.pool.get_num_free_blocks():
             return False
         new = self.pool.get_new_blocks(need)
         at = 0
-        runs = []  # the requests' newly full blocks, cached together in request order
-        for req, t in zip(reqs, target_lens, strict=True):
-            t = int(t)
-            k = cdiv(t, ps) - req.nblocks
-            if k > 0:
-                req.add_blocks(new[at : at + k])
+        runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after) each
+        parts: list[tuple[_Req, int, int]] = []  # (request, first, end) of each run's blocks
+        for req, t in zip(reqs, ts, strict=True):
+            w = req.written
+            if t <= w:
+                continue
+            k = -(-t // ps) - req.nblocks
+            if ps == 1:  # a block per token: k == t - w new blocks, and they are the slots
+                got = new[at : at + k]
+                req.add_blocks(got)
+                self.req_to_token_pool.write_range(req.row, w, got)
                 at += k
-            if t > req.written:
-                self._write(req, req.written, t)
-                req.written = t
-                run = self._full_run(req)
-                if run is not None:
-                    runs.append(run)
+            else:
+                if k > 0:
+                    req.add_blocks(new[at : at + k])
+                    at += k
+                self._write(req, w, t)
+            req.written = t
+            full = min(t, len(req.ids)) // ps
+            done = req.nhashed
+            if full > done:
+                if len(req.chain) < full:
+                    self._hash_to(req, full)
+                runs.append((full - done, req.chain.item(done - 1) if done else NONE_HASH,
+                             done, req._blocks.item(done - 1) if done else 0))
+                parts.append((req, done, full))
+                req.nhashed = full
         if runs:
-            self.pool.cache_runs(runs)
+            if len(parts) == 1:
+                req, d, f = parts[0]
+                every, hashes, tokens = req._blocks[d:f], req.chain[d:f], req.ids[d * ps : f * ps]
+            else:
+                every = np.concatenate([r._blocks[d:f] for r, d, f in parts])
+                hashes = np.concatenate([r.chain[d:f] for r, d, f in parts])
+                tokens = np.concatenate([r.ids[d * ps : f * ps] for r, d, f in parts])
+            self.pool.cache_runs(every, hashes, tokens.reshape(-1, ps), runs)
         return True
+
+    def _hash_to(self, req: _Req, full: int) -> None:
+        """Extend `req.chain` to its first `full` blocks (ids known), hashing only the new."""
+        have = len(req.chain)
+        if have < full:
+            ps = self.page_size
+            parent = int(req.chain[-1]) if have else NONE_HASH
+            req.chain = np.concatenate([req.chain, self.hasher.chain(
+                parent, req.ids[have * ps : full * ps])])
 
     def decode(self, rids: Sequence[int]) -> bool:
         reqs = [self._req(r) for r in rids]
@@ -363,7 +397,14 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         self.release(rid)
 
     def release(self, rid: int) -> None:
+        """Free the request's blocks. One released in the middle of its prefill (preempted,
+        or taken back when its round ran short of memory) waits for admission again with
+        the same prompt: its hash chain goes back to the prompt memo, so the next peek
+        does not hash the whole prompt again (at page size 1 with small chunks, 688
+        admissions of 300 requests hashed a whole prompt 678 times)."""
         req = self._req(rid)
+        if req.written < len(req.ids):
+            self.memo.keep(req.ids, req.chain)
         self.pool.free_blocks(req.blocks[::-1])  # chain tail first
         self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
@@ -399,7 +440,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         pool = self.pool
         tokens = (self.num_pages - pool.get_num_free_blocks()) * ps
         reserved = rounding = 0
-        for r in self._reqs.values():
+        for r in self._reqs.values() if ps > 1 else ():  # a one-token block is never partial
             w = r.written
             if w % ps:
                 end = r.nblocks * ps
