@@ -131,3 +131,26 @@ def test_short_decode_step_times_equal_the_array_formula(ctx: list[int], steps: 
         latency_mod.SCALAR_STEPS = saved
     assert scalar.tolist() == arrays.tolist()
     assert lat.iteration_time((), c + steps - 1, ps) == scalar[-1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(ctx=st.lists(st.integers(1, 5000), min_size=1, max_size=30), steps=st.integers(1, 70),
+       ps=st.sampled_from([1, 16]), now=st.floats(0, 1e4),
+       cut=st.one_of(st.none(), st.integers(0, 80)),
+       model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b"]))
+def test_decode_step_ends_stop_at_the_arrival(ctx: list[int], steps: int, ps: int, now: float,
+                                              cut: int | None, model: str) -> None:
+    """A stretch's plan prices its steps only up to the next arrival: the ends equal the
+    accumulated `decode_step_times` (as SimPy adds timeouts) up to and including the first
+    end at or past `due`, across the scalar / array boundary (SCALAR_STEPS). About 0.5 s."""
+    lat = make_latency_model("roofline", get_model(model), get_gpu("h100"))
+    c = np.array(ctx, dtype=np.int64)
+    full = np.add.accumulate(np.concatenate(([now], lat.decode_step_times(c, ps, steps))))[1:]
+    # due: none, exactly one step's end (the boundary case), or between two ends
+    due = float("inf") if cut is None else (
+        float(full[cut]) if cut < steps else float(full[-1]) + 1.0)
+    want = full if cut is None or cut >= steps else full[: cut + 1]
+    assert lat.decode_step_ends(c, ps, steps, now, due).tolist() == want.tolist()
+    # the base class's reference (every step priced, then cut) agrees
+    assert super(type(lat), lat).decode_step_ends(c, ps, steps, now, due).tolist() \
+        == want.tolist()
