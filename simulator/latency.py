@@ -141,6 +141,20 @@ class LatencyModel(ABC):
 _SHAPE = ("model", "gpu", "tp", "kv_dtype", "layout")  # what a model runs, not a constant
 
 
+SCALAR_DECODE = 64  # _decode_sums: up to this many contexts, Python ints beat numpy's calls
+
+
+def _decode_sums(decode: np.ndarray, ps: int) -> tuple[int, int, int]:
+    """(requests, context sum, pages at kernel page `ps`) of one decode batch: the same
+    integers from Python ints for a small batch (numpy's cost per call is most of it)."""
+    n = decode.size
+    if n > SCALAR_DECODE:
+        return n, int(decode.sum()), _cdiv_sum(decode, ps)
+    ctx = decode.tolist()
+    total = sum(ctx)
+    return n, total, (total if ps == 1 else sum([-(-c // ps) for c in ctx]))
+
+
 def _ends_until(now: float, times: np.ndarray, due: float) -> np.ndarray:
     """now + t0, then + t1, ... (np.add.accumulate adds left to right, as SimPy does), cut
     after the first end at or past `due`."""
@@ -297,7 +311,8 @@ class RooflineLatency(LatencyModel):
             pairs += new * before + new * (new + 1) // 2
             pre_pages += -(-(new + before) // ps)
         dec = np.asarray(decode_contexts, dtype=np.int64).reshape(-1)
-        return self._iteration(n_pre, t_new, kv_before, pairs, pre_pages, dec, ps)
+        return self._iteration(n_pre, t_new, kv_before, pairs, pre_pages,
+                               *_decode_sums(dec, ps))
 
     def iteration_time_arrays(
         self, new: np.ndarray, before: np.ndarray, decode: np.ndarray, page_size: int
@@ -310,16 +325,13 @@ class RooflineLatency(LatencyModel):
         kv_before = int(before.sum()) if n_pre else 0
         pairs = (int((new * before).sum() + (new * (new + 1) // 2).sum()) if n_pre else 0)
         return self._iteration(n_pre, t_new, kv_before, pairs, _cdiv_sum(new + before, ps),
-                               decode, ps)
+                               *_decode_sums(decode, ps))
 
     def _iteration(self, n_pre: int, t_new: int, kv_before: int, pairs: int, pre_pages: int,
-                   decode: np.ndarray, ps: int) -> float:
-        """One iteration from its prefill sums and its decode contexts (kernel page `ps`)."""
-        n_dec = decode.size
+                   n_dec: int, ctx_sum: int, pages: int) -> float:
+        """One iteration from its prefill sums and its decode sums (`_decode_sums`)."""
         if n_pre == 0 and n_dec == 0:
             return 0.0
-        ctx_sum = int(decode.sum()) if n_dec else 0
-        pages = _cdiv_sum(decode, ps)
         if self.prefill_pages:
             pages += pre_pages
         # an integer sum when the factor is 1 (the 2023 kernel's numbers stay bit-identical)

@@ -154,3 +154,26 @@ def test_decode_step_ends_stop_at_the_arrival(ctx: list[int], steps: int, ps: in
     # the base class's reference (every step priced, then cut) agrees
     assert super(type(lat), lat).decode_step_ends(c, ps, steps, now, due).tolist() \
         == want.tolist()
+
+
+@settings(max_examples=30, deadline=None)
+@given(ctx=st.lists(st.integers(1, 1 << 17), min_size=0, max_size=90),
+       chunks=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 1 << 16)), max_size=3),
+       ps=st.sampled_from([1, 16, 64]),
+       model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "deepseek-v3"]))
+def test_small_decode_batches_price_as_numpy_does(ctx: list[int], chunks, ps: int,
+                                                  model: str) -> None:
+    """An iteration's decode sums in Python ints below SCALAR_DECODE contexts: the same
+    time as numpy's sums (the same integers), with and without prefill chunks. About 0.3 s."""
+    lat = make_latency_model("roofline", get_model(model), get_gpu("h100"))
+    c = np.array(ctx, dtype=np.int64)
+    small = lat.iteration_time(chunks, c, ps)
+    saved = latency_mod.SCALAR_DECODE
+    latency_mod.SCALAR_DECODE = -1
+    try:
+        assert lat.iteration_time(chunks, c, ps) == small
+        new = np.array([n for n, _ in chunks], dtype=np.int64)
+        before = np.array([b for _, b in chunks], dtype=np.int64)
+        assert lat.iteration_time_arrays(new, before, c, ps) == small
+    finally:
+        latency_mod.SCALAR_DECODE = saved
