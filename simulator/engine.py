@@ -353,8 +353,11 @@ class Engine(AdmissionRound):
         self._after_iteration(plan, n_dec)
 
     def _after_iteration(self, plan: Plan, n_dec: int) -> None:
-        """First tokens of finished prefills (they join the batch after its n_dec rows)."""
+        """First tokens of finished prefills (they join the batch after its n_dec rows,
+        once those are stepped: the whole batch steps, so the batch keeps its smallest
+        remaining output and the gaps come as one value; the same rows and gaps)."""
         now = self.env.now
+        joined: list[SimRequest] = []
         for sreq, _target in plan:
             sreq.swap_len = 0  # a copy back is done in its one iteration
             if sreq.written < sreq.prefill_target:
@@ -372,12 +375,15 @@ class Engine(AdmissionRound):
                 self.finish(sreq)
             else:
                 sreq.status = "running"
-                self.running.append(sreq)
+                joined.append(sreq)
+        if n_dec:
+            self.progress_made()
+            self.rec.add_gaps(*self.running.stepped(n_dec, 1, now, now))
+            self.generated_tokens += n_dec
+        for sreq in joined:
+            self.running.append(sreq)
         if not n_dec:
             return
-        self.progress_made()
-        self.rec.add_gaps(*self.running.stepped(n_dec, 1, now, now))
-        self.generated_tokens += n_dec
         for sreq in self.running.remove_done(n_dec):
             self.finish(sreq)
 
