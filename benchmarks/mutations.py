@@ -164,8 +164,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/simulator/test_overload.py::test_backlog_floor_threshold_both_sides")),
     Mutation(
         "stretch-runs-past-arrival", "simulator/stretch.py",
-        "k = min(k, int(hit[0]) + 1)",
-        "k = min(k, int(hit[0]) + 2)",  # the step after an arrival is taken blind
+        "return min(k, len(ends))",
+        "return min(k, len(ends) + 1)",  # the step after an arrival is taken blind
         ("tests/simulator/test_multistep.py::test_stretches_equal_stepping",)),
     Mutation(
         "latency-drops-context-pages", "simulator/latency.py",

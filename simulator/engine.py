@@ -26,6 +26,7 @@ import simpy
 from kvcore.policies.base import KVPolicy, PrefixPeek
 from kvcore.policies.capabilities import LowerTiers, PrefixCache, Reserving
 from simulator.admission import make_admission
+from simulator.admission_round import AdmissionRound, Plan
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
 from simulator.guard import LivelockError, LivelockGuard
@@ -39,12 +40,11 @@ from simulator.stretch_rules import stretch_rules
 from simulator.transfers import TierTraffic, TransferModel
 from workloads.request import Request, Workload
 
-Plan = list[tuple[SimRequest, int]]  # (request, prefill target) chunks of one iteration
 NO_HIT = PrefixPeek(0, 0)  # what a policy without a prefix cache would find
 __all__ = ["Engine", "LivelockError"]
 
 
-class Engine:
+class Engine(AdmissionRound):
     def __init__(self, env: simpy.Environment, workload: Workload, policy: KVPolicy,
                  latency: LatencyModel, config: SimConfig, max_context_len: int,
                  recorder: Recorder, progress: Callable[[int], None] | None = None,
@@ -121,7 +121,10 @@ class Engine:
         if sreq.prompt_len >= self.max_context_len:
             return (f"prompt of {sreq.prompt_len} tokens leaves no room under max context "
                     f"length {self.max_context_len}")
-        need = max(sreq.final_len, self.admission.need_alone(sreq), self._reservation(sreq))
+        # a reserving policy's reservation is a function of the request's lengths
+        # (Reserving.reservation): asked once here, read as the queue head's on every pass
+        sreq.reservation = self._reservation(sreq)
+        need = max(sreq.final_len, self.admission.need_alone(sreq), sreq.reservation)
         if need > self.policy.capacity:
             return f"needs {need} KV slots, the pool has {self.policy.capacity}"
         return ""
@@ -187,7 +190,7 @@ class Engine:
     def head_reservation(self) -> int:
         if not self.waiting:
             return self.max_context_len
-        return max(self._reservation(self.waiting[0]), 1)
+        return max(self.waiting[0].reservation, 1)
 
     def _reservation(self, sreq: SimRequest) -> int:
         """What a reserving policy would reserve for `sreq` (0: memory on demand)."""
@@ -208,116 +211,6 @@ class Engine:
         if self.prefix_cache is None:
             return 0
         return self.prefix_cache.peek_prefix(sreq.prefill_key())
-
-    # -- admission -------------------------------------------------------------------------
-    def _plan_prefill(self) -> Plan:
-        """Chunks to run this iteration: continuing chunked prefills, then admissions."""
-        budget = self.cfg.engine.max_prefill_tokens
-        chunk = self.cfg.engine.chunked_prefill_size or None
-        plan: Plan = []
-        for sreq in self.prefilling:
-            if budget <= 0:
-                break
-            room = min(budget, chunk) if chunk else budget
-            target = min(sreq.prefill_target, sreq.written + room)
-            plan.append((sreq, target))
-            budget -= target - sreq.written
-        charged = 0
-        self._admitted = []
-        self.waiting = self.schedule.order(self.waiting, self._peek)
-        while self.waiting and budget > 0:
-            sreq = self.waiting[0]
-            if len(self.running) + len(self.prefilling) >= self.cfg.engine.max_running_requests:
-                break
-            if not self.admission.admissible(sreq, self.peek_admission(sreq), charged,
-                                             self.running, self.prefilling):
-                break
-            if self._blocked == (sreq.rid, self._mem_epoch):
-                break
-            target_ids = sreq.seq_ids(sreq.prefill_target)
-            if self.tier is not None and self.tiered is not None:
-                # at most what the storage prefetch delivered while it waited
-                res = self.tiered.admit_prefetched(
-                    sreq.rid, target_ids, sreq.final_len, sreq.max_new,
-                    self.tier.model.allowance(self.env.now - sreq.req.arrival_s,
-                                              self.policy.page_size))
-            else:
-                res = self.policy.admit(sreq.rid, target_ids, sreq.final_len, sreq.max_new)
-            self._peeked = None
-            if res is None:
-                self._blocked = (sreq.rid, self._mem_epoch)
-                break
-            self.waiting.pop(0)
-            charged += self.admission.charge(sreq, res.cached_len)
-            self._admitted.append((sreq, sreq.cached_tokens < 0))
-            if sreq.cached_tokens < 0:  # first admission: the prefix-hit statistics
-                sreq.cached_tokens = res.cached_len
-                sreq.token_hit = res.unaligned_hit
-                sreq.admit_s = self.env.now
-                self.prompt_tokens += sreq.prompt_len
-                self.hit_tokens += res.cached_len
-                self.token_hit_tokens += res.unaligned_hit
-            if self.tier is not None:
-                self.tier.admitted(sreq, res.host_hit, res.storage_hit,
-                                   self.env.now - sreq.req.arrival_s, self.policy.page_size,
-                                   self._admitted[-1][1])
-            sreq.written = res.cached_len
-            sreq.status = "prefill"
-            self.prefilling.append(sreq)
-            if sreq.swap_len > sreq.written:  # swapped out earlier: copy back what it had
-                plan.append((sreq, sreq.swap_len))  # computed, in one go (no prefill budget)
-                continue
-            sreq.swap_len = 0  # nothing to copy back: the prefix cache holds all of it
-            room = min(budget, chunk) if chunk else budget
-            if not plan:
-                room = max(room, 1)
-            target = min(sreq.prefill_target, sreq.written + room)
-            if chunk is None and target < sreq.prefill_target and plan:
-                self._unadmit(*self._admitted.pop())  # no chunking: it waits for a round
-                break
-            if chunk is None:
-                target = sreq.prefill_target
-            plan.append((sreq, target))
-            budget -= target - sreq.written
-        return plan
-
-    def _shrink_plan(self, plan: Plan) -> Plan:
-        """extend failed: undo this round's admissions one at a time, latest first (back to
-        the queue front, in order), retrying after each: token budgets do not see page
-        rounding, so a round can admit more than the pages hold, and the admissions that fit
-        must stay (else a request that fits an empty engine could be rejected). Then retry
-        the continuing chunks, preempting them if even that fails."""
-        fresh = list(self._admitted)
-        keep = list(plan)
-        while keep:
-            if fresh:
-                sreq, first = fresh.pop()
-                keep = [(s, t) for s, t in keep if s is not sreq]
-                self._unadmit(sreq, first)
-            else:
-                victim, _ = keep.pop()
-                self._preempt(victim)
-            if keep and self.policy.extend([s.rid for s, _ in keep], [t for _, t in keep]):
-                return keep
-        return []
-
-    def _unadmit(self, sreq: SimRequest, first: bool) -> None:
-        """Take back an admission of this round: the request waits at the queue front again,
-        and a first admission's statistics are counted when it is really admitted."""
-        self.prefilling.remove(sreq)
-        self.policy.release(sreq.rid)
-        sreq.written = 0
-        sreq.status = "waiting"
-        self.waiting.insert(0, sreq)
-        if self.tier is not None:
-            self.tier.unadmitted(sreq, first)
-        if first:
-            self.prompt_tokens -= sreq.prompt_len
-            self.hit_tokens -= sreq.cached_tokens
-            self.token_hit_tokens -= sreq.token_hit
-            sreq.cached_tokens = -1
-            sreq.token_hit = 0
-            sreq.admit_s = float("nan")
 
     # -- preemption ------------------------------------------------------------------------
     def _preempt(self, victim: SimRequest) -> float:
@@ -460,8 +353,11 @@ class Engine:
         self._after_iteration(plan, n_dec)
 
     def _after_iteration(self, plan: Plan, n_dec: int) -> None:
-        """First tokens of finished prefills (they join the batch after its n_dec rows)."""
+        """First tokens of finished prefills (they join the batch after its n_dec rows,
+        once those are stepped: the whole batch steps, so the batch keeps its smallest
+        remaining output and the gaps come as one value; the same rows and gaps)."""
         now = self.env.now
+        joined: list[SimRequest] = []
         for sreq, _target in plan:
             sreq.swap_len = 0  # a copy back is done in its one iteration
             if sreq.written < sreq.prefill_target:
@@ -479,12 +375,15 @@ class Engine:
                 self.finish(sreq)
             else:
                 sreq.status = "running"
-                self.running.append(sreq)
+                joined.append(sreq)
+        if n_dec:
+            self.progress_made()
+            self.rec.add_gaps(*self.running.stepped(n_dec, 1, now, now))
+            self.generated_tokens += n_dec
+        for sreq in joined:
+            self.running.append(sreq)
         if not n_dec:
             return
-        self.progress_made()
-        self.rec.add_gaps(*self.running.stepped(n_dec, 1, now, now))
-        self.generated_tokens += n_dec
         for sreq in self.running.remove_done(n_dec):
             self.finish(sreq)
 

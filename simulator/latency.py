@@ -23,6 +23,7 @@ attention / Mamba by their state read and write; simulator/latency_layers.py). W
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +106,13 @@ class LatencyModel(ABC):
         return np.array([self.iteration_time_arrays(_EMPTY, _EMPTY, c + j, page_size)
                          for j in range(steps)], dtype=float)
 
+    def decode_step_ends(self, contexts: Contexts, page_size: int, steps: int, now: float,
+                         due: float = math.inf) -> np.ndarray:
+        """End times of those `decode_step_times` steps, accumulated left to right from `now`
+        (as SimPy adds successive timeouts), up to and including the first that reaches
+        `due` (the next arrival: a stretch ends in that step) or all `steps`."""
+        return _ends_until(now, self.decode_step_times(contexts, page_size, steps), due)
+
     def decode_run_time(self, contexts: Contexts, page_size: int, steps: int) -> float:
         """Total of `decode_step_times`."""
         return float(np.sum(self.decode_step_times(contexts, page_size, steps)))
@@ -131,6 +139,29 @@ class LatencyModel(ABC):
 
 
 _SHAPE = ("model", "gpu", "tp", "kv_dtype", "layout")  # what a model runs, not a constant
+
+
+SCALAR_DECODE = 64  # _decode_sums: up to this many contexts, Python ints beat numpy's calls
+
+
+def _decode_sums(decode: np.ndarray, ps: int) -> tuple[int, int, int]:
+    """(requests, context sum, pages at kernel page `ps`) of one decode batch: the same
+    integers from Python ints for a small batch (numpy's cost per call is most of it)."""
+    n = decode.size
+    if n > SCALAR_DECODE:
+        return n, int(decode.sum()), _cdiv_sum(decode, ps)
+    ctx = decode.tolist()
+    total = sum(ctx)
+    return n, total, (total if ps == 1 else sum([-(-c // ps) for c in ctx]))
+
+
+def _ends_until(now: float, times: np.ndarray, due: float) -> np.ndarray:
+    """now + t0, then + t1, ... (np.add.accumulate adds left to right, as SimPy does), cut
+    after the first end at or past `due`."""
+    ends = np.add.accumulate(np.concatenate(([now], np.asarray(times, dtype=float))))[1:]
+    if len(ends) and ends[-1] >= due:
+        ends = ends[: int(np.argmax(ends >= due)) + 1]
+    return ends
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -280,7 +311,8 @@ class RooflineLatency(LatencyModel):
             pairs += new * before + new * (new + 1) // 2
             pre_pages += -(-(new + before) // ps)
         dec = np.asarray(decode_contexts, dtype=np.int64).reshape(-1)
-        return self._iteration(n_pre, t_new, kv_before, pairs, pre_pages, dec, ps)
+        return self._iteration(n_pre, t_new, kv_before, pairs, pre_pages,
+                               *_decode_sums(dec, ps))
 
     def iteration_time_arrays(
         self, new: np.ndarray, before: np.ndarray, decode: np.ndarray, page_size: int
@@ -293,16 +325,13 @@ class RooflineLatency(LatencyModel):
         kv_before = int(before.sum()) if n_pre else 0
         pairs = (int((new * before).sum() + (new * (new + 1) // 2).sum()) if n_pre else 0)
         return self._iteration(n_pre, t_new, kv_before, pairs, _cdiv_sum(new + before, ps),
-                               decode, ps)
+                               *_decode_sums(decode, ps))
 
     def _iteration(self, n_pre: int, t_new: int, kv_before: int, pairs: int, pre_pages: int,
-                   decode: np.ndarray, ps: int) -> float:
-        """One iteration from its prefill sums and its decode contexts (kernel page `ps`)."""
-        n_dec = decode.size
+                   n_dec: int, ctx_sum: int, pages: int) -> float:
+        """One iteration from its prefill sums and its decode sums (`_decode_sums`)."""
         if n_pre == 0 and n_dec == 0:
             return 0.0
-        ctx_sum = int(decode.sum()) if n_dec else 0
-        pages = _cdiv_sum(decode, ps)
         if self.prefill_pages:
             pages += pre_pages
         # an integer sum when the factor is 1 (the 2023 kernel's numbers stay bit-identical)
@@ -326,6 +355,35 @@ class RooflineLatency(LatencyModel):
         if steps <= SCALAR_STEPS:  # most stretches are short: one scalar formula per step
             return np.array(self._short_steps(n, int(c.sum()), _cdiv_sum(c, page_size),
                                               counts.tolist(), steps), dtype=float)
+        return self._long_steps(c, counts, page_size, steps)
+
+    def decode_step_ends(self, contexts: Contexts, page_size: int, steps: int, now: float,
+                         due: float = math.inf) -> np.ndarray:
+        """The first SCALAR_STEPS steps priced one by one in Python floats and stopped at
+        `due`: a stretch's plan usually ends at the next arrival a few steps in, so pricing
+        all `steps` (up to --max-steps-per-stretch) would be mostly wasted. Past them, the
+        array formula from the contexts SCALAR_STEPS steps on: each step's time is a function
+        of its integer sums only, so the pieces are the same doubles as one call."""
+        c = np.asarray(contexts, dtype=np.int64).reshape(-1)
+        if self._layers is not None or c.size == 0 or steps <= 0:
+            return super().decode_step_ends(c, page_size, steps, now, due)
+        ps = self.kernel_page_size(page_size)
+        counts = np.bincount((1 - c) % ps, minlength=ps).tolist()
+        short = min(steps, SCALAR_STEPS)
+        ends = self._short_steps(c.size, int(c.sum()), _cdiv_sum(c, ps), counts, short,
+                                 now, due)
+        if len(ends) == steps or (ends and ends[-1] >= due):
+            return np.array(ends, dtype=float)
+        done = len(ends)
+        start = ends[-1] if ends else now
+        rest = _ends_until(start, self.decode_step_times(c + done, page_size, steps - done),
+                           due)
+        return np.concatenate((np.array(ends, dtype=float), rest))
+
+    def _long_steps(self, c: np.ndarray, counts: np.ndarray, page_size: int,
+                    steps: int) -> np.ndarray:
+        """decode_step_times over arrays (kernel page `page_size`, `counts` of page offsets)."""
+        n = c.size
         j = np.arange(steps, dtype=np.int64)
         ctx_sum = int(c.sum()) + n * j
         delta = counts[j % page_size]
@@ -335,11 +393,12 @@ class RooflineLatency(LatencyModel):
             float
         )
 
-    def _short_steps(self, n: int, ctx: int, pages: int, counts: list[int],
-                     steps: int) -> list[float]:
+    def _short_steps(self, n: int, ctx: int, pages: int, counts: list[int], steps: int,
+                     start: float | None = None, due: float = math.inf) -> list[float]:
         """`_time_scalar(n, n, ctx_j, ctx_j - n, pages_j)` of each step j, its terms that do
         not change with j computed once: each is the same product, added in the same order,
-        so each step's time is the same double (the test compares them)."""
+        so each step's time is the same double (the test compares them). With `start`: the
+        steps' end times instead (start + t0, then + t1, ...), stopped at the first >= `due`."""
         c = self._c
         flop_tok, flop_pair, kv_tok = n * c["flop_tok"], c["flop_pair"], c["kv_tok"]
         weights = float(self.weight_bytes_read(n))
@@ -354,7 +413,14 @@ class RooflineLatency(LatencyModel):
                 pages += counts[j % ps]
             # kv_read + tokens = (ctx - n) + n = ctx, an integer either way
             t = max((flop_tok + ctx * flop_pair) / flops_s, (weights + ctx * kv_tok) / bytes_s)
-            out.append(t + pages * page + per_req + fixed + ar_tok + ar_fixed)
+            t = t + pages * page + per_req + fixed + ar_tok + ar_fixed
+            if start is None:
+                out.append(t)
+                continue
+            start = start + t
+            out.append(start)
+            if start >= due:
+                break
         return out
 
     def swap_time(self, n_bytes: float, n_pages: int) -> float:

@@ -173,8 +173,8 @@ class Recorder:
         if len(self.timeline) >= self.max_timeline_rows:
             self._thin_timeline()
         self._last_sample = now
-        self.timeline.append((now, *(int(x) for x in parts), batch, waiting, running,
-                              self.host[0]))
+        self.timeline.append((now, *np.asarray(parts, dtype=np.int64).tolist(), batch,
+                              waiting, running, self.host[0]))
         self._forced.append(force)
 
     def _thin_timeline(self) -> None:

@@ -27,8 +27,8 @@ class SimRequest:
         "first_token_s", "host_hit", "ids", "last_token_s", "load_stall_s", "load_tokens",
         "max_new",
         "output_len", "preemptions", "prefill_target", "prompt_len", "recomputed_tokens",
-        "reject_reason", "req", "rid", "status", "storage_hit", "storage_wait", "swap_len",
-        "swapped_tokens", "token_hit", "written",
+        "reject_reason", "req", "reservation", "rid", "status", "storage_hit", "storage_wait",
+        "swap_len", "swapped_tokens", "token_hit", "written",
     )  # fmt: skip
 
     def __init__(self, req: Request, max_context_len: int, env: simpy.Environment) -> None:
@@ -40,6 +40,7 @@ class SimRequest:
         self.max_new = max(min(req.max_new_tokens, room), 1)
         self.final_len = self.prompt_len + max(self.output_len, 1) - 1
         self.status = "waiting"
+        self.reservation = 0  # what a reserving policy reserves for it (the engine sets it)
         self.decoded = 0  # tokens sampled so far
         self.written = 0
         self.prefill_target = self.prompt_len

@@ -23,10 +23,13 @@ import numpy as np
 import pandas as pd
 
 from workloads.request import Workload
-from workloads.reuse import ideal_reuse_hits, timed_reuse_hits_columns
+from workloads.reuse import ideal_reuse_hits, request_runs, timed_reuse_hits_columns
 
 REUSE_COLUMNS = ("ideal_hit_rate", "reuse_gap_alignment", "reuse_gap_not_arrived",
                  "reuse_gap_capacity")
+
+
+SHARED_RUNS = 100_000  # requests whose runs are kept for both passes (about 250 B each)
 
 
 def _times(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
@@ -55,14 +58,17 @@ def reuse_gap(workload: Workload, requests: pd.DataFrame, page_size: int) -> dic
     if total <= 0:
         return nan
     ids = requests.loc[admitted, "request_id"].astype(int).to_numpy()
-    tok = ideal_reuse_hits(workload, 1)
+    # both passes read every request's runs: built once for a run of up to SHARED_RUNS
+    # requests (a few MB), else each pass builds them as it goes (a day in bounded memory)
+    runs = request_runs(workload) if workload.num_requests <= SHARED_RUNS else None
+    tok = ideal_reuse_hits(workload, 1, runs)
     hits1 = _at(tok.request_ids, tok.hits, ids)
     ideal1 = float(hits1.sum())
     ideal_ps = float((hits1 - hits1 % page_size).sum())  # the same match, floored to pages
     del tok
     matched, timed = timed_reuse_hits_columns(
         workload, page_size, _times(requests, "admit_s"), _times(requests, "first_token_s"),
-        _times(requests, "finish_s"))
+        _times(requests, "finish_s"), runs)
     timed_sum = float(int(timed[np.isin(matched, ids)].sum()))
     achieved = float(requests.loc[admitted, "cached_tokens"].sum())
     return {"ideal_hit_rate": ideal1 / total,

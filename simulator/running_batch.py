@@ -29,8 +29,8 @@ _INT_COLUMNS = ("rid", "written", "decoded", "output_len", "max_new")
 class RunningBatch:
     """The running list (order kept: it is the batch order of every decode call)."""
 
-    __slots__ = ("_dirty", "_ints", "_same_last", "decoded", "last_token_s", "max_new", "n",
-                 "output_len", "reqs", "rid", "written")
+    __slots__ = ("_dirty", "_ints", "_left", "_same_last", "decoded", "last_token_s",
+                 "max_new", "n", "output_len", "reqs", "rid", "written")
 
     def __init__(self) -> None:
         self.reqs: list[SimRequest] = []
@@ -44,6 +44,10 @@ class RunningBatch:
         # every row's last_token_s when they are known to be one value (after a step of the
         # whole batch they are), else None: the gaps of a step are then one value n times
         self._same_last: float | None = None
+        # the smallest output_len - decoded over the rows, or None when not known: kept
+        # through appends and whole-batch steps, so that most passes answer the stretch's
+        # horizon and "did anyone finish" without an array reduction
+        self._left: int | None = None
 
     def _views(self) -> None:
         self.rid, self.written, self.decoded, self.output_len, self.max_new = self._ints
@@ -56,6 +60,9 @@ class RunningBatch:
             self._grow()
         self._ints[:, i] = (s.rid, s.written, s.decoded, s.output_len, s.max_new)
         self.last_token_s[i] = s.last_token_s
+        left = s.output_len - s.decoded
+        if i == 0 or (self._left is not None and left < self._left):
+            self._left = left
         if i == 0:
             self._same_last = s.last_token_s
         elif self._same_last is not None and s.last_token_s != self._same_last:
@@ -76,6 +83,7 @@ class RunningBatch:
         """`s` leaves (preempted or finished): its fields written back, later rows move up."""
         i = self.reqs.index(s)
         self._write_back(i)
+        self._left = None
         del self.reqs[i]
         n = self.n
         self._ints[:, i: n - 1] = self._ints[:, i + 1: n]
@@ -85,6 +93,8 @@ class RunningBatch:
     def remove_done(self, upto: int) -> list[SimRequest]:
         """Those of the first `upto` rows that decoded their whole output leave, in batch
         order, their fields written back; returns them (to finish, in that order)."""
+        if self._left is not None and self._left > 0:
+            return []  # nobody has decoded its whole output
         idx = (self.decoded[:upto] >= self.output_len[:upto]).nonzero()[0].tolist()
         if not idx:
             return []
@@ -100,6 +110,7 @@ class RunningBatch:
         m = n - len(idx)
         self._ints[:, :m] = self._ints[:, :n][:, keep]
         self.last_token_s[:m] = self.last_token_s[:n][keep]
+        self._left = None
         gone = set(idx)
         self.reqs = [s for i, s in enumerate(self.reqs) if i not in gone]
         self.n = m
@@ -134,6 +145,10 @@ class RunningBatch:
             gaps = (first - self.last_token_s[:upto], 1)
         self.last_token_s[:upto] = last
         self.decoded[:upto] += k
+        if upto == n and self._left is not None:
+            self._left -= k
+        elif upto:
+            self._left = None
         self._dirty = True
         if upto == n or (self.last_token_s[upto:n] == last).all():
             self._same_last = last
@@ -157,8 +172,10 @@ class RunningBatch:
                           CLIP_MAX_NEW_TOKENS)
 
     def min_remaining_output(self) -> int:
-        n = self.n
-        return int((self.output_len[:n] - self.decoded[:n]).min())
+        if self._left is None:
+            n = self.n
+            self._left = int((self.output_len[:n] - self.decoded[:n]).min())
+        return self._left
 
     # -- the running list's own interface (callers that walk the requests) -------------------
     def __len__(self) -> int:

@@ -39,6 +39,9 @@ from simulator.running_batch import RunningBatch
 
 #: (contexts after the first step, k) -> each of the k steps' time in seconds
 StepTimes = Callable[[np.ndarray, int], np.ndarray]
+#: (contexts after the first step, k, now, due) -> the steps' end times from `now`, up to and
+#: including the first that reaches `due` (`step_ends` of the StepTimes, cut there)
+StepEnds = Callable[[np.ndarray, int, float, float], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class StretchRules:
     reserving: bool  # admission reserves up front: its placement refused the head or not
     evict_limits: tuple[EvictLimit, ...]  # evictions the engine reacts to
     step_times: StepTimes  # latency model and lower-tier stalls
+    step_ends: StepEnds  # the same steps' end times, priced only up to the next arrival
 
 
 class StretchHost(Protocol):
@@ -124,14 +128,11 @@ class FastForward:
             k = min(k, e.admission_horizon(k), r.policy.steps_before_release(rids, k))
         if k < 2:
             return k
-        ends = step_ends(e.env.now, self._step_times(k))
+        # the step in which the next arrival falls is the last one (the ends stop there)
+        batch = e.running
+        ends = r.step_ends(batch.written[: batch.n] + 1, k, e.env.now, e.next_arrival())
         self._ends, self._ends_from = ends, e.env.now
-        due = e.next_arrival()
-        if due <= ends[-1]:
-            hit = np.nonzero(ends >= due)[0]
-            if len(hit):  # the step in which it falls is the last one
-                k = min(k, int(hit[0]) + 1)
-        return k
+        return min(k, len(ends))
 
     def _steps_within(self, rids: list[int], k: int, slots: int) -> int:
         """The most decode steps (<= k) of `rids` whose new memory fits in `slots`: the

@@ -24,7 +24,7 @@ from kvcore.tiers import WRITES
 from simulator.config import SimConfig
 from simulator.latency import LatencyModel
 from simulator.scheduler import QueueOrder
-from simulator.stretch import EvictLimit, StepTimes, StretchRules
+from simulator.stretch import EvictLimit, StepEnds, StepTimes, StretchRules, step_ends
 from simulator.transfers import TierTraffic
 
 
@@ -40,12 +40,13 @@ def stretch_rules(policy: KVPolicy, config: SimConfig, latency: LatencyModel,
         limits.append(EvictLimit(min_waiting=2, after=1))
     if tiered is not None and WRITES.get(config.tier.hicache_write_policy).on_evict:
         limits.append(EvictLimit(min_waiting=0, after=0))
+    times = _step_times(latency, policy.page_size, tiered, tier)
     return StretchRules(
         policy=policy, page_size=policy.page_size,
         max_steps=config.tuning.max_steps_per_stretch,
         max_running=config.engine.max_running_requests,
         reserving=isinstance(policy, Reserving), evict_limits=tuple(limits),
-        step_times=_step_times(latency, policy.page_size, tiered, tier))
+        step_times=times, step_ends=_step_ends(latency, policy.page_size, times, tiered))
 
 
 def _step_times(latency: LatencyModel, page_size: int, tiered: LowerTiers | None,
@@ -61,3 +62,22 @@ def _step_times(latency: LatencyModel, page_size: int, tiered: LowerTiers | None
         return times
 
     return step_times
+
+
+def _step_ends(latency: LatencyModel, page_size: int, times: StepTimes,
+               tiered: LowerTiers | None) -> StepEnds:
+    """Without a tier stall the latency model prices the steps only up to the arrival
+    (`decode_step_ends`); with one, every step's time (the first carries the stall), cut."""
+    if tiered is None:
+        def ends_untiered(contexts: np.ndarray, k: int, now: float, due: float) -> np.ndarray:
+            return latency.decode_step_ends(contexts, page_size, k, now, due)
+
+        return ends_untiered
+
+    def ends_tiered(contexts: np.ndarray, k: int, now: float, due: float) -> np.ndarray:
+        ends = step_ends(now, times(contexts, k))
+        if len(ends) and ends[-1] >= due:
+            ends = ends[: int(np.argmax(ends >= due)) + 1]
+        return ends
+
+    return ends_tiered

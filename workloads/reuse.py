@@ -70,41 +70,46 @@ def _segment_runs(seg: tuple) -> tuple[np.ndarray, np.ndarray]:
     raise WorkloadError(f"unknown prompt segment kind {kind!r}")
 
 
-def _merge(starts: np.ndarray, lens: np.ndarray) -> list[tuple[int, int]]:
-    """Maximal runs: drop empty ones, join a run to the previous one when it continues it.
-    A plain loop: a prompt has a handful of runs, where numpy's per-call cost dominated."""
-    out: list[tuple[int, int]] = []
-    for s, n in zip(starts.tolist(), lens.tolist(), strict=True):
-        if n <= 0:
-            continue
-        if out and out[-1][0] + out[-1][1] == s:
-            out[-1] = (out[-1][0], out[-1][1] + n)
-        else:
-            out.append((s, n))
-    return out
-
-
 def sequence_runs(req: Request, n_tokens: int | None = None) -> list[tuple[int, int]]:
-    """The first `n_tokens` (default: the prompt) of prompt + output ids, as maximal runs."""
-    parts = [_segment_runs(s) for s in req.prompt.segments]
+    """The first `n_tokens` (default: the prompt) of prompt + output ids, as maximal runs.
+    Synthetic segments and the output are one run each, built in Python ints (a request of
+    the Azure trace is one such segment: numpy's per-call cost was the whole pass's); explicit
+    ids and hash blocks go through `_segment_runs`."""
     plen = req.prompt_len
     n = plen if n_tokens is None else n_tokens
+    take = min(n, plen)  # prompt tokens still to take (a shorter n truncates)
+    out: list[tuple[int, int]] = []
+    for seg in req.prompt.segments:
+        if take <= 0:
+            break
+        if seg[0] == "unique":
+            pairs: list[tuple[int, int]] | zip = [
+                (int(seg[1]) * NAMESPACE_SPAN + int(seg[3]), int(seg[2]))]
+        else:
+            starts, lens = _segment_runs(seg)
+            pairs = zip(starts.tolist(), lens.tolist(), strict=True)
+        for start, length in pairs:
+            if take <= 0:
+                break
+            length = min(length, take)
+            take -= length
+            _append_run(out, start, length)
     if n > plen:
         ns = req.output_namespace
         if ns is None:
             ns = namespace_of(req.seed, req.request_id, OUTPUT_TAG)
-        parts.append((np.array([ns * NAMESPACE_SPAN], np.int64),
-                      np.array([n - plen], np.int64)))
-    if not parts:
-        return []
-    starts = np.concatenate([p[0] for p in parts])
-    lens = np.concatenate([p[1] for p in parts])
-    if n < plen:  # truncate
-        ends = np.cumsum(lens)
-        k = int(np.searchsorted(ends, n, side="left"))
-        starts, lens = starts[: k + 1].copy(), lens[: k + 1].copy()
-        lens[-1] -= int(ends[k]) - n
-    return _merge(starts, lens)
+        _append_run(out, ns * NAMESPACE_SPAN, n - plen)
+    return out
+
+
+def _append_run(out: list[tuple[int, int]], start: int, length: int) -> None:
+    """Append a run, dropping an empty one and joining one that continues the last."""
+    if length <= 0:
+        return
+    if out and out[-1][0] + out[-1][1] == start:
+        out[-1] = (out[-1][0], out[-1][1] + length)
+    else:
+        out.append((start, length))
 
 
 @dataclass
@@ -125,7 +130,7 @@ class ReuseResult:
 def final_runs(req: Request, prompt_runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """`sequence_runs(req, req.final_len)` from the prompt's runs already built: the output
     run appended (and joined to the last prompt run if it continues it), as `_merge` would."""
-    extra = req.final_len - req.prompt_len
+    extra = max(req.output_len, 1) - 1  # final_len - prompt_len, without two prompt sums
     if extra <= 0:
         return list(prompt_runs)
     ns = req.output_namespace

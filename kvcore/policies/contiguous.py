@@ -81,6 +81,9 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         # reservations and placement blocks
         self._tokens = self._excess = self._finals = self._reserved = self._blocks = 0
         self._entries = 0  # page-table entries in pages: sum of ceil(written / page_size)
+        # the last head reservation the breakdown was asked about and its block (placement
+        # rounding is a function of the size alone)
+        self._head_block: tuple[int, int] = (-1, 0)
 
     # -- sizing ----------------------------------------------------------------------------
     @abstractmethod
@@ -232,7 +235,8 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         """token_states = written; reserved = L - written; over_reservation = reservation - L;
         rounding = block - reservation; external = free slots in holes smaller than the
         head's block (its reservation after page and placement rounding)."""
-        non_negative_int("head_reservation", head_reservation)
+        if type(head_reservation) is not int or head_reservation < 0:  # asked every pass
+            non_negative_int("head_reservation", head_reservation)
         # sums over live requests: reserved = sum max(fin - w, 0) = finals - tokens + excess,
         # over = sum (reservation - max(fin, w)) = reservations - finals - excess
         tokens, excess = self._tokens, self._excess
@@ -240,7 +244,10 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         over = self._reserved - self._finals - excess
         rounding = self._blocks - self._reserved
         pl = self.placement
-        need = self._block_for(head_reservation) if head_reservation > 0 else 0
+        if head_reservation != self._head_block[0]:  # the same head pass after pass
+            self._head_block = (head_reservation, self._block_for(head_reservation)
+                                if head_reservation > 0 else 0)
+        need = self._head_block[1]
         external = pl.external(need) if need else 0
         return MemoryBreakdown(
             capacity=self.capacity,

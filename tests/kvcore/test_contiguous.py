@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import event, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -253,3 +253,21 @@ class ContiguousMachine(RuleBasedStateMachine):
 
 TestContiguousMachine = ContiguousMachine.TestCase
 TestContiguousMachine.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+
+
+
+@pytest.mark.parametrize("placement", ["first-fit", "buddy"])
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 300), min_size=1, max_size=6),
+       heads=st.lists(st.integers(0, 600), min_size=1, max_size=8))
+def test_breakdown_keeps_the_head_block_only_for_the_same_head(placement, sizes, heads):
+    """The breakdown keeps the last head reservation's block: asked about heads in any order
+    (repeats included), each answer equals one computed afresh. About 0.3 s."""
+    pol = make("contiguous-oracle", 2048, placement=placement, max_context_len=1024)
+    for rid, n in enumerate(sizes):
+        if pol.admit(rid, prompt(n), n + 1, 1) is None:
+            break
+    for h in heads:
+        got = pol.breakdown(h)
+        pol._head_block = (-1, 0)  # forget it: the fresh answer
+        assert got == pol.breakdown(h)

@@ -131,3 +131,49 @@ def test_short_decode_step_times_equal_the_array_formula(ctx: list[int], steps: 
         latency_mod.SCALAR_STEPS = saved
     assert scalar.tolist() == arrays.tolist()
     assert lat.iteration_time((), c + steps - 1, ps) == scalar[-1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(ctx=st.lists(st.integers(1, 5000), min_size=1, max_size=30), steps=st.integers(1, 70),
+       ps=st.sampled_from([1, 16]), now=st.floats(0, 1e4),
+       cut=st.one_of(st.none(), st.integers(0, 80)),
+       model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b"]))
+def test_decode_step_ends_stop_at_the_arrival(ctx: list[int], steps: int, ps: int, now: float,
+                                              cut: int | None, model: str) -> None:
+    """A stretch's plan prices its steps only up to the next arrival: the ends equal the
+    accumulated `decode_step_times` (as SimPy adds timeouts) up to and including the first
+    end at or past `due`, across the scalar / array boundary (SCALAR_STEPS). About 0.5 s."""
+    lat = make_latency_model("roofline", get_model(model), get_gpu("h100"))
+    c = np.array(ctx, dtype=np.int64)
+    full = np.add.accumulate(np.concatenate(([now], lat.decode_step_times(c, ps, steps))))[1:]
+    # due: none, exactly one step's end (the boundary case), or between two ends
+    due = float("inf") if cut is None else (
+        float(full[cut]) if cut < steps else float(full[-1]) + 1.0)
+    want = full if cut is None or cut >= steps else full[: cut + 1]
+    assert lat.decode_step_ends(c, ps, steps, now, due).tolist() == want.tolist()
+    # the base class's reference (every step priced, then cut) agrees
+    assert super(type(lat), lat).decode_step_ends(c, ps, steps, now, due).tolist() \
+        == want.tolist()
+
+
+@settings(max_examples=30, deadline=None)
+@given(ctx=st.lists(st.integers(1, 1 << 17), min_size=0, max_size=90),
+       chunks=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 1 << 16)), max_size=3),
+       ps=st.sampled_from([1, 16, 64]),
+       model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "deepseek-v3"]))
+def test_small_decode_batches_price_as_numpy_does(ctx: list[int], chunks, ps: int,
+                                                  model: str) -> None:
+    """An iteration's decode sums in Python ints below SCALAR_DECODE contexts: the same
+    time as numpy's sums (the same integers), with and without prefill chunks. About 0.3 s."""
+    lat = make_latency_model("roofline", get_model(model), get_gpu("h100"))
+    c = np.array(ctx, dtype=np.int64)
+    small = lat.iteration_time(chunks, c, ps)
+    saved = latency_mod.SCALAR_DECODE
+    latency_mod.SCALAR_DECODE = -1
+    try:
+        assert lat.iteration_time(chunks, c, ps) == small
+        new = np.array([n for n, _ in chunks], dtype=np.int64)
+        before = np.array([b for _, b in chunks], dtype=np.int64)
+        assert lat.iteration_time_arrays(new, before, c, ps) == small
+    finally:
+        latency_mod.SCALAR_DECODE = saved

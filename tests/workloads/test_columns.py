@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator import reuse_gap as reuse_gap_mod
 from simulator.config import SimConfig
 from simulator.reuse_gap import reuse_gap
 from simulator.run import simulate
@@ -83,6 +84,17 @@ def test_a_run_over_columns_equals_the_run_over_objects():
             assert x == y or (x != x and y != y), k
     assert a.requests.equals(b.requests)
     assert reuse_gap(w, a.requests, 16) == reuse_gap(_as_list(w), b.requests, 16)
+
+
+def test_reuse_gap_with_shared_runs_equals_runs_built_per_pass(monkeypatch) -> None:
+    """A run of up to SHARED_RUNS requests builds its runs once for both reuse passes; a
+    longer one (a day) builds them as each pass goes: the same figures. About 0.3 s."""
+    w = _day()
+    res = simulate(w, SimConfig.of(policy="paged", page_size=16, kv_tokens=6000))
+    shared = reuse_gap(w, res.requests, 16)
+    monkeypatch.setattr(reuse_gap_mod, "SHARED_RUNS", 0)
+    assert reuse_gap(w, res.requests, 16) == shared
+    assert shared["ideal_hit_rate"] == shared["ideal_hit_rate"]  # computed, not NaN
 
 
 def test_final_runs_extend_the_prompt_runs_as_sequence_runs_does():

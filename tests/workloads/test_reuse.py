@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -85,6 +87,31 @@ segments = st.one_of(
     st.tuples(st.just("unique"), st.sampled_from([20000, 20001]), st.integers(1, 5),
               st.integers(0, 4)),
 )
+
+
+def _expand(runs: list[tuple[int, int]]) -> list[int]:
+    return [s + i for s, n in runs for i in range(n)]
+
+
+hash_segment = st.lists(st.integers(0, 3), min_size=1, max_size=2).flatmap(
+    lambda h: st.tuples(st.just("hash"), st.just(h), st.integers(
+        HASH_BLOCK_TOKENS * (len(h) - 1) + 1, HASH_BLOCK_TOKENS * len(h))))
+
+
+@settings(max_examples=40, deadline=None)
+@given(segs=st.lists(st.one_of(segments, hash_segment), min_size=1, max_size=4),
+       out=st.integers(0, 5), ns=st.sampled_from([None, 20000]), cut=st.integers(0, 1100))
+def test_sequence_runs_are_the_ids_as_maximal_runs(segs, out, ns, cut):
+    """Runs (unique segments and the output built in Python ints, ids and hash blocks through
+    numpy) expand to exactly `sequence_ids`, for any length up to past the prompt, and are
+    maximal: no empty run, none continuing the previous one. About 0.5 s."""
+    r = Request(0, 0.0, PromptSpec(tuple(segs)), out, max(out, 1), output_namespace=ns)
+    for n in (None, min(cut, r.final_len), r.final_len):
+        runs = sequence_runs(r) if n is None else sequence_runs(r, n)
+        want = r.prompt_ids() if n is None else r.sequence_ids(n)
+        assert _expand(runs) == want.tolist()
+        assert all(ln > 0 for _, ln in runs)
+        assert all(a[0] + a[1] != b[0] for a, b in pairwise(runs))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
