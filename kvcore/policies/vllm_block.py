@@ -46,6 +46,7 @@ from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_
 from kvcore.chain_memo import ChainMemo
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import DecodeStretch, PrefixCache
+from kvcore.policies.vllm_request import _ids, _Req
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
     InvariantError,
@@ -59,51 +60,6 @@ _CACHED, _FREE = PARTS.index("cached"), PARTS.index("free")
 
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int64)
-
-
-def _ids(token_ids: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(token_ids, dtype=np.int64)
-
-
-class _Req:
-    __slots__ = ("_blocks", "chain", "final_len", "ids", "last", "nblocks", "nhashed", "row",
-                 "written")
-
-    def __init__(self, row: int, ids: np.ndarray, final_len: int, page_size: int) -> None:
-        self.row = row
-        self.ids = ids  # token ids known so far (the prompt, then whatever finish/cache gave)
-        self.final_len = final_len
-        self._blocks = np.zeros(max(cdiv(final_len, page_size), 1), dtype=np.int64)
-        self.nblocks = 0  # the block table is _blocks[:nblocks]
-        self.last = 0  # its last block, as an int (decode writes there)
-        self.chain = np.zeros(0, dtype=np.uint64)  # hashes of ids' first full blocks
-        self.nhashed = 0  # blocks[:nhashed] are registered under chain[:nhashed]
-        self.written = 0
-
-    @property
-    def blocks(self) -> np.ndarray:
-        return self._blocks[: self.nblocks]
-
-    def add_blocks(self, new: np.ndarray) -> None:
-        n, k = self.nblocks, len(new)
-        if not k:
-            return
-        if n + k > len(self._blocks):
-            grown = np.zeros(max(2 * len(self._blocks), n + k), dtype=np.int64)
-            grown[:n] = self._blocks[:n]
-            self._blocks = grown
-        self._blocks[n : n + k] = new
-        self.nblocks = n + k
-        self.last = new.item(-1)
-
-    def add_block(self, b: int) -> None:
-        """`add_blocks` of one block (decode's case, kept free of array slicing)."""
-        n = self.nblocks
-        if n == len(self._blocks):
-            self._blocks = np.concatenate([self._blocks, np.zeros(n, dtype=np.int64)])
-        self._blocks[n] = b
-        self.nblocks = n + 1
-        self.last = b
 
 
 class VLLMBlockPolicy(PrefixCache, DecodeStretch):
@@ -244,6 +200,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         at = 0
         runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after) each
         parts: list[tuple[_Req, int, int]] = []  # (request, first, end) of each run's blocks
+        whole = ps == 1  # at page size 1: every new block is newly full, in `new`'s order
         for req, t in zip(reqs, ts, strict=True):
             w = req.written
             if t <= w:
@@ -262,6 +219,8 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             req.written = t
             full = min(t, len(req.ids)) // ps
             done = req.nhashed
+            if whole and (done != w or full != t):
+                whole = False
             if full > done:
                 if len(req.chain) < full:
                     self._hash_to(req, full)
@@ -274,7 +233,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                 req, d, f = parts[0]
                 every, hashes, tokens = req._blocks[d:f], req.chain[d:f], req.ids[d * ps : f * ps]
             else:
-                every = np.concatenate([r._blocks[d:f] for r, d, f in parts])
+                every = new if whole else np.concatenate([r._blocks[d:f] for r, d, f in parts])
                 hashes = np.concatenate([r.chain[d:f] for r, d, f in parts])
                 tokens = np.concatenate([r.ids[d * ps : f * ps] for r, d, f in parts])
             self.pool.cache_runs(every, hashes, tokens.reshape(-1, ps), runs)
@@ -302,17 +261,24 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             return False
         if not reqs:
             return True
-        new = iter(self.pool.get_new_blocks(need).tolist())
-        slots = []
-        for req in reqs:
-            w = req.written
-            if w == req.nblocks * ps:
-                req.add_block(next(new))
-            slots.append(req.last * ps + w % ps)
-            req.written = w + 1
-        self.req_to_token_pool.write_at(
-            np.array([r.row for r in reqs], dtype=np.int64), np.array(written, dtype=np.int64),
-            np.array(slots, dtype=np.int64))
+        rows = np.array([r.row for r in reqs], dtype=np.int64)
+        if ps == 1:  # every request starts a block (written == nblocks), and it is the slot
+            got = self.pool.get_new_blocks(need)
+            for req, b in zip(reqs, got.tolist(), strict=True):
+                req.add_block(b)
+                req.written += 1
+            self.req_to_token_pool.write_at(rows, np.array(written, dtype=np.int64), got)
+        else:
+            new = iter(self.pool.get_new_blocks(need).tolist())
+            slots = []
+            for req in reqs:
+                w = req.written
+                if w == req.nblocks * ps:
+                    req.add_block(next(new))
+                slots.append(req.last * ps + w % ps)
+                req.written = w + 1
+            self.req_to_token_pool.write_at(rows, np.array(written, dtype=np.int64),
+                                            np.array(slots, dtype=np.int64))
         for req in reqs:  # blocks whose tokens are known are hashed
             w = req.written
             if w % ps == 0 and w <= len(req.ids):
