@@ -129,8 +129,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_placement.py::test_buddy_split_and_coalesce",)),
     Mutation(
         "chain-index-youngest-holder", "kvcore/chain_index.py",
-        "                    take = live & (g < view)",  # the lowest generation wins
-        "                    take = live & ((g > view) | (view == np.iinfo(np.int64).max))",
+        "                take = (gen[blocks] == g) & (g < view)",  # the lowest generation wins
+        "                take = (gen[blocks] == g) & ((g > view) | (view == _NEVER))",
         ("tests/kvcore/test_chain_index.py::TestPool",)),
     # -- simulator ---------------------------------------------------------------------------
     Mutation(
