@@ -61,7 +61,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "page-rounding-overshoots", "kvcore/policies/paged_radix.py",
         "return (x + (ps - 1)) // ps * ps",
         "return (x + ps) // ps * ps",  # a length on a page boundary rounds up a whole page
-        ("tests/kvcore/test_paged_policy.py::test_worked_example_rounding",)),
+        ("tests/kvcore/test_paged_policy.py::test_worked_example_rounding",
+         "tests/kvcore/test_paged_policy.py::test_lengths_on_a_page_boundary_round_to_themselves")),
     Mutation(
         "lru-becomes-mru", "kvcore/radix_node.py",
         "def _lru(n: TreeNode) -> int:\n    return (n.last_access << 40) | n.id",

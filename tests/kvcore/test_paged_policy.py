@@ -44,6 +44,18 @@ def test_worked_example_rounding() -> None:
     p.check_invariants()
 
 
+def test_lengths_on_a_page_boundary_round_to_themselves() -> None:
+    """0 and 8 tokens at page 4 end exactly on page ends: no rounding, no extra page (the
+    running totals round each length up, and a boundary must not round a page further)."""
+    p = _policy(4)
+    p.admit(1, np.arange(8), final_len=8, max_new_tokens=0)
+    assert p.extend([1], [8])
+    b = p.breakdown(0)
+    assert (b.token_states, b.rounding, b.reserved) == (8, 0, 0)
+    assert b.free == (32 - 2) * 4
+    p.check_invariants()
+
+
 def test_reserved_then_rounding_while_decoding() -> None:
     p = _policy(4)
     p.admit(1, np.arange(5), final_len=7, max_new_tokens=3)
