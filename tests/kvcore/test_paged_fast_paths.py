@@ -44,10 +44,10 @@ def test_steps_within_equals_search(ps: int, data) -> None:
         assert p.decode_cost(rids, want + 1) > slots
 
 
-@settings(max_examples=60, deadline=None)
-@given(ps=st.sampled_from([1, 2, 4, 16]), data=st.data())
-def test_page_growth_within_page_equals_general(ps: int, data) -> None:
-    batch = data.draw(st.integers(0, 6))
+def _within_page_case(ps: int, data, max_batch: int):
+    """A batch's written and final lengths, a step count within one page, the rows' page ends
+    and a breakdown to grow from: the inputs both within-page closed forms take."""
+    batch = data.draw(st.integers(0, max_batch))
     w = np.array(data.draw(st.lists(st.integers(0, 80), min_size=batch, max_size=batch)),
                  dtype=np.int64)
     final = w + np.array(data.draw(st.lists(st.integers(0, 40), min_size=batch,
@@ -55,6 +55,13 @@ def test_page_growth_within_page_equals_general(ps: int, data) -> None:
     n = data.draw(st.integers(1, ps))
     have = (w + ps - 1) // ps * ps
     base = MemoryBreakdown.for_pages(10_000, 100, 50, 30, 20, 10_000 - 200)
+    return w, final, n, have, base
+
+
+@settings(max_examples=60, deadline=None)
+@given(ps=st.sampled_from([1, 2, 4, 16]), data=st.data())
+def test_page_growth_within_page_equals_general(ps: int, data) -> None:
+    w, final, n, have, base = _within_page_case(ps, data, 6)
     got, got_new = page_growth_within_page(base, have - w, final, have, ps, n)
     want, want_new = page_growth_profile(base, w, final, have, ps, n)
     assert np.array_equal(got, want)
@@ -67,14 +74,7 @@ def test_page_growth_within_page_equals_general(ps: int, data) -> None:
 def test_short_stretch_equals_within_page(ps: int, data) -> None:
     """The plain-int short stretch gives the same profile, new slots per step, page count
     and rounding as the array closed form (itself checked against the general profile)."""
-    batch = data.draw(st.integers(0, 8))
-    w = np.array(data.draw(st.lists(st.integers(0, 80), min_size=batch, max_size=batch)),
-                 dtype=np.int64)
-    final = w + np.array(data.draw(st.lists(st.integers(0, 40), min_size=batch,
-                                            max_size=batch)), dtype=np.int64)
-    n = data.draw(st.integers(1, ps))
-    have = (w + ps - 1) // ps * ps
-    base = MemoryBreakdown.for_pages(10_000, 100, 50, 30, 20, 10_000 - 200)
+    w, final, n, have, base = _within_page_case(ps, data, 8)
     want, want_new = page_growth_within_page(base, have - w, final, have, ps, n)
     got, got_new, pages, rounding = short_stretch(base.as_tuple(), w.tolist(),
                                                   final.tolist(), ps, n)
