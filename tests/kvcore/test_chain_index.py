@@ -124,10 +124,30 @@ class PoolMachine(RuleBasedStateMachine):
         assert self.pool.longest_cache_hit(hashes, ids).tolist() == want  # fresh lookup
         return ids, hashes, want
 
-    def _cache(self, new: np.ndarray, hashes: np.ndarray, ids: np.ndarray, k: int) -> None:
+    def _take_blocks(self, s: int, use_hit: bool
+                     ) -> tuple[np.ndarray, np.ndarray, list[int], np.ndarray] | None:
+        """A request for sequence `s`: its hit (none unless `use_hit`) touched and its new
+        blocks popped, in the pool and the model alike; None when they do not fit."""
+        ids, hashes, hit = self._lookup(s)
+        if not use_hit:
+            hit = []
+        n = len(hashes)
+        idle = sum(self.ref.ref[b] == 0 for b in hit)  # hits taken out of the free queue
+        if n - len(hit) > self.pool.get_num_free_blocks() - idle:
+            return None
+        self.pool.touch(np.array(hit, dtype=np.int64))
+        self.ref.touch(hit)
+        new = self.pool.get_new_blocks(n - len(hit))
+        assert new.tolist() == self.ref.get_new_blocks(n - len(hit))
+        return ids, hashes, hit, new
+
+    def _cache(self, new: np.ndarray, hashes: np.ndarray, ids: np.ndarray, k: int,
+               after: int = 0) -> None:
+        """Cache `new` at chain position k (`after`: the block before them in the request's
+        table, for a chunk that extends its run; 0, the pool's default: none)."""
         parent = int(hashes[k - 1]) if k else NONE_HASH
         self.pool.cache_full_blocks(new, hashes[k : k + len(new)], parent,
-                                    ids[k * PS : (k + len(new)) * PS].reshape(-1, PS), k)
+                                    ids[k * PS : (k + len(new)) * PS].reshape(-1, PS), k, after)
         self.ref.cache(new.tolist(), hashes[k : k + len(new)].tolist(), parent,
                        [tuple(ids[i : i + PS].tolist())
                         for i in range(k * PS, (k + len(new)) * PS, PS)])
@@ -138,17 +158,10 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule(s=st.integers(0, len(SEQS) - 1), split=st.integers(0, 5), use_hit=st.booleans())
     def run_request(self, s: int, split: int, use_hit: bool) -> None:
-        ids, hashes, hit = self._lookup(s)
-        if not use_hit:
-            hit = []
-        n = len(hashes)
-        idle = sum(self.ref.ref[b] == 0 for b in hit)  # hits taken out of the free queue
-        if n - len(hit) > self.pool.get_num_free_blocks() - idle:
+        taken = self._take_blocks(s, use_hit)
+        if taken is None:
             return
-        self.pool.touch(np.array(hit, dtype=np.int64))
-        self.ref.touch(hit)
-        new = self.pool.get_new_blocks(n - len(hit))
-        assert new.tolist() == self.ref.get_new_blocks(n - len(hit))
+        ids, hashes, hit, new = taken
         assert self.pool.evicted_blocks == self.ref.evicted
         k = len(hit)
         cut = min(split, len(new))  # cache in two pieces (two prefill chunks)

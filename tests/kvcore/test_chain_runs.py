@@ -16,7 +16,6 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from kvcore.block_hash import NONE_HASH
 from tests.kvcore.test_chain_index import SEQS, PoolMachine
 
 
@@ -31,29 +30,15 @@ class InterleavedMachine(PoolMachine):
 
     def _cache_after(self, table: list[int], new: np.ndarray, hashes: np.ndarray,
                      ids: np.ndarray, k: int) -> None:
-        parent = int(hashes[k - 1]) if k else NONE_HASH
-        ps = self.pool.page_size
-        self.pool.cache_full_blocks(new, hashes[k : k + len(new)], parent,
-                                    ids[k * ps : (k + len(new)) * ps].reshape(-1, ps), k,
-                                    table[k - 1] if k else 0)
-        self.ref.cache(new.tolist(), hashes[k : k + len(new)].tolist(), parent,
-                       [tuple(ids[i : i + ps].tolist())
-                        for i in range(k * ps, (k + len(new)) * ps, ps)])
+        self._cache(new, hashes, ids, k, table[k - 1] if k else 0)
 
     @rule(s=st.integers(0, len(SEQS) - 1), split=st.integers(1, 4), use_hit=st.booleans())
     def start_request(self, s: int, split: int, use_hit: bool) -> None:
         """Allocate a prompt's blocks, cache the first chunk now and the rest later."""
-        ids, hashes, hit = self._lookup(s)
-        if not use_hit:
-            hit = []
-        n = len(hashes)
-        idle = sum(self.ref.ref[b] == 0 for b in hit)
-        if n - len(hit) > self.pool.get_num_free_blocks() - idle:
+        taken = self._take_blocks(s, use_hit)
+        if taken is None:
             return
-        self.pool.touch(np.array(hit, dtype=np.int64))
-        self.ref.touch(hit)
-        new = self.pool.get_new_blocks(n - len(hit))
-        assert new.tolist() == self.ref.get_new_blocks(n - len(hit))
+        ids, hashes, hit, new = taken
         k, table = len(hit), hit + new.tolist()
         cut = min(split, len(new))
         if cut:
