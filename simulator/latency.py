@@ -111,7 +111,7 @@ class LatencyModel(ABC):
         """End times of those `decode_step_times` steps, accumulated left to right from `now`
         (as SimPy adds successive timeouts), up to and including the first that reaches
         `due` (the next arrival: a stretch ends in that step) or all `steps`."""
-        return _ends_until(now, self.decode_step_times(contexts, page_size, steps), due)
+        return step_ends(now, self.decode_step_times(contexts, page_size, steps), due)
 
     def decode_run_time(self, contexts: Contexts, page_size: int, steps: int) -> float:
         """Total of `decode_step_times`."""
@@ -155,9 +155,11 @@ def _decode_sums(decode: np.ndarray, ps: int) -> tuple[int, int, int]:
     return n, total, (total if ps == 1 else sum([-(-c // ps) for c in ctx]))
 
 
-def _ends_until(now: float, times: np.ndarray, due: float) -> np.ndarray:
-    """now + t0, then + t1, ... (np.add.accumulate adds left to right, as SimPy does), cut
-    after the first end at or past `due`."""
+def step_ends(now: float, times: np.ndarray, due: float = math.inf) -> np.ndarray:
+    """End times of consecutive steps, accumulated left to right from `now` exactly as SimPy
+    accumulates one timeout after another (now + t0, then + t1, ...: np.add.accumulate adds
+    left to right), so that a stretch ends at bit-for-bit the same instant as stepping; cut
+    after the first end at or past `due` (the next arrival: a stretch ends in that step)."""
     ends = np.add.accumulate(np.concatenate(([now], np.asarray(times, dtype=float))))[1:]
     if len(ends) and ends[-1] >= due:
         ends = ends[: int(np.argmax(ends >= due)) + 1]
@@ -376,7 +378,7 @@ class RooflineLatency(LatencyModel):
             return np.array(ends, dtype=float)
         done = len(ends)
         start = ends[-1] if ends else now
-        rest = _ends_until(start, self.decode_step_times(c + done, page_size, steps - done),
+        rest = step_ends(start, self.decode_step_times(c + done, page_size, steps - done),
                            due)
         return np.concatenate((np.array(ends, dtype=float), rest))
 

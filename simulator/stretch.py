@@ -33,6 +33,7 @@ import numpy as np
 import simpy
 
 from kvcore.policies.capabilities import DecodeStretch
+from simulator.latency import step_ends
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
 from simulator.running_batch import RunningBatch
@@ -198,13 +199,6 @@ def entries_at_steps(entries_now: int, w0: np.ndarray, k: int, page_size: int) -
     counts = np.bincount((1 - w0) % page_size, minlength=page_size)
     grown = np.cumsum(counts[np.arange(1, k + 1) % page_size])
     return entries_now - int(grown[-1]) + grown
-
-
-def step_ends(now: float, times: np.ndarray) -> np.ndarray:
-    """End times of consecutive steps, accumulated left to right from `now` exactly as SimPy
-    accumulates one timeout after another (now + t0, then + t1, ...), so that a stretch ends at
-    bit-for-bit the same instant as stepping."""
-    return np.add.accumulate(np.concatenate([[now], np.asarray(times, dtype=float)]))[1:]
 
 
 def wait_until(env: simpy.Environment, end: float) -> Generator[simpy.Event, Any, None]:

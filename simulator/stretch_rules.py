@@ -22,9 +22,9 @@ from kvcore.policies.base import KVPolicy
 from kvcore.policies.capabilities import DecodeStretch, LowerTiers, Reserving
 from kvcore.tiers import WRITES
 from simulator.config import SimConfig
-from simulator.latency import LatencyModel
+from simulator.latency import LatencyModel, step_ends
 from simulator.scheduler import QueueOrder
-from simulator.stretch import EvictLimit, StepEnds, StepTimes, StretchRules, step_ends
+from simulator.stretch import EvictLimit, StepEnds, StepTimes, StretchRules
 from simulator.transfers import TierTraffic
 
 
@@ -75,9 +75,6 @@ def _step_ends(latency: LatencyModel, page_size: int, times: StepTimes,
         return ends_untiered
 
     def ends_tiered(contexts: np.ndarray, k: int, now: float, due: float) -> np.ndarray:
-        ends = step_ends(now, times(contexts, k))
-        if len(ends) and ends[-1] >= due:
-            ends = ends[: int(np.argmax(ends >= due)) + 1]
-        return ends
+        return step_ends(now, times(contexts, k), due)
 
     return ends_tiered
