@@ -95,11 +95,16 @@ def sequence_runs(req: Request, n_tokens: int | None = None) -> list[tuple[int, 
             take -= length
             _append_run(out, start, length)
     if n > plen:
-        ns = req.output_namespace
-        if ns is None:
-            ns = namespace_of(req.seed, req.request_id, OUTPUT_TAG)
-        _append_run(out, ns * NAMESPACE_SPAN, n - plen)
+        _append_run(out, _output_start(req), n - plen)
     return out
+
+
+def _output_start(req: Request) -> int:
+    """The first id of the request's output tokens (one run in its own namespace)."""
+    ns = req.output_namespace
+    if ns is None:
+        ns = namespace_of(req.seed, req.request_id, OUTPUT_TAG)
+    return ns * NAMESPACE_SPAN
 
 
 def _append_run(out: list[tuple[int, int]], start: int, length: int) -> None:
@@ -131,17 +136,9 @@ def final_runs(req: Request, prompt_runs: list[tuple[int, int]]) -> list[tuple[i
     """`sequence_runs(req, req.final_len)` from the prompt's runs already built: the output
     run appended (and joined to the last prompt run if it continues it), as `_merge` would."""
     extra = max(req.output_len, 1) - 1  # final_len - prompt_len, without two prompt sums
-    if extra <= 0:
-        return list(prompt_runs)
-    ns = req.output_namespace
-    if ns is None:
-        ns = namespace_of(req.seed, req.request_id, OUTPUT_TAG)
     out = list(prompt_runs)
-    s = ns * NAMESPACE_SPAN
-    if out and out[-1][0] + out[-1][1] == s:
-        out[-1] = (out[-1][0], out[-1][1] + extra)
-    else:
-        out.append((s, extra))
+    if extra > 0:
+        _append_run(out, _output_start(req), extra)
     return out
 
 
