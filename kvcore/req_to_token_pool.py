@@ -6,7 +6,8 @@ Row 0 is the dummy/padding row that batched kernels write garbage into; it is ne
 
 Why the API looks as it does:
 * It is the only writer of the table: every policy writes through `write_range` /
-  `write_at`, so the bounds checks below run on the production path, not only in tests.
+  `write_at` / `write_run`, so the bounds checks below run on the production path, not only
+  in tests.
 * Lengths and positions are host data, so the policies' form takes and returns numpy arrays.
   On CPU the table is also reached through a numpy view of the same memory (`host`): numpy's
   per-call cost is a fraction of torch's for these small scatters. On a device (or with `host`
@@ -116,6 +117,25 @@ class ReqToTokenPool:
                                  f"{self.max_context_len})")
         elif not 0 <= cols < self.max_context_len:
             self._bad_range(rows, cols, cols + 1)
+        host = self.host
+        if host is not None:
+            host[rows, cols] = slots
+        else:
+            self.req_to_token[self._device_index(rows, cols)] = self._as_table_tensor(slots)
+
+    def write_run(self, rows: np.ndarray, starts: np.ndarray, n: int,
+                  slots: np.ndarray) -> None:
+        """req_to_token[rows[i], starts[i] + s] = slots[s, i] for s < n: each row's next n
+        positions (a decode stretch; n == 1 takes `slots` as one entry per row, a decode
+        step). The bounds follow from the int64 `starts` alone, so the check is one
+        reduction over the batch instead of one over the n x batch grid `write_at` gets.
+        Positions outside the table are a ValueError, nothing written."""
+        # a negative start wraps to a huge one (so no sum: it could wrap back)
+        if len(starts) and _UMAX(starts.view(np.uint64)) > self.max_context_len - n:
+            bad = starts[(starts < 0) | (starts + n > self.max_context_len)][0]
+            raise ValueError(f"positions {bad}..{bad + n} outside the page table "
+                             f"(max_context_len {self.max_context_len})")
+        cols = starts if n == 1 and slots.ndim == 1 else starts + np.arange(n)[:, None]
         host = self.host
         if host is not None:
             host[rows, cols] = slots

@@ -245,7 +245,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             out = self.allocator.alloc_decode_host(w1, self._last_loc(rows, w), need, n_new)
         if out is None:
             return False
-        self.req_to_token_pool.write_at(rows, w, out)
+        self.req_to_token_pool.write_run(rows, w, 1, out)
         self._written[rows] = w1
         tot, final = self._tot, self._final
         tot.written += len(wl)
@@ -279,8 +279,9 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         base = self.breakdown(head_reservation)
         short = 0 < n <= ps  # at most one new page each (the usual stretch): closed form
         if short:
-            profile, taken, n_new, rounding = short_stretch(
+            profile, taken, order, rounding = short_stretch(
                 base.as_tuple(), wl, self._final[rows].tolist(), ps, n)
+            n_new = len(order)
         else:
             room = (-w) % ps  # what is left of each request's last page
             have = w + room  # where that page ends
@@ -304,15 +305,16 @@ class PagedPolicy(PrefixCache, DecodeStretch):
         pages = self.allocator.pop_host(n_new)
         assert pages is not None
         steps = step_column(n)
-        pos = w + steps  # (n, batch) positions
         if ps == 1:  # a new page every step, step-major: exactly the pop order
             slots = pages.reshape(n, len(rows))
         elif short:
-            slots = short_stretch_slots(self._last_loc(rows, w), (-w) % ps, pages, steps, ps)
+            slots = short_stretch_slots(self._last_loc(rows, w) + 1, (-w) % ps, order, pages,
+                                        steps, ps)
         else:
+            pos = w + steps  # (n, batch) positions
             last_page = self._last_loc(rows, w) // ps
             slots = stretch_pages(pos, pages, last_page, ps) * ps + pos % ps
-        self.req_to_token_pool.write_at(rows, pos, slots)
+        self.req_to_token_pool.write_run(rows, w, n, slots)
         self._written[rows] = w + n
         if n:
             tot = self._tot

@@ -9,9 +9,9 @@ import numpy as np
 
 from kvcore.breakdown import pages_at_steps
 
-#: a short stretch's profile rows, the new slots through each step, the number of requests
-#: taking a page, and the rounding the stretch adds
-ShortStretch = tuple[np.ndarray, list[int], int, int]
+#: a short stretch's profile rows, the new slots through each step, the requests taking a
+#: page (batch indices, in the order stepping pops their pages) and the rounding it adds
+ShortStretch = tuple[np.ndarray, list[int], list[int], int]
 
 
 class Totals:
@@ -66,17 +66,21 @@ def steps_within(written: np.ndarray, page_size: int, k: int, slots: int) -> int
     return min(q * ps + t, k)
 
 
-def short_stretch_slots(last_loc: np.ndarray, room: np.ndarray, pages: np.ndarray,
-                        steps: np.ndarray, page_size: int) -> np.ndarray:
+def short_stretch_slots(last1: np.ndarray, room: np.ndarray, order: list[int],
+                        pages: np.ndarray, steps: np.ndarray, page_size: int) -> np.ndarray:
     """The slot of every (step, request) position of a stretch of at most a page, from each
-    request's `room` on its last page (whose last written slot is `last_loc`): the next slots
-    of that page for steps < room, then its one new page. Stepping pops in (step of the page
-    start, batch index) order, so a stable sort by room puts the len(pages) requests that
-    take one first. `steps` is the column 0..n-1."""
-    new_page = np.zeros(len(room), dtype=np.int64)
-    new_page[np.argsort(room, kind="stable")[: len(pages)]] = pages
-    # step s < room: last + 1 + s; else new_page * ps + (s - room)
-    return steps + np.where(steps < room, last_loc + 1, new_page * page_size - room)
+    request's `room` on its last page and `last1` (the slot after its last written one): the
+    next slots of that page for steps < room, then its one new page from step room on.
+    `order` lists the requests that take a page in the order stepping pops them (by room,
+    then batch index: `short_stretch` gives it), one per page of `pages`. `steps` is the
+    column 0..n-1. Every slot is last1 + step, shifted from the new page's first step by
+    the distance between the last page's end and the new page (zero where none is taken):
+    one comparison grid and no `where` (a few numpy calls on a batch of a few dozen)."""
+    if not order:
+        return last1 + steps
+    shift = np.zeros(len(room), dtype=np.int64)
+    shift[order] = pages * page_size - (last1 + room)[order]
+    return last1 + steps + (steps >= room) * shift
 
 
 def short_stretch(base: tuple[int, ...], written: list[int], final: list[int],
@@ -86,16 +90,21 @@ def short_stretch(base: tuple[int, ...], written: list[int], final: list[int],
     function's dozen numpy calls. Request i (room r_i = ceil_ps(w_i) - w_i on its last page)
     takes one new page at step r_i + 1 when r_i < n (1 <= n <= page_size), which moves its
     rounding by min(max(ceil_ps(w_i) - final_i + ps, 0), ps). `base` is the breakdown's
-    `as_tuple()`; the profile is the same int64 array."""
+    `as_tuple()`; the profile is the same int64 array. The requests taking a page come
+    back in the order stepping pops them: by the step of their page start, then batch order
+    (what `short_stretch_slots` places the pages by)."""
     ps = page_size
     pages_at = [0] * n  # requests taking their page at each step (by room), and the
     gain_at = [0] * n  # rounding those pages add
-    for w, f in zip(written, final, strict=True):
+    taking: list[tuple[int, int]] = []
+    for i, (w, f) in enumerate(zip(written, final, strict=True)):
         r = -w % ps
         if r < n:
             pages_at[r] += 1
+            taking.append((r, i))
             gain = w + r - f + ps  # clipped to [0, ps] below (no min / max calls)
             gain_at[r] += (0 if gain < 0 else ps if gain > ps else gain)
+    taking.sort()
     ts, ca, rs, it, ex, fr = base
     batch = len(written)
     rows: list[tuple[int, int, int, int, int, int]] = []
@@ -108,7 +117,7 @@ def short_stretch(base: tuple[int, ...], written: list[int], final: list[int],
         rows.append((ts + tokens, ca, rs + slots - tokens - rounding, it + rounding, ex,
                      fr - slots))
         taken.append(slots)
-    return np.array(rows, dtype=np.int64), taken, slots // ps, rounding
+    return np.array(rows, dtype=np.int64), taken, [i for _, i in taking], rounding
 
 
 _STEPS: dict[int, np.ndarray] = {}

@@ -16,7 +16,12 @@ from kvcore.allocator import PagedAllocator
 from kvcore.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.capabilities import DecodeStretch
-from kvcore.policies.paged_rows import short_stretch
+from kvcore.policies.paged_rows import (
+    short_stretch,
+    short_stretch_slots,
+    step_column,
+    stretch_pages,
+)
 from kvcore.validation import InvariantError
 
 
@@ -76,12 +81,32 @@ def test_short_stretch_equals_within_page(ps: int, data) -> None:
     and rounding as the array closed form (itself checked against the general profile)."""
     w, final, n, have, base = _within_page_case(ps, data, 8)
     want, want_new = page_growth_within_page(base, have - w, final, have, ps, n)
-    got, got_new, pages, rounding = short_stretch(base.as_tuple(), w.tolist(),
+    got, got_new, order, rounding = short_stretch(base.as_tuple(), w.tolist(),
                                                   final.tolist(), ps, n)
     assert got.dtype == np.int64 and np.array_equal(got, want)
     assert got_new == want_new.tolist()
-    assert pages == int((have - w < n).sum()) == want_new[-1] // ps
+    assert len(order) == int((have - w < n).sum()) == want_new[-1] // ps
+    # the pop order: by the step of the page start (room), then batch index
+    assert order == sorted(np.flatnonzero(have - w < n).tolist(), key=lambda i: have[i] - w[i])
     assert rounding == int(want[-1, 3]) - base.internal
+
+
+@settings(max_examples=60, deadline=None)
+@given(ps=st.sampled_from([2, 4, 16]), data=st.data())
+def test_short_stretch_slots_equal_general(ps: int, data) -> None:
+    """A stretch of at most a page places its slots as the general (any length) form does:
+    the last page's next slots, then each new page in stepping's pop order."""
+    w, final, n, have, base = _within_page_case(ps, data, 8)
+    order = short_stretch(base.as_tuple(), w.tolist(), final.tolist(), ps, n)[2]
+    # each row's last page somewhere distinct, its last written slot at w's offset
+    last_page = np.arange(len(w), dtype=np.int64) * 3 + 1
+    last = last_page * ps + (w - 1) % ps
+    pages = 1000 + np.array(data.draw(st.permutations(range(len(order)))), dtype=np.int64)
+    steps = step_column(n)
+    pos = w + steps
+    want = stretch_pages(pos, pages, last_page, ps) * ps + pos % ps
+    got = short_stretch_slots(last + 1, have - w, order, pages, steps, ps)
+    assert got.shape == want.shape and np.array_equal(got, want)
 
 
 def test_running_totals_drift_is_caught() -> None:
