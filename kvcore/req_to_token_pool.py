@@ -38,6 +38,21 @@ _UMAX = np.maximum.reduce
 Index = int | slice | np.ndarray
 
 
+_STEPS: dict[int, np.ndarray] = {}
+
+
+def step_column(n: int) -> np.ndarray:
+    """The column 0..n-1 of a stretch's steps, read-only and kept per length: a stretch is
+    a few steps, and the same few lengths recur thousands of times in a run."""
+    col = _STEPS.get(n)
+    if col is None:
+        col = np.arange(n, dtype=np.int64)[:, None]
+        col.flags.writeable = False
+        if len(_STEPS) < 4096:
+            _STEPS[n] = col
+    return col
+
+
 class ReqToTokenPool:
     """`size` usable rows of `max_context_len` int32 slots each, plus the dummy row 0."""
 
@@ -123,19 +138,22 @@ class ReqToTokenPool:
         else:
             self.req_to_token[self._device_index(rows, cols)] = self._as_table_tensor(slots)
 
-    def write_run(self, rows: np.ndarray, starts: np.ndarray, n: int,
-                  slots: np.ndarray) -> None:
+    def write_run(self, rows: np.ndarray, starts: np.ndarray, n: int, slots: np.ndarray,
+                  top: int | None = None) -> None:
         """req_to_token[rows[i], starts[i] + s] = slots[s, i] for s < n: each row's next n
         positions (a decode stretch; n == 1 takes `slots` as one entry per row, a decode
-        step). The bounds follow from the int64 `starts` alone, so the check is one
-        reduction over the batch instead of one over the n x batch grid `write_at` gets.
-        Positions outside the table are a ValueError, nothing written."""
+        step). The bounds follow from the int64 `starts` (written lengths) alone: one
+        reduction over the batch instead of one over the n x batch grid `write_at` checks,
+        or none when the caller passes `top`, the largest start as a plain int it already
+        has (a policy's decode checks hold it). Positions outside the table are a
+        ValueError, nothing written."""
         # a negative start wraps to a huge one (so no sum: it could wrap back)
-        if len(starts) and _UMAX(starts.view(np.uint64)) > self.max_context_len - n:
-            bad = starts[(starts < 0) | (starts + n > self.max_context_len)][0]
+        big = _UMAX(starts.view(np.uint64)) if top is None and len(starts) else top
+        if big is not None and big > self.max_context_len - n:
+            bad = starts[(starts < 0) | (starts > self.max_context_len - n)][0]
             raise ValueError(f"positions {bad}..{bad + n} outside the page table "
                              f"(max_context_len {self.max_context_len})")
-        cols = starts if n == 1 and slots.ndim == 1 else starts + np.arange(n)[:, None]
+        cols = starts if n == 1 and slots.ndim == 1 else starts + step_column(n)
         host = self.host
         if host is not None:
             host[rows, cols] = slots

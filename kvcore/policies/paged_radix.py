@@ -39,13 +39,12 @@ from kvcore.policies.paged_rows import (
     recount_totals,
     short_stretch,
     short_stretch_slots,
-    step_column,
     steps_within,
     stretch_pages,
 )
 from kvcore.radix_cache import RadixCache
 from kvcore.radix_node import MatchResult, TreeNode, as_key, partial_page_hit
-from kvcore.req_to_token_pool import ReqToTokenPool
+from kvcore.req_to_token_pool import ReqToTokenPool, step_column
 from kvcore.validation import InvariantError, positive_int
 
 _I64 = torch.int64
@@ -245,7 +244,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             out = self.allocator.alloc_decode_host(w1, self._last_loc(rows, w), need, n_new)
         if out is None:
             return False
-        self.req_to_token_pool.write_run(rows, w, 1, out)
+        self.req_to_token_pool.write_run(rows, w, 1, out, max(wl, default=0))
         self._written[rows] = w1
         tot, final = self._tot, self._final
         tot.written += len(wl)
@@ -314,7 +313,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
             pos = w + steps  # (n, batch) positions
             last_page = self._last_loc(rows, w) // ps
             slots = stretch_pages(pos, pages, last_page, ps) * ps + pos % ps
-        self.req_to_token_pool.write_run(rows, w, n, slots)
+        self.req_to_token_pool.write_run(rows, w, n, slots, max(wl, default=0))
         self._written[rows] = w + n
         if n:
             tot = self._tot

@@ -96,17 +96,17 @@ def short_stretch(base: tuple[int, ...], written: list[int], final: list[int],
     ps = page_size
     pages_at = [0] * n  # requests taking their page at each step (by room), and the
     gain_at = [0] * n  # rounding those pages add
-    taking: list[tuple[int, int]] = []
+    batch = len(written)
+    taking: list[int] = []  # room * batch + index: the pop order as one int each
     for i, (w, f) in enumerate(zip(written, final, strict=True)):
         r = -w % ps
         if r < n:
             pages_at[r] += 1
-            taking.append((r, i))
+            taking.append(r * batch + i)
             gain = w + r - f + ps  # clipped to [0, ps] below (no min / max calls)
             gain_at[r] += (0 if gain < 0 else ps if gain > ps else gain)
     taking.sort()
     ts, ca, rs, it, ex, fr = base
-    batch = len(written)
     rows: list[tuple[int, int, int, int, int, int]] = []
     taken: list[int] = []
     slots = rounding = 0
@@ -117,22 +117,7 @@ def short_stretch(base: tuple[int, ...], written: list[int], final: list[int],
         rows.append((ts + tokens, ca, rs + slots - tokens - rounding, it + rounding, ex,
                      fr - slots))
         taken.append(slots)
-    return np.array(rows, dtype=np.int64), taken, [i for _, i in taking], rounding
-
-
-_STEPS: dict[int, np.ndarray] = {}
-
-
-def step_column(n: int) -> np.ndarray:
-    """The column 0..n-1 of a stretch's steps, read-only and kept per length: a stretch is
-    a few steps, and the same few lengths recur thousands of times in a run."""
-    col = _STEPS.get(n)
-    if col is None:
-        col = np.arange(n, dtype=np.int64)[:, None]
-        col.flags.writeable = False
-        if len(_STEPS) < 4096:
-            _STEPS[n] = col
-    return col
+    return np.array(rows, dtype=np.int64), taken, [x % batch for x in taking], rounding
 
 
 def stretch_pages(pos: np.ndarray, pages: np.ndarray, last_page: np.ndarray,

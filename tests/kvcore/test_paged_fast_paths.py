@@ -19,9 +19,9 @@ from kvcore.policies.capabilities import DecodeStretch
 from kvcore.policies.paged_rows import (
     short_stretch,
     short_stretch_slots,
-    step_column,
     stretch_pages,
 )
+from kvcore.req_to_token_pool import step_column
 from kvcore.validation import InvariantError
 
 

@@ -107,10 +107,12 @@ def test_host_api_writes_reads_and_checks_bounds(host: bool) -> None:
         p.write_run(rows, np.array([3, -1], dtype=np.int64), 2, np.zeros((2, 2), np.int64))
     with pytest.raises(ValueError, match=r"positions 8\.\.9 outside the page table"):
         p.write_run(rows, np.array([8, 0], dtype=np.int64), 1, np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match=r"positions 7\.\.9 outside the page table"):
+        p.write_run(rows, np.array([7, 5], dtype=np.int64), 2, np.zeros((2, 2), np.int64), 7)
     assert torch.equal(p.req_to_token, before)
     # a stretch's next positions per row, and a step's one each
     p.write_run(rows, np.array([6, 5], dtype=np.int64), 2, np.array([[30, 40], [31, 41]]))
-    p.write_run(rows, np.array([5, 7], dtype=np.int64), 1, np.array([29, 42]))
+    p.write_run(rows, np.array([5, 7], dtype=np.int64), 1, np.array([29, 42]), 7)
     assert p.read(r1, 0, 8).tolist() == [4, 5, 6, 7, 12, 29, 30, 31]
     assert p.read(r2, 0, 8).tolist() == [8, 9, 10, 20, 21, 40, 41, 42]
     p.check_invariants()
