@@ -1,6 +1,7 @@
 """A short decode stretch recorded from Python lists (`Recorder.add_steps`,
-`entries_at_steps_short`) and a small batch's step sums in Python ints (`decode_step_ends`
-below SCALAR_DECODE): bit for bit the array forms they stand in for. About 1 s in all."""
+`entries_at_steps_short`), a small batch's step sums in Python ints (`decode_step_ends`
+below SCALAR_DECODE) and the running batch's kept remaining-output sum: bit for bit the
+array forms they stand in for. About 2 s in all."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import invariant
 
 import simulator.latency as latency_mod
 from kvcore.presets import get_gpu, get_model
 from simulator.latency import make_latency_model
 from simulator.metrics import SCALAR_PROFILE, Recorder
 from simulator.stretch import entries_at_steps, entries_at_steps_short
+from tests.simulator.test_running_batch import BatchMachine
 
 
 def _recorder(ws: float, we: float) -> Recorder:
@@ -93,3 +96,20 @@ def test_math_nextafter_is_numpys(x: float) -> None:
     """wait_until steps with math.nextafter: numpy's neighbouring doubles, as floats."""
     assert math.nextafter(x, math.inf) == float(np.nextafter(x, np.inf))
     assert math.nextafter(x, -math.inf) == float(np.nextafter(x, -np.inf))
+
+
+class KeptSumMachine(BatchMachine):
+    """The batch machine's operations (appends, removals, steps of some or all rows, the
+    finished leaving); after each, the kept sum equals the model's, so a change that did not
+    drop it shows."""
+
+    @invariant()
+    def kept_sum_equals_model(self) -> None:
+        want = sum(min(max(row[0].max_new - row[2], 0), 4096) for row in self.model)
+        assert self.batch.remaining_new_sum() == want
+        assert self.batch.remaining_new_sum() == int(self.batch.remaining_new().sum())
+
+
+KeptSumMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=20,
+                                            deadline=None)
+TestKeptSum = KeptSumMachine.TestCase
