@@ -310,8 +310,24 @@ GAP_GROUPS = 8192  # gap groups kept before they are merged (Recorder.add_gaps)
 
 
 def _group_counts(groups: list[tuple[np.ndarray, Any]]) -> np.ndarray:
-    return np.concatenate([c if isinstance(c, np.ndarray) else np.full(len(v), c, np.int64)
-                           for v, c in groups])
+    """Each gap's count, in the groups' order: a merged group's own counts, and a run of
+    groups with one count each as one `np.repeat` (thousands of groups per merge: one
+    `np.full` each was most of a merge's time)."""
+    parts: list[np.ndarray] = []
+    counts: list[int] = []
+    sizes: list[int] = []
+    for v, c in groups:
+        if isinstance(c, np.ndarray):
+            if counts:
+                parts.append(np.repeat(np.array(counts, dtype=np.int64), sizes))
+                counts, sizes = [], []
+            parts.append(c)
+        else:
+            counts.append(c)
+            sizes.append(len(v))
+    if counts:
+        parts.append(np.repeat(np.array(counts, dtype=np.int64), sizes))
+    return np.concatenate(parts)
 
 
 def merge_gap_groups(groups: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,7 +1,7 @@
 """A short decode stretch recorded from Python lists (`Recorder.add_steps`,
 `entries_at_steps_short`), a small batch's step sums in Python ints (`decode_step_ends`
 below SCALAR_DECODE) and the running batch's kept remaining-output sum: bit for bit the
-array forms they stand in for. About 2 s in all."""
+array forms they stand in for; and the gap groups' counts by runs. About 2 s in all."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis.stateful import invariant
 import simulator.latency as latency_mod
 from kvcore.presets import get_gpu, get_model
 from simulator.latency import make_latency_model
-from simulator.metrics import SCALAR_PROFILE, Recorder
+from simulator.metrics import SCALAR_PROFILE, Recorder, _group_counts
 from simulator.stretch import entries_at_steps, entries_at_steps_short
 from tests.simulator.test_running_batch import BatchMachine
 
@@ -113,3 +113,17 @@ class KeptSumMachine(BatchMachine):
 KeptSumMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=20,
                                             deadline=None)
 TestKeptSum = KeptSumMachine.TestCase
+
+
+@given(groups=st.lists(st.tuples(st.integers(1, 6), st.one_of(
+    st.integers(1, 1 << 20), st.lists(st.integers(1, 1 << 20), min_size=6, max_size=6))),
+    min_size=1, max_size=30))
+def test_group_counts_by_runs_are_one_full_per_group(groups) -> None:
+    """Each gap's count in order (merged groups' arrays between runs of one-count groups):
+    what one np.full per group gave."""
+    built = [(np.zeros(n), np.array(c[:n], dtype=np.int64) if isinstance(c, list) else c)
+             for n, c in groups]
+    want = np.concatenate([c if isinstance(c, np.ndarray) else np.full(len(v), c, np.int64)
+                           for v, c in built])
+    got = _group_counts(built)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
