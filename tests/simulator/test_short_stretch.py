@@ -1,7 +1,8 @@
 """A short decode stretch recorded from Python lists (`Recorder.add_steps`,
 `entries_at_steps_short`), a small batch's step sums in Python ints (`decode_step_ends`
 below SCALAR_DECODE) and the running batch's kept remaining-output sum: bit for bit the
-array forms they stand in for; and the gap groups' counts by runs. About 2 s in all."""
+array forms they stand in for; the gap groups' counts by runs; a request's ids built once
+to its final length. About 2.5 s in all."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ import simulator.latency as latency_mod
 from kvcore.presets import get_gpu, get_model
 from simulator.latency import make_latency_model
 from simulator.metrics import SCALAR_PROFILE, Recorder, _group_counts
+from simulator.request import SimRequest
 from simulator.stretch import entries_at_steps, entries_at_steps_short
-from tests.simulator.test_running_batch import BatchMachine
+from tests.simulator.test_running_batch import _ENV, BatchMachine
+from workloads.request import PromptSpec, Request
 
 
 def _recorder(ws: float, we: float) -> Recorder:
@@ -115,6 +118,7 @@ KeptSumMachine.TestCase.settings = settings(max_examples=15, stateful_step_count
 TestKeptSum = KeptSumMachine.TestCase
 
 
+@settings(max_examples=60)
 @given(groups=st.lists(st.tuples(st.integers(1, 6), st.one_of(
     st.integers(1, 1 << 20), st.lists(st.integers(1, 1 << 20), min_size=6, max_size=6))),
     min_size=1, max_size=30))
@@ -127,3 +131,32 @@ def test_group_counts_by_runs_are_one_full_per_group(groups) -> None:
                            for v, c in built])
     got = _group_counts(built)
     assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+@st.composite
+def _segment(draw: st.DrawFn) -> tuple:
+    """One prompt segment of each kind PromptSpec builds: unique content, hash blocks (the
+    last one partial) or explicit ids."""
+    kind = draw(st.sampled_from(["unique", "hash", "ids"]))
+    if kind == "unique":
+        return ("unique", draw(st.integers(1 << 14, 1 << 30)), draw(st.integers(0, 300)),
+                draw(st.integers(0, 50)))
+    if kind == "hash":
+        blocks = tuple(draw(st.lists(st.integers(0, 1 << 20), min_size=1, max_size=2)))
+        return ("hash", blocks, draw(st.integers(1, 512 * len(blocks))))
+    return ("ids", np.array(draw(st.lists(st.integers(0, 1 << 14), max_size=40)),
+                            dtype=np.int64))
+
+
+@given(segments=st.lists(_segment(), min_size=1, max_size=3), output=st.integers(0, 300),
+       max_new=st.integers(1, 400), asks=st.lists(st.integers(0, 1500), max_size=5))
+def test_ids_built_once_are_the_prefixes_asked(segments: list[tuple], output: int,
+                                               max_new: int, asks: list[int]) -> None:
+    """A request's ids are built once to its final length; each later ask (admission's
+    prompt, the cache insert's and finish's written length) gets exactly the ids that
+    building to that length gave."""
+    req = Request(7, 0.0, PromptSpec(tuple(segments)), output, max_new)
+    sreq = SimRequest(req, 1 << 20, _ENV)
+    for n in [sreq.prompt_len, *asks, sreq.final_len]:
+        n = min(n, sreq.final_len)
+        assert sreq.seq_ids(n).tolist() == req.sequence_ids(n).tolist()
