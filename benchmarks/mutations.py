@@ -169,6 +169,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return min(k, len(ends) + 1)",  # the step after an arrival is taken blind
         ("tests/simulator/test_multistep.py::test_stretches_equal_stepping",)),
     Mutation(
+        "short-stretch-over-reservation-per-step", "simulator/metrics.py",
+        "                over += over_reservation * w",
+        "                over += over_reservation",  # a count, not slot-seconds
+        ("tests/simulator/test_short_stretch.py::test_add_steps_is_add_profile",)),
+    Mutation(
         "latency-drops-context-pages", "simulator/latency.py",
         "            pre_pages += -(-(new + before) // ps)",
         "            pre_pages += -(-new // ps)",

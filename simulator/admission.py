@@ -135,7 +135,8 @@ class SGLangAdmission(Admission):
         return sreq.prompt_len + 1  # the budget keeps room for one new token
 
     def _fits(self, sreq, cached, available, charged, running, prefilling) -> bool:
-        rem = int(_remaining(running).sum())
+        rem = (running.remaining_new_sum() if isinstance(running, RunningBatch)
+               else int(_remaining(running).sum()))
         budget = available - rem * self.ratio - charged
         return sreq.prefill_target - cached + remaining_new_tokens(sreq) <= budget
 

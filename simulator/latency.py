@@ -155,6 +155,15 @@ def _decode_sums(decode: np.ndarray, ps: int) -> tuple[int, int, int]:
     return n, total, (total if ps == 1 else sum([-(-c // ps) for c in ctx]))
 
 
+def _step_sums(ctx: list[int], ps: int) -> tuple[int, int, list[int]]:
+    """(sum, pages at kernel page `ps`, counts of (1 - c) % ps): a large batch's numpy ints."""
+    counts, pages = [0] * ps, 0
+    for c in ctx:
+        counts[(1 - c) % ps] += 1
+        pages -= -c // ps
+    return sum(ctx), pages, counts
+
+
 def step_ends(now: float, times: np.ndarray, due: float = math.inf) -> np.ndarray:
     """End times of consecutive steps, accumulated left to right from `now` exactly as SimPy
     accumulates one timeout after another (now + t0, then + t1, ...: np.add.accumulate adds
@@ -370,10 +379,13 @@ class RooflineLatency(LatencyModel):
         if self._layers is not None or c.size == 0 or steps <= 0:
             return super().decode_step_ends(c, page_size, steps, now, due)
         ps = self.kernel_page_size(page_size)
-        counts = np.bincount((1 - c) % ps, minlength=ps).tolist()
+        if c.size <= SCALAR_DECODE:
+            total, pages, counts = _step_sums(c.tolist(), ps)
+        else:
+            total, pages = int(c.sum()), _cdiv_sum(c, ps)
+            counts = np.bincount((1 - c) % ps, minlength=ps).tolist()
         short = min(steps, SCALAR_STEPS)
-        ends = self._short_steps(c.size, int(c.sum()), _cdiv_sum(c, ps), counts, short,
-                                 now, due)
+        ends = self._short_steps(c.size, total, pages, counts, short, now, due)
         if len(ends) == steps or (ends and ends[-1] >= due):
             return np.array(ends, dtype=float)
         done = len(ends)

@@ -33,6 +33,7 @@ from simulator.request_table import (
     chunk_columns,
 )
 
+SCALAR_PROFILE = 24  # add_steps: up to this many steps, Python floats beat numpy's calls
 TIMELINE_COLUMNS = ("time_s", *PARTS, "batch_size", "waiting", "running", "host_used")
 
 
@@ -148,14 +149,52 @@ class Recorder:
         if inside.any():
             self.peak_token_states = max(self.peak_token_states, int(parts[inside, 0].max()))
 
-    def add_iterations(self, t0: float | np.ndarray, count: int, batch: int) -> None:
+    def add_steps(self, starts: list[float], ends: list[float], rows: list[list[int]],
+                  frag_index: float, page_entries: list[int], over_reservation: int) -> None:
+        """`add_profile` of a short stretch (at most SCALAR_PROFILE steps) from Python lists:
+        the same products added to the same running totals in the same order (step by step,
+        each column its own left-to-right sum), so the same doubles, without the dozen numpy
+        calls on a few rows that cost more than the arithmetic
+        (tests/simulator/test_short_stretch.py compares both). A run with a host tier or
+        hybrid pools, or a stretch across a window edge, takes the array form."""
+        ws, we = self.window_start, self.window_end
+        if (len(rows) > SCALAR_PROFILE or self.host[0] or self.pools is not None
+                or self.pool_steps is not None or starts[0] < ws or ends[-1] > we):
+            self.add_profile(np.array(starts), np.array(ends), np.array(rows, dtype=np.int64),
+                             frag_index, np.array(page_entries, dtype=np.int64),
+                             over_reservation)
+            return
+        if ends[-1] > starts[0]:  # a step of nonzero length (the ends never go back)
+            acc = self.part_seconds.tolist()
+            over, frag, entry = self.over_seconds, self.frag_index_seconds, \
+                self.page_entry_seconds
+            for s, e, row, n_entries in zip(starts, ends, rows, page_entries, strict=True):
+                w = e - s
+                acc = [a + x * w for a, x in zip(acc, row, strict=True)]
+                over += over_reservation * w
+                frag += frag_index * w
+                entry += n_entries * w
+            self.part_seconds = np.array(acc)
+            self.over_seconds, self.frag_index_seconds, self.page_entry_seconds = \
+                over, frag, entry
+        if starts[0] > ws and starts[-1] < we:  # every step overlaps the window
+            peak = max([row[0] for row in rows])
+        else:
+            peak = max([row[0] for s, e, row in zip(starts, ends, rows, strict=True)
+                        if e > ws and s < we], default=0)
+        if peak > self.peak_token_states:
+            self.peak_token_states = peak
+
+    def add_iterations(self, t0: float | np.ndarray | list[float], count: int,
+                       batch: int) -> None:
         """`count` iterations of `batch` requests starting at t0 (or at each of the times in
         t0); only those that start inside the window count."""
-        if isinstance(t0, np.ndarray):  # the starts of a stretch's steps, in order
+        if isinstance(t0, (np.ndarray, list)):  # the starts of a stretch's steps, in order
             if t0[0] >= self.window_start and t0[-1] <= self.window_end:
                 count = len(t0)
             else:
-                count = int(((t0 >= self.window_start) & (t0 <= self.window_end)).sum())
+                t = np.asarray(t0)
+                count = int(((t >= self.window_start) & (t <= self.window_end)).sum())
             if count:
                 self.iterations += count
                 self.batch_sum += count * batch
@@ -166,15 +205,15 @@ class Recorder:
             self.batch_sum += count * batch
             self.peak_batch = max(self.peak_batch, batch)
 
-    def sample(self, now: float, parts: np.ndarray, batch: int, waiting: int, running: int,
-               force: bool = False) -> None:
+    def sample(self, now: float, parts: np.ndarray | list[int], batch: int, waiting: int,
+               running: int, force: bool = False) -> None:
         if not force and now - self._last_sample < self.timeline_interval_s:
             return
         if len(self.timeline) >= self.max_timeline_rows:
             self._thin_timeline()
         self._last_sample = now
-        self.timeline.append((now, *np.asarray(parts, dtype=np.int64).tolist(), batch,
-                              waiting, running, self.host[0]))
+        row = parts if isinstance(parts, list) else np.asarray(parts, dtype=np.int64).tolist()
+        self.timeline.append((now, *row, batch, waiting, running, self.host[0]))
         self._forced.append(force)
 
     def _thin_timeline(self) -> None:
@@ -271,8 +310,24 @@ GAP_GROUPS = 8192  # gap groups kept before they are merged (Recorder.add_gaps)
 
 
 def _group_counts(groups: list[tuple[np.ndarray, Any]]) -> np.ndarray:
-    return np.concatenate([c if isinstance(c, np.ndarray) else np.full(len(v), c, np.int64)
-                           for v, c in groups])
+    """Each gap's count, in the groups' order: a merged group's own counts, and a run of
+    groups with one count each as one `np.repeat` (thousands of groups per merge: one
+    `np.full` each was most of a merge's time)."""
+    parts: list[np.ndarray] = []
+    counts: list[int] = []
+    sizes: list[int] = []
+    for v, c in groups:
+        if isinstance(c, np.ndarray):
+            if counts:
+                parts.append(np.repeat(np.array(counts, dtype=np.int64), sizes))
+                counts, sizes = [], []
+            parts.append(c)
+        else:
+            counts.append(c)
+            sizes.append(len(v))
+    if counts:
+        parts.append(np.repeat(np.array(counts, dtype=np.int64), sizes))
+    return np.concatenate(parts)
 
 
 def merge_gap_groups(groups: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:

@@ -62,9 +62,12 @@ class SimRequest:
         self.done = env.event()
 
     def seq_ids(self, n: int) -> np.ndarray:
-        """The first n ids of prompt + output, cached while the request is live."""
+        """The first n ids of prompt + output, cached while the request is live. Built once,
+        to the final length (`Request.sequence_ids` is prefix-consistent): admission asks
+        for the prompt, the cache insert and finish for prompt + output, which otherwise
+        built the ids twice per request."""
         if self.ids is None or len(self.ids) < n:
-            self.ids = self.req.sequence_ids(max(n, self.prompt_len))
+            self.ids = self.req.sequence_ids(max(n, self.final_len))
         return self.ids[:n]
 
     def result_row(self) -> tuple:

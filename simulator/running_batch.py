@@ -29,7 +29,7 @@ _INT_COLUMNS = ("rid", "written", "decoded", "output_len", "max_new")
 class RunningBatch:
     """The running list (order kept: it is the batch order of every decode call)."""
 
-    __slots__ = ("_dirty", "_ints", "_left", "_same_last", "decoded", "last_token_s",
+    __slots__ = ("_dirty", "_ints", "_left", "_rem_sum", "_same_last", "decoded", "last_token_s",
                  "max_new", "n", "output_len", "reqs", "rid", "written")
 
     def __init__(self) -> None:
@@ -48,6 +48,10 @@ class RunningBatch:
         # through appends and whole-batch steps, so that most passes answer the stretch's
         # horizon and "did anyone finish" without an array reduction
         self._left: int | None = None
+        # the sum of remaining_new() while no row's decoded count and no membership changed
+        # (None: not known): an admission round asks it for every candidate, and the
+        # fast-forward asked it for the head just before, with nothing changed between
+        self._rem_sum: int | None = None
 
     def _views(self) -> None:
         self.rid, self.written, self.decoded, self.output_len, self.max_new = self._ints
@@ -69,6 +73,7 @@ class RunningBatch:
             self._same_last = None
         self.reqs.append(s)
         self.n = i + 1
+        self._rem_sum = None
 
     def _grow(self) -> None:
         n, cap = self.n, 2 * len(self.last_token_s)
@@ -83,7 +88,7 @@ class RunningBatch:
         """`s` leaves (preempted or finished): its fields written back, later rows move up."""
         i = self.reqs.index(s)
         self._write_back(i)
-        self._left = None
+        self._left = self._rem_sum = None
         del self.reqs[i]
         n = self.n
         self._ints[:, i: n - 1] = self._ints[:, i + 1: n]
@@ -110,7 +115,7 @@ class RunningBatch:
         m = n - len(idx)
         self._ints[:, :m] = self._ints[:, :n][:, keep]
         self.last_token_s[:m] = self.last_token_s[:n][keep]
-        self._left = None
+        self._left = self._rem_sum = None
         gone = set(idx)
         self.reqs = [s for i, s in enumerate(self.reqs) if i not in gone]
         self.n = m
@@ -145,6 +150,7 @@ class RunningBatch:
             gaps = (first - self.last_token_s[:upto], 1)
         self.last_token_s[:upto] = last
         self.decoded[:upto] += k
+        self._rem_sum = None
         if upto == n and self._left is not None:
             self._left -= k
         elif upto:
@@ -170,6 +176,12 @@ class RunningBatch:
         n = self.n
         return np.minimum(np.maximum(self.max_new[:n] - self.decoded[:n], 0),
                           CLIP_MAX_NEW_TOKENS)
+
+    def remaining_new_sum(self) -> int:
+        """The sum of `remaining_new()`, kept until a row decodes or the rows change."""
+        if self._rem_sum is None:
+            self._rem_sum = int(self.remaining_new().sum())
+        return self._rem_sum
 
     def min_remaining_output(self) -> int:
         if self._left is None:

@@ -25,16 +25,19 @@ stepping (tests/simulator/test_multistep.py, the differential fuzz).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
+from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.capabilities import DecodeStretch
 from simulator.latency import step_ends
-from simulator.metrics import Recorder
+from simulator.metrics import SCALAR_PROFILE, Recorder
 from simulator.request import SimRequest
 from simulator.running_batch import RunningBatch
 
@@ -43,6 +46,8 @@ StepTimes = Callable[[np.ndarray, int], np.ndarray]
 #: (contexts after the first step, k, now, due) -> the steps' end times from `now`, up to and
 #: including the first that reaches `due` (`step_ends` of the StepTimes, cut there)
 StepEnds = Callable[[np.ndarray, int, float, float], np.ndarray]
+#: inter-token gaps as `Recorder.add_gaps` takes them: (values, each value's count)
+Gaps = tuple[np.ndarray, int]
 
 
 @dataclass(frozen=True)
@@ -166,28 +171,83 @@ class FastForward:
         policy = r.policy
         b0 = policy.breakdown(head)
         profile = policy.decode_steps(rids, k, head)
-        w0 = batch.written[:n].copy()
-        batch.wrote(n, k)
-        starts = np.concatenate(([env.now], ends[:-1]))
-        entries = entries_at_steps(policy.page_table_entries(), w0, k, r.page_size)
-        e.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
-        if e.event_sink is not None:
-            e.event_sink(float(starts[0]), float(ends[-1]), [], rids, k)
-        e.rec.add_iterations(starts, k, n)
-        e.rec.sample(env.now, profile[0], n, len(e.waiting), n)
+        record = self._record_short if k <= SCALAR_PROFILE else self._record_arrays
+        first, last, step_gaps = record(ends, profile, b0, rids, k)
         e.steps_taken(k)
-        yield from wait_until(env, float(ends[-1]))
+        yield from wait_until(env, last)
         assert len(batch) == n, "the running batch changed during a stretch"
         e.progress_made()
         # inter-token gaps as stepping records them: each request's first step from its
         # previous token, then the step times between consecutive ends (the same floats)
-        first, last = ends[0], float(ends[-1])
         e.rec.add_gaps(*batch.stepped(n, k, first, last))
-        if k > 1:
-            e.rec.add_gaps(ends[1:] - ends[:-1], n)  # np.diff, without its wrapper
+        if step_gaps is not None:
+            e.rec.add_gaps(*step_gaps)
         e.generated_tokens += k * n
         for s in batch.remove_done(n):
             e.finish(s)
+
+    def _record_arrays(self, ends: np.ndarray, profile: np.ndarray, b0: MemoryBreakdown,
+                       rids: list[int], k: int) -> tuple[float, float, Gaps | None]:
+        """Apply the k steps to the batch and record them (breakdown per step, iterations,
+        a timeline sample) from arrays; returns the first and last step ends and the gaps
+        between consecutive ends (None for one step)."""
+        e, r = self.e, self.rules
+        assert r is not None
+        batch, now = e.running, e.env.now
+        n = batch.n
+        w0 = batch.written[:n].copy()
+        batch.wrote(n, k)
+        starts = np.concatenate(([now], ends[:-1]))
+        entries = entries_at_steps(r.policy.page_table_entries(), w0, k, r.page_size)
+        e.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
+        if e.event_sink is not None:
+            e.event_sink(float(starts[0]), float(ends[-1]), [], rids, k)
+        e.rec.add_iterations(starts, k, n)
+        e.rec.sample(now, profile[0], n, len(e.waiting), n)
+        gaps = (ends[1:] - ends[:-1], n) if k > 1 else None  # np.diff, without its wrapper
+        return float(ends[0]), float(ends[-1]), gaps
+
+    def _record_short(self, ends: np.ndarray, profile: np.ndarray, b0: MemoryBreakdown,
+                      rids: list[int], k: int) -> tuple[float, float, Gaps | None]:
+        """`_record_arrays` for a stretch of at most SCALAR_PROFILE steps in Python lists:
+        the same numbers (tests/simulator/test_short_stretch.py) from about a third of the
+        numpy calls (a stretch of the Azure run is a median 5 steps of 25 requests)."""
+        e, r = self.e, self.rules
+        assert r is not None
+        batch, now = e.running, e.env.now
+        n = batch.n
+        w0 = batch.written[:n].tolist()
+        batch.wrote(n, k)
+        ends_l: list[float] = ends.tolist()
+        starts = [now, *ends_l[:-1]]
+        rows: list[list[int]] = profile.tolist()
+        entries = entries_at_steps_short(r.policy.page_table_entries(), w0, k, r.page_size)
+        e.rec.add_steps(starts, ends_l, rows, b0.frag_index, entries, b0.over_reservation)
+        if e.event_sink is not None:
+            e.event_sink(starts[0], ends_l[-1], [], rids, k)
+        e.rec.add_iterations(starts, k, n)
+        e.rec.sample(now, rows[0], n, len(e.waiting), n)
+        gaps: Gaps | None = None
+        if k > 1:
+            diffs = [b - a for a, b in pairwise(ends_l)]
+            d = diffs[0]
+            gaps = ((np.array([d]), n * (k - 1)) if all(x == d for x in diffs)
+                    else (np.array(diffs), n))  # add_gaps' one-value form, or every gap
+        return ends_l[0], ends_l[-1], gaps
+
+
+def entries_at_steps_short(entries_now: int, w0: list[int], k: int, page_size: int
+                           ) -> list[int]:
+    """`entries_at_steps` in Python ints, for a short stretch of a small batch."""
+    counts = [0] * page_size
+    for w in w0:
+        counts[(1 - w) % page_size] += 1
+    grown, g = [], 0
+    for j in range(1, k + 1):
+        g += counts[j % page_size]
+        grown.append(g)
+    base = entries_now - g
+    return [base + x for x in grown]
 
 
 def entries_at_steps(entries_now: int, w0: np.ndarray, k: int, page_size: int) -> np.ndarray:
@@ -211,9 +271,9 @@ def wait_until(env: simpy.Environment, end: float) -> Generator[simpy.Event, Any
     now = env.now
     d = max(end - now, 0.0)
     while now + d < end:
-        d = float(np.nextafter(d, np.inf))
+        d = math.nextafter(d, math.inf)  # the same IEEE next double as numpy's, a float
     while d > 0 and now + d > end:
-        d = float(np.nextafter(d, -np.inf))
+        d = math.nextafter(d, -math.inf)
     yield env.timeout(d)
     if env.now < end:
         yield env.timeout(end - env.now)
