@@ -24,7 +24,12 @@ import numpy as np
 
 from simulator.request_table import RequestColumns, column, nan_sum
 from workloads.request import Workload
-from workloads.reuse import ideal_reuse_hits, request_runs, timed_reuse_hits_columns
+from workloads.reuse import (
+    ideal_reuse_hits,
+    request_runs,
+    solo_requests,
+    timed_reuse_hits_columns,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,7 +70,9 @@ def reuse_gap(workload: Workload, requests: RequestColumns | pd.DataFrame,
     ids = column(requests, "request_id")[admitted].astype(int)
     # both passes read every request's runs: built once for a run of up to SHARED_RUNS
     # requests (a few MB), else each pass builds them as it goes (a day in bounded memory)
-    runs = request_runs(workload) if workload.num_requests <= SHARED_RUNS else None
+    # (not those of the solo requests, which neither pass builds: workloads/reuse.py)
+    runs = (request_runs(workload, solo_requests(workload.nominal_order()))
+            if workload.num_requests <= SHARED_RUNS else None)
     tok = ideal_reuse_hits(workload, 1, runs)
     hits1 = _at(tok.request_ids, tok.hits, ids)
     ideal1 = float(hits1.sum())

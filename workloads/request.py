@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -227,6 +228,8 @@ class Workload:
         (in list order), then sessions in list order, then turns in order. Used by
         `ideal_reuse`, `trace_stats` and `to_frame`, so they agree with each other.
         """
+        if not self.sessions:  # open loop only: by arrival, ties in list order (stable)
+            return sorted(self.requests, key=attrgetter("arrival_s"))
         keyed: list[tuple[float, int, int, int, Request]] = [
             (r.arrival_s, 0, i, 0, r) for i, r in enumerate(self.requests)
         ]
