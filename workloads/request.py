@@ -47,6 +47,27 @@ def namespace_of(*parts: int) -> int:
     return (1 << 14) + mix64(*parts) % ((1 << 38) - (1 << 14))
 
 
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def namespace_column(seed: int, keys: np.ndarray, tag: int) -> np.ndarray:
+    """`namespace_of(seed, key, tag)` for every key at once (int64): the same splitmix64
+    steps in uint64 columns, whose arithmetic wraps modulo 2**64 as `mix64` masks."""
+    golden, m1, m2 = (np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
+                                             0x94D049BB133111EB))
+    shift = (np.uint64(30), np.uint64(27), np.uint64(31))
+    x = np.full(len(keys), golden, dtype=np.uint64)
+    for part in (np.uint64(int(seed) & _M64), np.asarray(keys, dtype=np.int64).view(np.uint64),
+                 np.uint64(int(tag) & _M64)):
+        x ^= part
+        x += golden
+        x = (x ^ (x >> shift[0])) * m1
+        x = (x ^ (x >> shift[1])) * m2
+        x ^= x >> shift[2]
+    span = np.uint64((1 << 38) - (1 << 14))
+    return (x % span + np.uint64(1 << 14)).astype(np.int64)
+
+
 def unique_tokens(namespace: int, n: int, start: int = 0) -> np.ndarray:
     """`n` token ids private to `namespace` (positions start .. start+n-1)."""
     base = namespace * NAMESPACE_SPAN + start
