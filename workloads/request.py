@@ -97,8 +97,12 @@ class PromptSpec:
 
     @property
     def length(self) -> int:
+        segments = self.segments
+        if len(segments) == 1:  # most prompts (a trace row's, a generator's): one segment
+            seg = segments[0]
+            return len(seg[1]) if seg[0] == "ids" else seg[2]
         n = 0
-        for seg in self.segments:
+        for seg in segments:
             kind = seg[0]
             if kind == "ids":
                 n += len(seg[1])
