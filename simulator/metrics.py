@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from kvcore.breakdown import PARTS, mean_share_pct
 from simulator.gap_spill import SPILL_VALUES, GapSpill, linear_percentiles
@@ -29,6 +28,7 @@ from simulator.request_table import (
     CHUNK_ROWS,
     REQUEST_COLUMNS,  # noqa: F401  (re-exported: the table's columns)
     SUMMARY_COLUMNS,
+    RequestColumns,
     RequestTable,
     chunk_columns,
 )
@@ -284,11 +284,12 @@ class Recorder:
         assert self.table is not None
         self.table.add(chunk)
 
-    def requests_frame(self) -> pd.DataFrame:
-        """The kept columns of every finished request (all of them without a sink)."""
+    def requests_columns(self) -> RequestColumns:
+        """The kept columns of every finished request (all of them without a sink), as
+        numpy columns (`.frame()` for pandas)."""
         self.flush_requests()
         assert self.table is not None
-        return self.table.frame()
+        return self.table.finished()
 
     @property
     def window_length(self) -> float:

@@ -43,12 +43,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.latency import LatencyModel
+from simulator.request_table import RequestColumns, column, nan_median
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    Rows = RequestColumns | pd.DataFrame  # the run's per-request columns, or a frame of them
 
 
 @dataclass(frozen=True)
@@ -96,16 +101,24 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.median((y[j] - y[i])[keep] / dx[keep]))
 
 
-def _queue_events(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted arrival and first-admission times of the requests that queued (rejected ones
-    leave at once, so they are left out)."""
-    q = requests[requests["status"] != "rejected"] if "status" in requests else requests
-    arrivals = np.sort(q["arrival_s"].to_numpy(dtype=float))
-    admits = q["admit_s"].to_numpy(dtype=float)
-    return arrivals, np.sort(admits[np.isfinite(admits)])
+def _queued(requests: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival and first-admission times of the requests that queued (rejected ones leave
+    at once, so they are left out), in table order."""
+    arr = column(requests, "arrival_s").astype(float, copy=False)
+    adm = column(requests, "admit_s").astype(float, copy=False)
+    if "status" in requests:
+        keep = column(requests, "status") != "rejected"
+        arr, adm = arr[keep], adm[keep]
+    return arr, adm
 
 
-def backlog_floor(requests: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
+def _queue_events(requests: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted arrival and first-admission times of the requests that queued."""
+    arrivals, admits = _queued(requests)
+    return np.sort(arrivals), np.sort(admits[np.isfinite(admits)])
+
+
+def backlog_floor(requests: Rows, edges: np.ndarray) -> np.ndarray:
     """The smallest queue within each window [edges[k], edges[k+1]]: the queue is a step
     function changing at arrivals (+1) and admissions (-1), so its minimum over a window is at
     the window's start or just after an admission inside it."""
@@ -123,13 +136,11 @@ def backlog_floor(requests: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
     return floors
 
 
-def delay_by_window(requests: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
+def delay_by_window(requests: Rows, edges: np.ndarray) -> np.ndarray:
     """The median wait from arrival to first admission of the requests arriving in each
     window (NaN for a window without arrivals); one not admitted by the window end counts as
     waiting until then (a lower bound)."""
-    q = requests[requests["status"] != "rejected"] if "status" in requests else requests
-    arr = q["arrival_s"].to_numpy(dtype=float)
-    adm = q["admit_s"].to_numpy(dtype=float)
+    arr, adm = _queued(requests)
     end = edges[-1]
     wait = np.where(np.isfinite(adm), adm, np.maximum(end, arr)) - arr
     k = np.searchsorted(edges, arr, side="right") - 1
@@ -142,7 +153,7 @@ def delay_by_window(requests: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
     return out
 
 
-def queue_growth(requests: pd.DataFrame, start: float, end: float,
+def queue_growth(requests: Rows, start: float, end: float,
                  windows: int = THRESHOLDS.windows) -> float:
     """Theil-Sen slope (requests per second) of the backlog floor over the window (0 for an
     empty or unbounded window)."""
@@ -152,7 +163,7 @@ def queue_growth(requests: pd.DataFrame, start: float, end: float,
     return theil_sen((edges[:-1] + edges[1:]) / 2, backlog_floor(requests, edges))
 
 
-def delay_growth(requests: pd.DataFrame, start: float, end: float,
+def delay_growth(requests: Rows, start: float, end: float,
                  windows: int = THRESHOLDS.windows) -> float:
     """Theil-Sen slope (seconds of wait per second of trace) of the median queueing delay
     over the window."""
@@ -162,20 +173,21 @@ def delay_growth(requests: pd.DataFrame, start: float, end: float,
     return theil_sen((edges[:-1] + edges[1:]) / 2, delay_by_window(requests, edges))
 
 
-def ttft_halves(requests: pd.DataFrame, start: float, end: float) -> tuple[float, float]:
+def ttft_halves(requests: Rows, start: float, end: float) -> tuple[float, float]:
     """Median TTFT of the completed requests arriving in the earlier and the later half of
     the window (NaN for a half without one)."""
     if len(requests) == 0 or not math.isfinite(end) or end <= start:
         return math.nan, math.nan
-    done = requests[requests["status"] == "completed"]
+    done = column(requests, "status") == "completed"
+    arrival = column(requests, "arrival_s")[done]
+    ttft = column(requests, "ttft_s")[done]
     mid = (start + end) / 2
-    early = done.loc[(done["arrival_s"] >= start) & (done["arrival_s"] < mid), "ttft_s"]
-    late = done.loc[(done["arrival_s"] >= mid) & (done["arrival_s"] <= end), "ttft_s"]
-    return (float(early.median()) if len(early) else math.nan,
-            float(late.median()) if len(late) else math.nan)
+    early = ttft[(arrival >= start) & (arrival < mid)]
+    late = ttft[(arrival >= mid) & (arrival <= end)]
+    return nan_median(early), nan_median(late)
 
 
-def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests: pd.DataFrame,
+def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests: Rows,
                      start: float, end: float, backlog: int,
                      latency: LatencyModel, chunk: int, page_size: int,
                      th: OverloadThresholds = THRESHOLDS) -> dict[str, Any]:

@@ -7,8 +7,10 @@ passes every chunk to its sink and keeps only `SUMMARY_COLUMNS`, the ones the su
 (percentiles, the overload verdict, the reuse gap, the SLO columns); a run without a sink
 keeps every column.
 
-The final frame has the dtypes pandas infers from the rows as tuples, so summaries and
-digests are exactly what they were when the recorder built the frame from a list of tuples:
+The final columns (`RequestColumns`; a pandas frame only when asked for, so a run whose
+caller reads the summary alone never imports pandas) have the dtypes pandas infers from the
+rows as tuples, so summaries and digests are exactly what they were when the recorder built
+the frame from a list of tuples:
 an integer column with a missing value (`None`) is float64 with NaN, else int64; a float
 column is float64; a text column is object (str or None). Each column's kind is fixed here,
 so every chunk of a streamed file has the same schema (`COLUMN_KINDS`).
@@ -16,10 +18,13 @@ so every chunk of a streamed file has the same schema (`COLUMN_KINDS`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CHUNK_ROWS = 8192  # rows per chunk: one Parquet row group of a streamed run
 
@@ -70,6 +75,72 @@ def _final(name: str, arr: np.ndarray) -> np.ndarray:
     return arr
 
 
+def column(requests, name: str) -> np.ndarray:
+    """Column `name` of a `RequestColumns` or a pandas frame, as a numpy array."""
+    col = requests[name]
+    return col if isinstance(col, np.ndarray) else col.to_numpy()
+
+
+def nan_mean(values: np.ndarray) -> float:
+    """The mean of the non-NaN values as pandas' `Series.mean()` computes it (NaN filled
+    with 0, one sum over the whole array, divided by the count), so the same double."""
+    values = np.asarray(values, dtype=np.float64)
+    if not len(values):
+        return float("nan")
+    mask = np.isnan(values)
+    if mask.any():
+        values = np.where(~mask, values, 0.0)
+    count = np.float64(len(values) - int(mask.sum()))
+    return float(values.sum() / count) if count > 0 else float("nan")
+
+
+def nan_median(values: np.ndarray) -> float:
+    """The median of the non-NaN values, as pandas' `Series.median()` takes it."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    return float(np.median(values)) if len(values) else float("nan")
+
+
+def nan_sum(values: np.ndarray) -> float:
+    """The sum of the non-NaN values, as pandas' `Series.sum()` takes it, as a float."""
+    if values.dtype.kind == "f":
+        mask = np.isnan(values)
+        if mask.any():
+            values = np.where(~mask, values, 0.0)
+    return float(values.sum())
+
+
+class RequestColumns:
+    """The finished requests' table as one numpy array per column, read by the summary
+    (simulator/run.py, overload.py, reuse_gap.py) as a frame's columns are: `cols[name]`,
+    `name in cols`, `len(cols)` (rows). `frame()` builds the pandas frame, importing pandas
+    then (about 0.5 s of a run's start otherwise paid by every caller)."""
+
+    def __init__(self, data: dict[str, np.ndarray], names: Sequence[str], rows: int) -> None:
+        self._data, self.names, self.rows = data, tuple(names), rows
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._data[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._data
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def frame(self) -> pd.DataFrame:
+        """The columns as a frame (no rows: object columns, as an empty list of tuples
+        gives)."""
+        import pandas as pd
+
+        if self.rows == 0:
+            return pd.DataFrame([], columns=list(self.names))
+        return pd.DataFrame(self._data, copy=False)
+
+
 class RequestTable:
     """Chunks of columns; `keep`: the columns kept in memory (None: all)."""
 
@@ -87,19 +158,22 @@ class RequestTable:
             self._chunks[c].append(chunk[c])
         self.rows += len(chunk[REQUEST_COLUMNS[0]])
 
+    def finished(self) -> RequestColumns:
+        """The kept columns, each as one array with its final dtype."""
+        data: dict[str, np.ndarray] = {}
+        if self.rows:
+            for c in self.columns:
+                parts = self._chunks[c]
+                arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                self._chunks[c] = [arr]  # one array from now on (may be called again)
+                data[c] = _final(c, arr)
+        return RequestColumns(data, self.columns, self.rows)
+
     def frame(self) -> pd.DataFrame:
         """The kept columns as one frame (no rows: object columns, as an empty list of
         tuples gives)."""
-        if self.rows == 0:
-            return pd.DataFrame([], columns=list(self.columns))
-        data = {}
-        for c in self.columns:
-            parts = self._chunks[c]
-            arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            self._chunks[c] = [arr]  # one array from now on (frame() may be called again)
-            data[c] = _final(c, arr)
-        return pd.DataFrame(data, copy=False)
+        return self.finished().frame()
 
 
-__all__ = ["CHUNK_ROWS", "COLUMN_KINDS", "REQUEST_COLUMNS", "SUMMARY_COLUMNS", "RequestTable",
-           "chunk_columns"]
+__all__ = ["CHUNK_ROWS", "COLUMN_KINDS", "REQUEST_COLUMNS", "SUMMARY_COLUMNS", "RequestColumns",
+           "RequestTable", "chunk_columns", "column", "nan_mean", "nan_median", "nan_sum"]

@@ -18,12 +18,21 @@ rate's own denominator, their prompt tokens), with the ideal defined once in wor
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from simulator.request_table import RequestColumns, column, nan_sum
 from workloads.request import Workload
-from workloads.reuse import ideal_reuse_hits, request_runs, timed_reuse_hits_columns
+from workloads.reuse import (
+    ideal_reuse_hits,
+    request_runs,
+    solo_requests,
+    timed_reuse_hits_columns,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REUSE_COLUMNS = ("ideal_hit_rate", "reuse_gap_alignment", "reuse_gap_not_arrived",
                  "reuse_gap_capacity")
@@ -32,11 +41,11 @@ REUSE_COLUMNS = ("ideal_hit_rate", "reuse_gap_alignment", "reuse_gap_not_arrived
 SHARED_RUNS = 100_000  # requests whose runs are kept for both passes (about 250 B each)
 
 
-def _times(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
+def _times(rows: RequestColumns | pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
     """(request ids, times) of the rows where `col` is set: columns, not a dict per request."""
-    t = df[col].to_numpy(dtype=float)
+    t = column(rows, col).astype(float, copy=False)
     ok = ~np.isnan(t)
-    return df["request_id"].to_numpy()[ok].astype(np.int64), t[ok]
+    return column(rows, "request_id")[ok].astype(np.int64), t[ok]
 
 
 def _at(ids: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -45,7 +54,8 @@ def _at(ids: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return values[order[np.searchsorted(ids[order], wanted)]]
 
 
-def reuse_gap(workload: Workload, requests: pd.DataFrame, page_size: int) -> dict[str, float]:
+def reuse_gap(workload: Workload, requests: RequestColumns | pd.DataFrame,
+              page_size: int) -> dict[str, float]:
     """The REUSE_COLUMNS as fractions of the admitted requests' prompt tokens (NaN when no
     request was admitted). Both passes build each request's runs as they reach it and keep
     a compact tree (workloads/reuse.py), so a day-long run's pass stays small."""
@@ -53,14 +63,16 @@ def reuse_gap(workload: Workload, requests: pd.DataFrame, page_size: int) -> dic
     if len(requests) == 0:
         return nan
     # the admitted rows' columns one at a time (a day-long run's frame is not copied whole)
-    admitted = requests["admit_s"].notna()
-    total = float(requests.loc[admitted, "prompt_len"].sum())
+    admitted = ~np.isnan(column(requests, "admit_s").astype(float, copy=False))
+    total = nan_sum(column(requests, "prompt_len")[admitted])
     if total <= 0:
         return nan
-    ids = requests.loc[admitted, "request_id"].astype(int).to_numpy()
+    ids = column(requests, "request_id")[admitted].astype(int)
     # both passes read every request's runs: built once for a run of up to SHARED_RUNS
     # requests (a few MB), else each pass builds them as it goes (a day in bounded memory)
-    runs = request_runs(workload) if workload.num_requests <= SHARED_RUNS else None
+    # (not those of the solo requests, which neither pass builds: workloads/reuse.py)
+    runs = (request_runs(workload, solo_requests(workload.nominal_order()))
+            if workload.num_requests <= SHARED_RUNS else None)
     tok = ideal_reuse_hits(workload, 1, runs)
     hits1 = _at(tok.request_ids, tok.hits, ids)
     ideal1 = float(hits1.sum())
@@ -70,7 +82,7 @@ def reuse_gap(workload: Workload, requests: pd.DataFrame, page_size: int) -> dic
         workload, page_size, _times(requests, "admit_s"), _times(requests, "first_token_s"),
         _times(requests, "finish_s"), runs)
     timed_sum = float(int(timed[np.isin(matched, ids)].sum()))
-    achieved = float(requests.loc[admitted, "cached_tokens"].sum())
+    achieved = nan_sum(column(requests, "cached_tokens")[admitted])
     return {"ideal_hit_rate": ideal1 / total,
             "reuse_gap_alignment": (ideal1 - ideal_ps) / total,
             "reuse_gap_not_arrived": (ideal_ps - timed_sum) / total,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import simpy
 import torch
 
@@ -23,9 +23,13 @@ from simulator.latency import make_latency_model
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
 from simulator.pool_columns import pool_columns
+from simulator.request_table import RequestColumns, column, nan_mean
 from simulator.reuse_gap import reuse_gap
 from simulator.transfers import TransferModel, tier_tokens
 from workloads.request import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # torch's intra-op threads cost more than they give on the tiny tensors of one engine step
 # (a 50k-element clone: 20 us at 1 thread, ms at 2 on a busy 2-core machine).
@@ -36,20 +40,40 @@ TORCH_THREADS = 1
 class SimResult:
     """A run's summary, per-request table and timeline. A run that streamed its rows
     (`simulate(request_sink=...)`) keeps only the summary's columns in memory (`columns`);
-    `requests` is then read from where the sink wrote them when first asked for (`load`)."""
+    `requests` is then read from where the sink wrote them when first asked for (`load`).
+    The table and the timeline are held as numpy columns and rows and become pandas frames
+    when first read, so a caller that reads only the summary never imports pandas."""
 
     summary: dict
-    columns: pd.DataFrame  # the per-request columns kept in memory (all, without a sink)
-    timeline: pd.DataFrame
+    table: RequestColumns  # the per-request columns kept in memory (all, without a sink)
+    timeline_rows: list[tuple]  # the Recorder's timeline samples (TIMELINE_COLUMNS)
     config: SimConfig
     extra: dict = field(default_factory=dict)
     load: Callable[[], pd.DataFrame] | None = None  # the whole table of a streamed run
+    _frames: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def columns(self) -> pd.DataFrame:
+        """The per-request columns kept in memory, as a frame (built once)."""
+        if "columns" not in self._frames:
+            self._frames["columns"] = self.table.frame()
+        return self._frames["columns"]
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        """The timeline samples as a frame (built once)."""
+        if "timeline" not in self._frames:
+            import pandas as pd
+
+            self._frames["timeline"] = pd.DataFrame(self.timeline_rows,
+                                                    columns=list(TIMELINE_COLUMNS))
+        return self._frames["timeline"]
 
     @property
     def requests(self) -> pd.DataFrame:
         """Every column of every request (read once from the sink's file, if streamed)."""
         if self.load is not None:
-            self.columns, self.load = self.load(), None
+            self._frames["columns"], self.load = self.load(), None
         return self.columns
 
 
@@ -183,14 +207,13 @@ def simulate(
     # run(until=end) stops before close_window's event at `end`: count the queue here
     backlog.setdefault("queue", len(engine.waiting))
     engine.close_idle(max(rec.window_end, env.now))
-    requests = rec.requests_frame()
-    timeline = pd.DataFrame(rec.timeline, columns=list(TIMELINE_COLUMNS))
+    requests = rec.requests_columns()
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
     summary.update(latency_columns(cfg, latency))
     summary.update(_overload(workload, cfg, latency, rec, requests, summary))
     summary.update(reuse_gap(workload, requests, _block(cfg, policy)))
     summary["sim_wall_s"] = time.perf_counter() - wall0
-    return SimResult(summary, requests, timeline, cfg, {"latency": latency.describe()})
+    return SimResult(summary, requests, rec.timeline, cfg, {"latency": latency.describe()})
 
 
 def _block(cfg: SimConfig, policy: KVPolicy) -> int:
@@ -215,7 +238,7 @@ def latency_columns(cfg: SimConfig, latency) -> dict:
 
 
 def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
-              requests: pd.DataFrame, summary: dict) -> dict:
+              requests: RequestColumns, summary: dict) -> dict:
     """The overload columns (simulator/overload.py) from the run's window and queue."""
     # columns, not every request built and sorted: the verdict counts arrivals in the window
     # and takes the median prompt, neither of which depends on the order
@@ -227,18 +250,29 @@ def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
         chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size)
 
 
-def _pct(series: pd.Series, q: float) -> float:
-    s = series.dropna()
+def _pct(values: np.ndarray, q: float) -> float:
+    s = values[~np.isnan(values)]
     return float(np.percentile(s, q)) if len(s) else float("nan")
 
 
-def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: pd.DataFrame,
-              backlog: int) -> dict:
+def _completed(requests: RequestColumns | pd.DataFrame) -> dict[str, np.ndarray]:
+    """The float columns the summary reads, of the completed requests (no rows: empty)."""
+    names = ("arrival_s", "ttft_s", "tpot_s", "normalized_latency_s", "cached_tokens",
+             "prompt_len")
+    if not len(requests):
+        return {c: np.zeros(0) for c in names}
+    done = column(requests, "status") == "completed"
+    return {c: column(requests, c)[done].astype(float, copy=False) for c in names}
+
+
+def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
+              requests: RequestColumns | pd.DataFrame, backlog: int) -> dict:
     avg = rec.averages()
     span = rec.window_length
     cap = policy.capacity
     over = mean_share_pct(rec.over_seconds, span, cap)
-    done = requests[requests.status == "completed"] if len(requests) else requests
+    done = _completed(requests)
+    n_done = len(done["arrival_s"])
     makespan = engine.last_finish_s - _first_arrival(engine.workload)
     b_end = policy.breakdown(engine.head_reservation())
     out = {
@@ -274,15 +308,15 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy, requests: p
         "swapped_tokens": engine.swapped_tokens,
         "generated_tokens": engine.generated_tokens,
         "throughput_tok_s": engine.generated_tokens / makespan if makespan > 0 else 0.0,
-        "normalized_latency_s": float(done.normalized_latency_s.mean()) if len(done) else
+        "normalized_latency_s": nan_mean(done["normalized_latency_s"]) if n_done else
         float("nan"),
         # the run's own noise (simulator/batch_means.py): what a page-size recommendation
         # from one seed per page size needs to call two page sizes equivalent
         **noise_columns(done),
-        "ttft_p50_s": _pct(done.ttft_s, 50) if len(done) else float("nan"),
-        "ttft_p99_s": _pct(done.ttft_s, 99) if len(done) else float("nan"),
-        "tpot_p50_s": _pct(done.tpot_s, 50) if len(done) else float("nan"),
-        "tpot_p99_s": _pct(done.tpot_s, 99) if len(done) else float("nan"),
+        "ttft_p50_s": _pct(done["ttft_s"], 50) if n_done else float("nan"),
+        "ttft_p99_s": _pct(done["ttft_s"], 99) if n_done else float("nan"),
+        "tpot_p50_s": _pct(done["tpot_s"], 50) if n_done else float("nan"),
+        "tpot_p99_s": _pct(done["tpot_s"], 99) if n_done else float("nan"),
         # inter-token latency as the benchmarks define it: every gap between consecutive
         # output tokens of a request, pooled over requests
         **dict(zip(("itl_p50_s", "itl_p99_s"), rec.itl_percentiles((50, 99)), strict=True)),
@@ -330,17 +364,17 @@ def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
     }
 
 
-def noise_columns(done: pd.DataFrame) -> dict:
+def noise_columns(done: dict[str, np.ndarray]) -> dict:
     """Standard errors, by batch means over completed requests in arrival order, of the mean
-    normalized latency and of the prefix hit rate (NaN with too few requests)."""
-    if not len(done):
+    normalized latency and of the prefix hit rate (NaN with too few requests); `done`: the
+    completed requests' float columns (`_completed`)."""
+    arrival = done["arrival_s"]
+    if not len(arrival):
         return {"normalized_latency_se_s": float("nan"), "prefix_hit_rate_se": float("nan")}
-    arrival = done.arrival_s.to_numpy(dtype=float)
     return {
-        "normalized_latency_se_s": batch_means_se(
-            arrival, done.normalized_latency_s.to_numpy(dtype=float)),
-        "prefix_hit_rate_se": batch_ratio_se(arrival, done.cached_tokens.to_numpy(dtype=float),
-                                             done.prompt_len.to_numpy(dtype=float)),
+        "normalized_latency_se_s": batch_means_se(arrival, done["normalized_latency_s"]),
+        "prefix_hit_rate_se": batch_ratio_se(arrival, done["cached_tokens"],
+                                             done["prompt_len"]),
     }
 
 

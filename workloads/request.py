@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -46,6 +47,27 @@ def namespace_of(*parts: int) -> int:
     return (1 << 14) + mix64(*parts) % ((1 << 38) - (1 << 14))
 
 
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def namespace_column(seed: int, keys: np.ndarray, tag: int) -> np.ndarray:
+    """`namespace_of(seed, key, tag)` for every key at once (int64): the same splitmix64
+    steps in uint64 columns, whose arithmetic wraps modulo 2**64 as `mix64` masks."""
+    golden, m1, m2 = (np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
+                                             0x94D049BB133111EB))
+    shift = (np.uint64(30), np.uint64(27), np.uint64(31))
+    x = np.full(len(keys), golden, dtype=np.uint64)
+    for part in (np.uint64(int(seed) & _M64), np.asarray(keys, dtype=np.int64).view(np.uint64),
+                 np.uint64(int(tag) & _M64)):
+        x ^= part
+        x += golden
+        x = (x ^ (x >> shift[0])) * m1
+        x = (x ^ (x >> shift[1])) * m2
+        x ^= x >> shift[2]
+    span = np.uint64((1 << 38) - (1 << 14))
+    return (x % span + np.uint64(1 << 14)).astype(np.int64)
+
+
 def unique_tokens(namespace: int, n: int, start: int = 0) -> np.ndarray:
     """`n` token ids private to `namespace` (positions start .. start+n-1)."""
     base = namespace * NAMESPACE_SPAN + start
@@ -75,8 +97,12 @@ class PromptSpec:
 
     @property
     def length(self) -> int:
+        segments = self.segments
+        if len(segments) == 1:  # most prompts (a trace row's, a generator's): one segment
+            seg = segments[0]
+            return len(seg[1]) if seg[0] == "ids" else seg[2]
         n = 0
-        for seg in self.segments:
+        for seg in segments:
             kind = seg[0]
             if kind == "ids":
                 n += len(seg[1])
@@ -227,6 +253,8 @@ class Workload:
         (in list order), then sessions in list order, then turns in order. Used by
         `ideal_reuse`, `trace_stats` and `to_frame`, so they agree with each other.
         """
+        if not self.sessions:  # open loop only: by arrival, ties in list order (stable)
+            return sorted(self.requests, key=attrgetter("arrival_s"))
         keyed: list[tuple[float, int, int, int, Request]] = [
             (r.arrival_s, 0, i, 0, r) for i, r in enumerate(self.requests)
         ]

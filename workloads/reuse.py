@@ -26,6 +26,7 @@ numpy columns; a columnar workload (workloads/columns.py) builds each request th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,8 +43,9 @@ from workloads.request import (
 )
 from workloads.run_tree import RunRadixTree
 
-__all__ = ["ReuseResult", "RunRadixTree", "final_runs", "ideal_reuse", "ideal_reuse_hits",
-           "request_runs", "sequence_runs", "timed_reuse_hits", "timed_reuse_hits_columns"]
+__all__ = ["ReuseResult", "RunRadixTree", "final_runs", "first_id", "ideal_reuse",
+           "ideal_reuse_hits", "request_runs", "sequence_runs", "solo_requests",
+           "timed_reuse_hits", "timed_reuse_hits_columns"]
 
 
 def _segment_runs(seg: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -143,29 +145,37 @@ def final_runs(req: Request, prompt_runs: list[tuple[int, int]]) -> list[tuple[i
 
 
 def _runs(r: Request, runs: dict[int, tuple[list, list]] | None) -> tuple[list, list]:
-    if runs is not None:
-        return runs[r.request_id]
+    got = runs.get(r.request_id) if runs is not None else None
+    if got is not None:
+        return got
     prompt = sequence_runs(r)
     return prompt, final_runs(r, prompt)
 
 
 def ideal_reuse_hits(workload: Workload, page_size: int = 1,
-                     runs: dict[int, tuple[list, list]] | None = None) -> ReuseResult:
+                     runs: dict[int, tuple[list, list]] | None = None,
+                     solo: bool = True) -> ReuseResult:
     """Per-request ideal prefix hits (see the module docstring for the definition and order);
     `runs` as `request_runs` returns them, when the caller has them already. One pass in
     nominal order that builds each request's runs as it reaches it (a columnar workload
-    builds each request then, too), so what it holds is the compact tree and three columns."""
+    builds each request then, too), so what it holds is the compact tree and three columns.
+    `solo`: requests whose sequence starts with an id no other request's does
+    (`solo_requests`) hit 0 without building their runs or entering the tree (False: every
+    request walks the tree, the same hits; the tests compare both)."""
     if not isinstance(page_size, int) or page_size < 1:
         raise WorkloadError(f"page_size must be a positive integer, got {page_size!r}")
     reqs = workload.nominal_order()
+    alone = solo_requests(reqs) if solo else np.zeros(len(reqs), dtype=bool)
     tree = RunRadixTree()
     hits = np.zeros(len(reqs), dtype=np.int64)
     plens = np.zeros(len(reqs), dtype=np.int64)
     ids = np.zeros(len(reqs), dtype=np.int64)
-    for i, r in enumerate(reqs):
+    for i, (r, skip) in enumerate(zip(reqs, alone.tolist(), strict=True)):
         plen = r.prompt_len
         plens[i] = plen
         ids[i] = r.request_id
+        if skip:  # shares no first id: matches nothing, and nothing will match it
+            continue
         prompt, final = _runs(r, runs)
         m = min(tree.match(prompt), max(plen - 1, 0))
         hits[i] = m - m % page_size
@@ -205,31 +215,41 @@ Times = tuple[np.ndarray, np.ndarray]  # (request ids, times), one row per reque
 
 def timed_reuse_hits_columns(workload: Workload, page_size: int, admit: Times,
                              prompt_done: Times, finish: Times,
-                             runs: dict[int, tuple[list, list]] | None = None
-                             ) -> tuple[np.ndarray, np.ndarray]:
+                             runs: dict[int, tuple[list, list]] | None = None,
+                             solo: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """`timed_reuse_hits` over columns: (ids, times) for the admissions, the prompts done and
     the finishes; returns (ids matched, their hits) in event order. The events are sorted as
     arrays (time, then inserts before matches, then id, then prompt before whole sequence),
     and a request's runs are built at its first event and dropped after its last, so the pass
-    holds the tree plus the requests in flight at each moment, not every request's runs."""
+    holds the tree plus the requests in flight at each moment, not every request's runs.
+    `solo` as in `ideal_reuse_hits` (a request that inserts its own prompt before its match
+    is never solo)."""
     if not isinstance(page_size, int) or page_size < 1:
         raise WorkloadError(f"page_size must be a positive integer, got {page_size!r}")
     reqs = workload.nominal_order()
-    t, key, pos = _events(id_column(reqs), admit, prompt_done, finish)
+    known = id_column(reqs)
+    t, key, pos = _events(known, admit, prompt_done, finish)
     order = np.lexsort((key, t))
     del t
     key, pos = key[order], pos[order]
     del order
+    is_match = key >= _MATCH
+    out_ids = known[pos[is_match]]  # one row per match, in event order
+    out_hits = np.zeros(len(out_ids), dtype=np.int64)
+    rank = np.cumsum(is_match) - 1  # a match event's row in the output
+    if solo:  # their matches hit 0; their inserts serve no one: leave their events out
+        alone = solo_requests(reqs) & ~_inserted_first(pos, is_match, len(reqs))
+        keep = ~alone[pos]
+        key, pos, rank = key[keep], pos[keep], rank[keep]
+        del keep
+    del is_match
     left = np.bincount(pos, minlength=len(reqs)).astype(np.int8)  # events per request
     live: dict[int, tuple[Request, list, list]] = {}
     tree = RunRadixTree()
-    out_ids = np.zeros(len(admit[0]), dtype=np.int64)
-    out_hits = np.zeros(len(admit[0]), dtype=np.int64)
-    matched = 0
     for lo in range(0, len(key), _EVENT_CHUNK):  # Python ints a chunk at a time
         chunk = zip(key[lo:lo + _EVENT_CHUNK].tolist(), pos[lo:lo + _EVENT_CHUNK].tolist(),
-                    strict=True)
-        for k, p in chunk:
+                    rank[lo:lo + _EVENT_CHUNK].tolist(), strict=True)
+        for k, p, row in chunk:
             got = live.get(p)
             if got is None:
                 r = reqs[p]
@@ -238,13 +258,52 @@ def timed_reuse_hits_columns(workload: Workload, page_size: int, admit: Times,
                 tree.insert(got[1 + (k & 1)])
             else:
                 m = min(tree.match(got[1]), max(got[0].prompt_len - 1, 0))
-                out_ids[matched] = got[0].request_id
-                out_hits[matched] = m - m % page_size
-                matched += 1
+                out_hits[row] = m - m % page_size
             left[p] -= 1
             if left[p] == 0:
                 del live[p]
-    return out_ids[:matched], out_hits[:matched]
+    return out_ids, out_hits
+
+
+def _inserted_first(pos: np.ndarray, is_match: np.ndarray, n: int) -> np.ndarray:
+    """Per request position: one of its inserts comes before a match of its own in the event
+    order (a prefill that took no time): it then matches its own prompt, so it is not solo."""
+    idx = np.arange(len(pos))
+    first_insert = np.full(n, len(pos), dtype=np.int64)
+    last_match = np.full(n, -1, dtype=np.int64)
+    np.minimum.at(first_insert, pos[~is_match], idx[~is_match])
+    np.maximum.at(last_match, pos[is_match], idx[is_match])
+    return first_insert < last_match
+
+
+def first_id(req: Request) -> int | None:
+    """The first token id of the request's prompt + output up to `final_len` (None when that
+    is empty): the key of the root edge its sequence takes in a `RunRadixTree`."""
+    for seg in req.prompt.segments:
+        kind = seg[0]
+        if kind == "unique":
+            if seg[2] > 0:
+                return int(seg[1]) * NAMESPACE_SPAN + int(seg[3])
+        elif kind == "hash":
+            if seg[2] > 0:
+                return int(seg[1][0]) * HASH_BLOCK_TOKENS
+        elif len(seg[1]):
+            return int(seg[1][0])
+    return _output_start(req) if req.output_len > 1 else None
+
+
+def solo_requests(reqs: Sequence[Request]) -> np.ndarray:
+    """Per request (in the order given): its sequence is empty or starts with an id that no
+    other request's starts with. In an infinite radix cache over these requests such a
+    request's sequence takes a root edge no other takes, so it matches nothing and nothing
+    matches into it: its ideal hit is 0, and leaving it out of the tree changes no other
+    request's (the bundled Azure traces give every request its own content)."""
+    firsts = [first_id(r) for r in reqs]
+    empty = np.fromiter((f is None for f in firsts), dtype=bool, count=len(firsts))
+    ids = np.fromiter((-1 if f is None else f for f in firsts), dtype=np.int64,
+                      count=len(firsts))
+    _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    return empty | (counts[inverse.ravel()] == 1)
 
 
 _EVENT_CHUNK = 1 << 16
@@ -278,6 +337,12 @@ def _events(known: np.ndarray, admit: Times, prompt_done: Times, finish: Times
     return t[:n], key[:n], pos[:n]
 
 
-def request_runs(workload: Workload) -> dict[int, tuple[list, list]]:
-    """Request id -> (its prompt's runs, its prompt + output's runs up to final_len)."""
-    return {r.request_id: _runs(r, None) for r in workload.nominal_order()}
+def request_runs(workload: Workload, skip: np.ndarray | None = None
+                 ) -> dict[int, tuple[list, list]]:
+    """Request id -> (its prompt's runs, its prompt + output's runs up to final_len);
+    `skip`: per request in nominal order, leave it out (the passes skip solo requests)."""
+    reqs = workload.nominal_order()
+    if skip is None:
+        return {r.request_id: _runs(r, None) for r in reqs}
+    return {r.request_id: _runs(r, None)
+            for r, s in zip(reqs, skip.tolist(), strict=True) if not s}

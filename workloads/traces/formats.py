@@ -15,6 +15,7 @@ import re
 
 from workloads.errors import WorkloadError
 from workloads.request import HASH_BLOCK_TOKENS, PromptSpec
+from workloads.traces.azure_columns import azure_rows
 from workloads.traces.rows import (
     MAX_HASH_ID,
     MAX_TOKEN_ID,
@@ -114,7 +115,13 @@ def _ordinal(y: int, mo: int, dd: int) -> int | None:
 
 
 def parse_azure(text: str, sink: RowSink) -> None:
-    """Azure LLM inference trace (Splitwise): TIMESTAMP, ContextTokens, GeneratedTokens."""
+    """Azure LLM inference trace (Splitwise): TIMESTAMP, ContextTokens, GeneratedTokens. A
+    file in the published form is read as columns (workloads/traces/azure_columns.py: the
+    same rows); anything else row by row, each bad row with its file:line error."""
+    rows = azure_rows(text)
+    if rows is not None:
+        sink.extend_sorted(rows)
+        return
     t0: int | None = None
     for line, h, f in _csv_rows(text, sink, AZURE_COLUMNS):
         try:

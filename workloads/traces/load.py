@@ -22,7 +22,7 @@ import numpy as np
 
 from workloads.arrivals import ArrivalConfig, arrival_times, trace_arrivals
 from workloads.errors import WorkloadError
-from workloads.request import PromptSpec, Request, Workload, unique_prompt
+from workloads.request import PROMPT_TAG, PromptSpec, Request, Workload, namespace_column
 from workloads.traces.formats import PARSERS, TRACE_FORMATS, detect_format
 from workloads.traces.rows import RowSink, decode_text
 
@@ -137,11 +137,14 @@ def load_trace_bytes(
 
     requests: list[Request] = []
     clipped = 0
+    # a length-only row's own content (`unique_prompt(seed, rid, n)`): the namespaces of
+    # every kept row at once
+    spaces = namespace_column(seed, np.arange(len(times)), PROMPT_TAG).tolist()
     # times may be shorter than rows (num_requests / duration_s bounds)
-    for rid, (row, t) in enumerate(zip(rows, times, strict=False)):
+    for rid, (row, t) in enumerate(zip(rows, times.tolist(), strict=False)):
         prompt = row.prompt
         if not isinstance(prompt, PromptSpec):
-            prompt = unique_prompt(seed, rid, prompt)
+            prompt = PromptSpec((("unique", spaces[rid], int(prompt), 0),))
         plen = prompt.length
         mnt, out = resolve_max_new_tokens(
             plen, row.output_len, row.max_new_tokens, max_new_tokens, max_context_len
