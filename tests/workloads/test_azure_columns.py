@@ -1,7 +1,7 @@
 """The Azure trace read as columns (workloads/traces/azure_columns.py) against the row parser:
 the same rows on well-formed files, and on anything else the row parser's own rows or error.
 
-Cost: the hypothesis tests about 2 s; the bundled trace about 0.5 s.
+Cost: the hypothesis tests about 0.5 s; the bundled trace about 0.5 s.
 """
 
 from __future__ import annotations

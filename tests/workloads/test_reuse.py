@@ -206,7 +206,7 @@ def test_timed_reuse_in_nominal_order_is_the_ideal():
     assert set(at_once.values()) == {0}
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     reqs=st.lists(
         st.tuples(st.lists(segments, min_size=1, max_size=3), st.integers(0, 4),
@@ -220,7 +220,7 @@ def test_solo_requests_skipped_change_no_hit(reqs, page_size):
     """Leaving out of both passes the requests whose sequence starts with an id no other's
     does (`solo_requests`) gives every hit the full passes give, in the same order, also when
     a prefill takes no time (its own prompt inserted at its admission: then it is walked).
-    About 1 s."""
+    About 0.5 s."""
     from workloads.reuse import timed_reuse_hits_columns
 
     w = Workload("w", [
