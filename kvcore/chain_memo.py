@@ -33,7 +33,7 @@ _NO_BLOCKS = np.zeros(0, dtype=np.int64)
 class ChainEntry:
     """One token array's hashes (of `ids`' full blocks) and the last hit over them."""
 
-    __slots__ = ("at", "gens", "hashes", "hit", "ids")
+    __slots__ = ("at", "evicted", "gens", "hashes", "hit", "ids")
 
     def __init__(self, ids: np.ndarray, hashes: np.ndarray) -> None:
         self.ids = ids  # a private copy: the hashes are a function of it
@@ -41,6 +41,7 @@ class ChainEntry:
         self.hit = _NO_BLOCKS  # blocks of the last lookup, a prefix of hashes' blocks
         self.gens = _NO_BLOCKS  # their generations at that lookup
         self.at = -1  # the index's newest segment then, if that lookup ended at a miss
+        self.evicted = -1  # the pool's eviction count then (`BlockPool.evicted_blocks`)
 
 
 class ChainMemo:
@@ -59,7 +60,6 @@ class ChainMemo:
         """The entry of `ids` (contiguous int64) and the hashes of its first `nblocks` full
         blocks (nblocks * page_size <= len(ids))."""
         ps = self.hasher.page_size
-        n = nblocks * ps
         key = self._key(ids)
         e = self._entries.get(key)
         if e is not None:
@@ -67,19 +67,25 @@ class ChainMemo:
             if bool((e.ids[: have * ps] == ids[: have * ps]).all()):
                 self._entries.move_to_end(key)
                 if have < nblocks:
+                    n = len(ids) // ps * ps  # every full block, as a new entry hashes
                     parent = int(e.hashes[have - 1]) if have else NONE_HASH
                     more = self.hasher.chain(parent, ids[have * ps : n])
                     e.hashes = np.concatenate([e.hashes[:have], more])
                     e.ids = ids[:n].copy()
                     e.hit, e.gens = e.hit[:have], e.gens[:have]
-                    e.at = -1
+                    if len(e.hit) >= have:  # a hit that ended at a miss still ends there
+                        e.at = -1
                 return e, e.hashes[:nblocks]
             del self._entries[key]
+        # every full block of `ids`, not only the first `nblocks`: admission asks for one
+        # block more than its lookup (the last prompt token is recomputed), and a second
+        # pass for that one block copied the whole prompt and its chain again
+        n = len(ids) // ps * ps
         e = ChainEntry(ids[:n].copy(), self.hasher.chain(NONE_HASH, ids[:n]))
         self._entries[key] = e
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
-        return e, e.hashes
+        return e, e.hashes[:nblocks]
 
     def keep(self, ids: np.ndarray, hashes: np.ndarray) -> None:
         """Remember `hashes`, the chain of `ids`' first full blocks (contiguous int64; a
