@@ -163,15 +163,14 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         ps = self.page_size
         req = self._new_req(row, ids, final_len)
         # the prompt's chain (kept by the request) and the lookup of all but its last token
-        # in one memo visit: the entry is found and its tokens compared once
-        e, chain = self.memo.chain(ids, len(ids) // ps)
+        # in one memo visit, which takes the entry out: its tokens are compared once
+        e, chain = self.memo.take(ids, len(ids) // ps)
         m = (len(ids) - 1) // ps
         blocks = self._hit(e, chain[:m], ids) if m > 0 and self.pool.index.num_live \
             else _NO_BLOCKS
         if len(blocks):
             self.pool.touch(blocks)
         req.add_blocks(blocks)
-        self.memo.forget(ids)
         req.chain, req.nhashed = chain, len(blocks)
         req.written = cached = len(blocks) * ps
         if cached:
