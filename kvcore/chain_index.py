@@ -104,7 +104,9 @@ class Segment:
     def append(self, blocks: np.ndarray, hashes: np.ndarray, gen: int) -> None:
         n, k = self.n, len(blocks)
         if n + k > len(self._blocks):
-            size = max(2 * len(self._blocks), n + k, 16)
+            # room for as many entries again: a prompt cached whole is followed by its
+            # output, a chunk by the next (the untouched tail of a fresh array costs nothing)
+            size = max(2 * len(self._blocks), 2 * (n + k), 16)
             self._blocks, self._hashes, self._gens = (
                 _grown(a, n, size) for a in (self._blocks, self._hashes, self._gens))
         self._blocks[n : n + k] = blocks
