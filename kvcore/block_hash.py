@@ -116,6 +116,9 @@ class ChainHasher:
         np.multiply(w, self._binv[:n], out=w)
         s = np.cumsum(w, dtype=_U64, out=w)
         raw0 = int(_unmix(np.array([parent], dtype=_U64))[0]) * _BASE & _MASK
-        out = s[ps - 1 : n : ps] + _U64(raw0)  # the prefix sums at block ends (a new array)
+        # the prefix sums at block ends, in a new array; at page size 1 every prefix sum is
+        # a block end, so the same buffer finishes the job
+        ends = s if ps == 1 else s[ps - 1 : n : ps]
+        out = np.add(ends, _U64(raw0), out=s if ps == 1 else None)
         np.multiply(out, self._bpow[ps - 1 : n : ps], out=out)
         return _mix_into(out)

@@ -207,8 +207,9 @@ class HashedBlocks(ABC):
         """One holder fewer for each of `ordered` (distinct); those left with none join the
         queue tail in this order, still hashed (callers pass a request's blocks reversed)."""
         ref = self.ref_cnt
-        ref[ordered] -= 1
-        idle = ordered[ref[ordered] == 0]
+        left = ref[ordered] - 1  # one gather and one scatter (the blocks are distinct)
+        ref[ordered] = left
+        idle = ordered[left == 0]
         self.free_block_queue.append_n(idle)
         self.num_cached_free += int(np.count_nonzero(self.is_hashed[idle]))
 
@@ -300,7 +301,8 @@ class BlockPool(HashedBlocks):
         return b[np.argsort(self.gen[b], kind="stable")].tolist()
 
     def longest_cache_hit(self, hashes: np.ndarray, ids: np.ndarray, known: np.ndarray = _EMPTY,
-                          known_gens: np.ndarray = _EMPTY, known_at: int = -1) -> np.ndarray:
+                          known_gens: np.ndarray = _EMPTY, known_at: int = -1,
+                          known_evicted: int = -1) -> np.ndarray:
         """Cached blocks for the chain `hashes` (uint64) of the full blocks of `ids`, up to the
         first miss: at each position the oldest holder whose key (parent hash, token ids)
         matches. `known`, an earlier answer for a prefix of the same chain, is still the
@@ -311,15 +313,19 @@ class BlockPool(HashedBlocks):
         only a new holder there can extend a hit). Otherwise the chain index walks the chain
         from the end of the still-valid part of `known` (evictions take a hit's tail first,
         so that is usually most of it); only a collision (a key that differs under an equal
-        hash) costs a walk over the other holders of that hash."""
+        hash) costs a walk over the other holders of that hash. `known_evicted`: the pool's
+        `evicted_blocks` when `known` was found; if no block was evicted since, none left the
+        index (a generation changes only by an eviction and a later caching), so `known`
+        is still indexed under `known_gens` without reading them (a peek at a waiting
+        prompt re-read every generation of its hit, tens of thousands at page size 1)."""
         ps = self.page_size
         nblocks = len(hashes)
         j = min(len(known), nblocks)
-        if j:
+        if j and known_evicted != self.evicted_blocks:
             stale = np.flatnonzero(self.gen[known[:j]] != known_gens[:j])
             j = int(stale[0]) if len(stale) else j
         if j == nblocks or not self.index.num_live:
-            return known[:j]
+            return known if j == len(known) else known[:j]  # (`known` itself: unchanged)
         if known_at >= 0 and j == len(known) and not self.index.any_on_since(
                 np.ascontiguousarray(hashes, dtype=_U64), known_at, j):
             return known

@@ -56,6 +56,14 @@ _NO_BLOCKS = np.zeros(0, dtype=np.int64)
 _NEVER = np.iinfo(np.int64).max  # an age older than every generation
 
 
+def _grown(a: np.ndarray, n: int, size: int) -> np.ndarray:
+    """A `size`-entry array of a's dtype whose first n entries are a's (the rest unset: a
+    segment reads only its first `n`), without zeroing a tail that is about to be written."""
+    out = np.empty(size, dtype=a.dtype)
+    out[:n] = a[:n]
+    return out
+
+
 class Segment:
     """A run of cached blocks whose hashes form a chain: its blocks, their hashes and the
     generation each was cached under (arrays grown by doubling, the first `n` entries used),
@@ -96,10 +104,11 @@ class Segment:
     def append(self, blocks: np.ndarray, hashes: np.ndarray, gen: int) -> None:
         n, k = self.n, len(blocks)
         if n + k > len(self._blocks):
-            size = max(2 * len(self._blocks), n + k, 16)
+            # room for as many entries again: a prompt cached whole is followed by its
+            # output, a chunk by the next (the untouched tail of a fresh array costs nothing)
+            size = max(2 * len(self._blocks), 2 * (n + k), 16)
             self._blocks, self._hashes, self._gens = (
-                np.concatenate([a[:n], np.zeros(size - n, dtype=a.dtype)])
-                for a in (self._blocks, self._hashes, self._gens))
+                _grown(a, n, size) for a in (self._blocks, self._hashes, self._gens))
         self._blocks[n : n + k] = blocks
         self._hashes[n : n + k] = hashes
         self._gens[n : n + k] = gen
@@ -224,8 +233,17 @@ class ChainIndex:
         if (sids == first).all():  # the usual case: one segment's blocks
             pairs: zip[tuple[int, int]] | list[tuple[int, int]] = [(first, len(blocks))]
         else:
-            ids, counts = np.unique(sids, return_counts=True)
-            pairs = zip(ids.tolist(), counts.tolist(), strict=True)
+            # blocks per segment: segment ids are small (one per caching run), so a count
+            # over their range is cheaper than np.unique's sort of every evicted block
+            lo = int(sids.min())
+            span = int(sids.max()) - lo + 1
+            if span <= 4 * len(sids) + 4096:
+                counts = np.bincount(sids - lo, minlength=span)
+                ids = np.flatnonzero(counts)
+                pairs = zip((ids + lo).tolist(), counts[ids].tolist(), strict=True)
+            else:
+                ids, counts = np.unique(sids, return_counts=True)
+                pairs = zip(ids.tolist(), counts.tolist(), strict=True)
         for sid, c in pairs:
             seg = self.segments[sid]
             seg.live -= c

@@ -15,8 +15,8 @@ keeps, per token array:
 
 Entries are found by the array's buffer address and confirmed by comparing the tokens with the
 entry's own copy, so a reused or rewritten buffer costs a fresh hash, never a stale one. The
-memo is bounded (least recently used entries go) and admission takes a prompt's entry out;
-a request released before its prompt is written hands its chain back (`keep`).
+memo is bounded (least recently used entries go) and admission takes a prompt's entry out
+(`take`); a request released before its prompt is written hands its chain back (`keep`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ _NO_BLOCKS = np.zeros(0, dtype=np.int64)
 class ChainEntry:
     """One token array's hashes (of `ids`' full blocks) and the last hit over them."""
 
-    __slots__ = ("at", "gens", "hashes", "hit", "ids")
+    __slots__ = ("at", "evicted", "gens", "hashes", "hit", "ids")
 
     def __init__(self, ids: np.ndarray, hashes: np.ndarray) -> None:
         self.ids = ids  # a private copy: the hashes are a function of it
@@ -41,6 +41,7 @@ class ChainEntry:
         self.hit = _NO_BLOCKS  # blocks of the last lookup, a prefix of hashes' blocks
         self.gens = _NO_BLOCKS  # their generations at that lookup
         self.at = -1  # the index's newest segment then, if that lookup ended at a miss
+        self.evicted = -1  # the pool's eviction count then (`BlockPool.evicted_blocks`)
 
 
 class ChainMemo:
@@ -58,28 +59,53 @@ class ChainMemo:
     def chain(self, ids: np.ndarray, nblocks: int) -> tuple[ChainEntry, np.ndarray]:
         """The entry of `ids` (contiguous int64) and the hashes of its first `nblocks` full
         blocks (nblocks * page_size <= len(ids))."""
-        ps = self.hasher.page_size
-        n = nblocks * ps
         key = self._key(ids)
         e = self._entries.get(key)
         if e is not None:
-            have = min(len(e.hashes), nblocks)
-            if bool((e.ids[: have * ps] == ids[: have * ps]).all()):
+            hashes = self._extended(e, ids, nblocks)
+            if hashes is not None:
                 self._entries.move_to_end(key)
-                if have < nblocks:
-                    parent = int(e.hashes[have - 1]) if have else NONE_HASH
-                    more = self.hasher.chain(parent, ids[have * ps : n])
-                    e.hashes = np.concatenate([e.hashes[:have], more])
-                    e.ids = ids[:n].copy()
-                    e.hit, e.gens = e.hit[:have], e.gens[:have]
-                    e.at = -1
+                if len(e.hashes) < nblocks:
+                    e.hashes, e.ids = hashes, ids[: nblocks * self.hasher.page_size].copy()
                 return e, e.hashes[:nblocks]
             del self._entries[key]
+        n = nblocks * self.hasher.page_size
         e = ChainEntry(ids[:n].copy(), self.hasher.chain(NONE_HASH, ids[:n]))
         self._entries[key] = e
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
         return e, e.hashes
+
+    def take(self, ids: np.ndarray, nblocks: int) -> tuple[ChainEntry, np.ndarray]:
+        """`chain`, for the last time: the entry leaves the memo (its request was admitted
+        and keeps the chain), so a longer chain is not stored back with a copy of the
+        tokens. Admission takes one block more than its peeks asked about (they look at the
+        prompt less its last token), and that copy was of the whole prompt."""
+        e = self._entries.pop(self._key(ids), None)
+        if e is not None:
+            hashes = self._extended(e, ids, nblocks)
+            if hashes is not None:
+                return e, hashes[:nblocks]
+        n = nblocks * self.hasher.page_size
+        e = ChainEntry(ids[:0], self.hasher.chain(NONE_HASH, ids[:n]))
+        return e, e.hashes
+
+    def _extended(self, e: ChainEntry, ids: np.ndarray, nblocks: int) -> np.ndarray | None:
+        """The hashes of `e` extended to `nblocks` blocks of `ids` (its own when long enough;
+        only the new blocks hashed), with its last hit cut to the blocks it had; None when
+        `e` does not hold the tokens of `ids` (a reused or rewritten buffer)."""
+        ps = self.hasher.page_size
+        have = min(len(e.hashes), nblocks)
+        if not bool((e.ids[: have * ps] == ids[: have * ps]).all()):
+            return None
+        if have == nblocks:
+            return e.hashes
+        parent = int(e.hashes[have - 1]) if have else NONE_HASH
+        more = self.hasher.chain(parent, ids[have * ps : nblocks * ps])
+        e.hit, e.gens = e.hit[:have], e.gens[:have]
+        if len(e.hit) >= have:  # a hit that ended at a miss before `have` still ends there
+            e.at = -1
+        return np.concatenate([e.hashes[:have], more])
 
     def keep(self, ids: np.ndarray, hashes: np.ndarray) -> None:
         """Remember `hashes`, the chain of `ids`' first full blocks (contiguous int64; a
@@ -92,10 +118,6 @@ class ChainMemo:
         self._entries.move_to_end(key)
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
-
-    def forget(self, ids: np.ndarray) -> None:
-        """Drop the entry of `ids` (its request was admitted and keeps its own chain)."""
-        self._entries.pop(self._key(ids), None)
 
     def __len__(self) -> int:
         return len(self._entries)

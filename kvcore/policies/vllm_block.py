@@ -22,10 +22,12 @@ Per request: len(blocks) == ceil(written / page_size), and its row holds
 `blocks[p // ps] * ps + p % ps` at every written position p.
 
 Speed: at page size 1 every token is a block, so nothing here walks blocks in Python. A
-request's block table is a numpy array (grown by doubling), its full blocks' hashes one array
+request's block table is a numpy array (grown by doubling; at page size 1 with the page table
+on the host, its page-table row itself: `_RowReq`), its full blocks' hashes one array
 hashed once (`chain`; registering blocks slices it), and prompts asked about repeatedly
 before admission are hashed once and looked up again only when the cache changed under them
-(`ChainMemo`, kvcore/chain_memo.py; a request released in the middle of its prefill hands
+(`ChainMemo`, kvcore/chain_memo.py; a hit's generations are not re-read when no block was
+evicted since; admission takes the entry out; a request released in the middle of its prefill hands
 its chain back); an iteration's prefill chunks are cached in one call (`extend`), a stretch
 of decode steps pops its blocks in one batch (`decode_steps`). With the pool's run-based
 prefix index (kvcore/chain_index.py) this keeps `vllm` within 3x of `paged` at every page
@@ -38,15 +40,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_pool import BlockPool
 from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_at_steps
-from kvcore.chain_memo import ChainMemo
+from kvcore.chain_memo import ChainEntry, ChainMemo
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import DecodeStretch, PrefixCache
-from kvcore.policies.vllm_request import _ids, _Req
+from kvcore.policies.vllm_checks import check_block_policy
+from kvcore.policies.vllm_request import _ids, _Req, _RowReq
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
     InvariantError,
@@ -78,6 +80,9 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         self.hasher = ChainHasher(self.page_size, self.max_context_len)
         self.memo = ChainMemo(self.hasher)
         self._offsets = np.arange(self.page_size, dtype=np.int64)  # slots within a block
+        # at page size 1 with the page table on the host, a request's block table is its
+        # page-table row (kvcore/policies/vllm_request.py `_RowReq`): no second copy to write
+        self._table = self.req_to_token_pool.host if self.page_size == 1 else None
         self._reqs: dict[int, _Req] = {}
         # statistics
         self.hit_tokens = 0
@@ -88,9 +93,16 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         if nblocks <= 0 or not self.pool.index.num_live:
             return _NO_BLOCKS
         e, hashes = self.memo.chain(ids, nblocks)
-        hit = self.pool.longest_cache_hit(hashes, ids, e.hit, e.gens, e.at)
-        e.hit, e.gens = hit, self.pool.gen[hit]
-        e.at = self.pool.index.newest if len(hit) < nblocks else -1
+        return self._hit(e, hashes, ids)
+
+    def _hit(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The lookup of `_match` for the memo entry `e` of `ids` and its first hashes."""
+        pool = self.pool
+        hit = pool.longest_cache_hit(hashes, ids, e.hit, e.gens, e.at, e.evicted)
+        if hit is not e.hit:  # (the same array: still indexed under the same generations)
+            e.hit, e.gens = hit, pool.gen[hit]
+        e.evicted = pool.evicted_blocks
+        e.at = pool.index.newest if len(hit) < len(hashes) else -1
         return hit
 
     def _register_full(self, req: _Req) -> None:
@@ -98,6 +110,11 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         run = self._full_run(req)
         if run is not None:
             self.pool.cache_full_blocks(*run)
+
+    def _new_req(self, row: int, ids: np.ndarray, final_len: int) -> _Req:
+        if self._table is not None:
+            return _RowReq(row, ids, final_len, self._table)
+        return _Req(row, ids, final_len, self.page_size)
 
     def _full_run(self, req: _Req) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, int,
                                             int] | None:
@@ -109,10 +126,10 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         if done >= full:
             return None
         self._hash_to(req, full)
-        parent, after = (int(req.chain[done - 1]), int(req._blocks[done - 1])) if done \
+        parent, after = (int(req.chain[done - 1]), req.block_at(done - 1)) if done \
             else (NONE_HASH, 0)
         req.nhashed = full
-        return (req._blocks[done:full], req.chain[done:full], parent,
+        return (req.block_slice(done, full), req.chain[done:full], parent,
                 req.ids[done * ps : full * ps].reshape(-1, ps), done, after)
 
     # -- admission -------------------------------------------------------------------------
@@ -146,13 +163,16 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         if row is None:
             return None
         ps = self.page_size
-        req = _Req(row, ids, final_len, ps)
-        blocks = self._match(ids, (len(ids) - 1) // ps)
+        req = self._new_req(row, ids, final_len)
+        # the prompt's chain (kept by the request) and the lookup of all but its last token
+        # in one memo visit, which takes the entry out: its tokens are compared once
+        e, chain = self.memo.take(ids, len(ids) // ps)
+        m = (len(ids) - 1) // ps
+        blocks = self._hit(e, chain[:m], ids) if m > 0 and self.pool.index.num_live \
+            else _NO_BLOCKS
         if len(blocks):
             self.pool.touch(blocks)
         req.add_blocks(blocks)
-        _, chain = self.memo.chain(ids, len(ids) // ps)  # the prompt's, kept by the request
-        self.memo.forget(ids)
         req.chain, req.nhashed = chain, len(blocks)
         req.written = cached = len(blocks) * ps
         if cached:
@@ -172,10 +192,11 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         """Page-table entries of positions start..end-1 (their blocks already allocated)."""
         ps = self.page_size
         if ps == 1:  # a block per token: the slots are the blocks
-            self.req_to_token_pool.write_range(req.row, start, req._blocks[start:end])
+            if self._table is None:  # (else the row is the block table: already written)
+                self.req_to_token_pool.write_range(req.row, start, req.block_slice(start, end))
             return
         first = start // ps
-        bt = req._blocks[first : cdiv(end, ps)]
+        bt = req.block_slice(first, cdiv(end, ps))
         slots = (bt[:, None] * ps + self._offsets).ravel()  # every slot of those blocks
         self.req_to_token_pool.write_range(req.row, start,
                                            slots[start - first * ps : end - first * ps])
@@ -201,6 +222,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after) each
         parts: list[tuple[_Req, int, int]] = []  # (request, first, end) of each run's blocks
         whole = ps == 1  # at page size 1: every new block is newly full, in `new`'s order
+        rows_hold = self._table is not None  # the block tables are the page-table rows
         for req, t in zip(reqs, ts, strict=True):
             w = req.written
             if t <= w:
@@ -209,7 +231,8 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             if ps == 1:  # a block per token: k == t - w new blocks, and they are the slots
                 got = new[at : at + k]
                 req.add_blocks(got)
-                self.req_to_token_pool.write_range(req.row, w, got)
+                if not rows_hold:
+                    self.req_to_token_pool.write_range(req.row, w, got)
                 at += k
             else:
                 if k > 0:
@@ -225,15 +248,17 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                 if len(req.chain) < full:
                     self._hash_to(req, full)
                 runs.append((full - done, req.chain.item(done - 1) if done else NONE_HASH,
-                             done, req._blocks.item(done - 1) if done else 0))
+                             done, req.block_at(done - 1) if done else 0))
                 parts.append((req, done, full))
                 req.nhashed = full
         if runs:
             if len(parts) == 1:
                 req, d, f = parts[0]
-                every, hashes, tokens = req._blocks[d:f], req.chain[d:f], req.ids[d * ps : f * ps]
+                every = new if whole else req.block_slice(d, f)
+                hashes, tokens = req.chain[d:f], req.ids[d * ps : f * ps]
             else:
-                every = new if whole else np.concatenate([r._blocks[d:f] for r, d, f in parts])
+                every = new if whole else np.concatenate([r.block_slice(d, f)
+                                                          for r, d, f in parts])
                 hashes = np.concatenate([r.chain[d:f] for r, d, f in parts])
                 tokens = np.concatenate([r.ids[d * ps : f * ps] for r, d, f in parts])
             self.pool.cache_runs(every, hashes, tokens.reshape(-1, ps), runs)
@@ -264,10 +289,16 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         rows = np.array([r.row for r in reqs], dtype=np.int64)
         if ps == 1:  # every request starts a block (written == nblocks), and it is the slot
             got = self.pool.get_new_blocks(need)
-            for req, b in zip(reqs, got.tolist(), strict=True):
-                req.add_block(b)
-                req.written += 1
             self.req_to_token_pool.write_at(rows, np.array(written, dtype=np.int64), got)
+            if self._table is not None:  # that write was the block tables' too
+                for req, b in zip(reqs, got.tolist(), strict=True):
+                    req.nblocks += 1  # (`_RowReq.grew(1, b)`, inline: ~100 k calls)
+                    req.written += 1
+                    req.last = b
+            else:
+                for req, b in zip(reqs, got.tolist(), strict=True):
+                    req.add_block(b)
+                    req.written += 1
         else:
             new = iter(self.pool.get_new_blocks(need).tolist())
             slots = []
@@ -311,6 +342,10 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         block_at = new.reshape(n, len(reqs)) if ps == 1 else pages_at_steps(pos, new, last, ps)
         rows = np.array([r.row for r in reqs], dtype=np.int64)
         self.req_to_token_pool.write_at(rows[None, :], pos, block_at * ps + pos % ps)
+        if self._table is not None:  # that write was the block tables' too (page size 1)
+            for req, b in zip(reqs, block_at[-1].tolist(), strict=True):
+                req.grew(n, b)  # type: ignore[attr-defined]
+            return profile
         for i, req in enumerate(reqs):
             req.add_blocks(block_at[starts[:, i], i])
             req.written += n
@@ -427,38 +462,9 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         return sum(r.nblocks for r in self._reqs.values())
 
     def check_invariants(self) -> None:
-        """The pool's equations, plus: ref_cnt[b] == #live requests holding b; a request
-        holds ceil(written / ps) distinct non-null blocks and its hashed blocks keep their
-        hashes; its page-table row matches its block table."""
-        pool, ps = self.pool, self.page_size
-        self.req_to_token_pool.check_invariants()
-        pool.check_invariants()
-        holders = np.zeros(self.num_pages + 1, dtype=np.int64)
-        for rid, r in self._reqs.items():
-            bt = r.blocks
-            if len(np.unique(bt)) != len(bt) or (bt == 0).any():
-                raise InvariantError(f"vllm: request {rid} holds a block twice or the null block")
-            if len(bt) != cdiv(r.written, ps) or (len(bt) and r.last != bt[-1]):
-                raise InvariantError(f"vllm: request {rid} has blocks beyond its written tokens")
-            if r.nhashed > r.written // ps or r.nhashed > len(r.chain):
-                raise InvariantError(f"vllm: request {rid} hashed a partial block")
-            if len(r.chain) and not np.array_equal(
-                    self.hasher.chain(NONE_HASH, r.ids[: len(r.chain) * ps]), r.chain):
-                raise InvariantError(f"vllm: request {rid} keeps a wrong hash chain")
-            holders[bt] += 1
-            hb = bt[: r.nhashed]
-            if not (pool.is_hashed[hb].all()
-                    and np.array_equal(pool.block_hash[hb], r.chain[: r.nhashed])):
-                raise InvariantError(f"vllm: request {rid} has a block that lost its hash")
-        for b in np.flatnonzero(pool.ref_cnt != holders).tolist():
-            raise InvariantError(f"vllm: block {b} ref {pool.ref_cnt[b]} != holders {holders[b]}")
-        table = self.req_to_token_pool.req_to_token
-        for rid, r in self._reqs.items():
-            pos = torch.arange(r.written)
-            tb = torch.from_numpy(r.blocks.copy())
-            want = (tb[pos // ps] * ps + pos % ps).to(torch.int32) if r.written else pos.int()
-            if not torch.equal(table[r.row, : r.written].cpu(), want):
-                raise InvariantError(f"vllm: page-table row of request {rid} is wrong")
+        """The pool's equations and the requests' (kvcore/policies/vllm_checks.py), the
+        breakdown's, and capacity == num_pages * page_size."""
+        check_block_policy(self.pool, self._reqs, self.hasher, self.req_to_token_pool)
         self.breakdown(self.max_context_len).check_invariants()
-        if self.num_pages * ps != self.capacity:
+        if self.num_pages * self.page_size != self.capacity:
             raise InvariantError("vllm: capacity is not num_pages * page_size")

@@ -1,6 +1,11 @@
 """The `vllm` policy's per-request state: its block table (a numpy array grown by doubling,
 its last block kept as an int for decode), its token ids and hash chain, and its page-table
-row. Kept apart from kvcore/policies/vllm_block.py (the manager) so each stays one job."""
+row. Kept apart from kvcore/policies/vllm_block.py (the manager) so each stays one job.
+
+At page size 1 a block is one token's slot, so the block table and the page-table row hold
+the same numbers: `_RowReq` keeps its block table *in* the row (a numpy view of the host
+table), and adding blocks is the page-table write itself, instead of one write to each (with
+chunk 64 about 200 k additions of a few dozen blocks, and one per request per decode step)."""
 
 from __future__ import annotations
 
@@ -44,6 +49,13 @@ class _Req:
         self.nblocks = n + k
         self.last = new.item(-1)
 
+    def block_slice(self, start: int, end: int) -> np.ndarray:
+        """Blocks start..end-1 of the table (int64; a view)."""
+        return self._blocks[start:end]
+
+    def block_at(self, i: int) -> int:
+        return self._blocks.item(i)
+
     def add_block(self, b: int) -> None:
         """`add_blocks` of one block (decode's case, kept free of array slicing)."""
         n = self.nblocks
@@ -52,3 +64,53 @@ class _Req:
         self._blocks[n] = b
         self.nblocks = n + 1
         self.last = b
+
+
+class _RowReq(_Req):
+    """A request at page size 1 whose block table is its page-table row: `table` is the host
+    view of the page table (int32), and block i is `table[row, i]`, written there by
+    `add_blocks` (so the policy writes no page-table entry of its own). Reads hand out int64
+    copies: block ids index the pool's arrays, and numpy converts an int32 index array on
+    every use. The row is shared with nothing while the request lives, and nothing reads it
+    through this object after `release` frees the row."""
+
+    __slots__ = ("_row",)
+
+    def __init__(self, row: int, ids: np.ndarray, final_len: int, table: np.ndarray) -> None:
+        super().__init__(row, ids, 0, 1)  # no table of its own (a one-entry stand-in)
+        self.final_len = final_len
+        self._row = table[row]
+
+    @property
+    def blocks(self) -> np.ndarray:
+        return self._row[: self.nblocks].astype(np.int64)
+
+    def block_slice(self, start: int, end: int) -> np.ndarray:
+        return self._row[start:end].astype(np.int64)
+
+    def block_at(self, i: int) -> int:
+        return self._row.item(i)
+
+    def add_blocks(self, new: np.ndarray) -> None:
+        n, k = self.nblocks, len(new)
+        if not k:
+            return
+        if n + k > len(self._row):
+            raise ValueError(f"vllm: request in row {self.row} grows past the page table "
+                             f"({n + k} > {len(self._row)} positions)")
+        self._row[n : n + k] = new
+        self.nblocks = n + k
+        self.last = new.item(-1)
+
+    def add_block(self, b: int) -> None:
+        n = self.nblocks
+        self._row[n] = b
+        self.nblocks = n + 1
+        self.last = b
+
+    def grew(self, k: int, last: int) -> None:
+        """`k` blocks were written into the row by the caller (a decode step's or stretch's
+        page-table write), the last of them `last`."""
+        self.nblocks += k
+        self.written += k
+        self.last = last
