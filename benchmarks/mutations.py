@@ -91,8 +91,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_vllm_block.py::test_block_hash_is_deterministic_and_chained",)),
     Mutation(
         "vllm-hit-not-capped", "kvcore/policies/vllm_block.py",
-        "blocks = self._match(ids, (len(ids) - 1) // ps)",
-        "blocks = self._match(ids, len(ids) // ps)",  # a full-prompt hit leaves nothing to run
+        "        m = (len(ids) - 1) // ps\n",
+        "        m = len(ids) // ps\n",  # a full-prompt hit leaves nothing to run
         ("tests/kvcore/test_vllm_block.py::test_hit_capped_at_prompt_minus_one",)),
     Mutation(
         "decode-rounding-counted-as-reserved", "kvcore/breakdown.py",

@@ -282,8 +282,7 @@ class PagedPolicy(PrefixCache, DecodeStretch):
                 base.as_tuple(), wl, self._final[rows].tolist(), ps, n)
             n_new = len(order)
         else:
-            room = (-w) % ps  # what is left of each request's last page
-            have = w + room  # where that page ends
+            have = w + (-w) % ps  # where each request's last page ends
             profile, taken_a = page_growth_profile(base, w, self._final[rows], have, ps, n)
             n_new = int(taken_a[-1]) // ps if n else 0  # taken: new slots through each step
             rounding = int(profile[-1, _INTERNAL]) - base.internal if n else 0
