@@ -156,7 +156,7 @@ def _decode_sums(decode: np.ndarray, ps: int) -> tuple[int, int, int]:
 
 
 def _step_sums(ctx: list[int], ps: int) -> tuple[int, int, list[int]]:
-    """(sum, pages at kernel page `ps`, counts of (1 - c) % ps): a large batch's numpy ints."""
+    """(sum, pages at kernel page `ps`, counts of (1 - c) % ps) of a small batch, as ints."""
     counts, pages = [0] * ps, 0
     for c in ctx:
         counts[(1 - c) % ps] += 1

@@ -171,8 +171,7 @@ class FastForward:
         policy = r.policy
         b0 = policy.breakdown(head)
         profile = policy.decode_steps(rids, k, head)
-        record = self._record_short if k <= SCALAR_PROFILE else self._record_arrays
-        first, last, step_gaps = record(ends, profile, b0, rids, k)
+        first, last, step_gaps = self._record(ends, profile, b0, rids, k)
         e.steps_taken(k)
         yield from wait_until(env, last)
         assert len(batch) == n, "the running batch changed during a stretch"
@@ -186,54 +185,47 @@ class FastForward:
         for s in batch.remove_done(n):
             e.finish(s)
 
-    def _record_arrays(self, ends: np.ndarray, profile: np.ndarray, b0: MemoryBreakdown,
-                       rids: list[int], k: int) -> tuple[float, float, Gaps | None]:
+    def _record(self, ends: np.ndarray, profile: np.ndarray, b0: MemoryBreakdown,
+                rids: list[int], k: int) -> tuple[float, float, Gaps | None]:
         """Apply the k steps to the batch and record them (breakdown per step, iterations,
-        a timeline sample) from arrays; returns the first and last step ends and the gaps
-        between consecutive ends (None for one step)."""
+        a timeline sample); returns the first and last step ends and the gaps between
+        consecutive ends (None for one step). A stretch of at most SCALAR_PROFILE steps
+        (most: a stretch of the Azure run is a median 5 steps of 25 requests) is recorded
+        from Python lists, with about a third of the numpy calls and the same numbers
+        (tests/simulator/test_short_stretch.py); a longer one from the arrays."""
         e, r = self.e, self.rules
         assert r is not None
         batch, now = e.running, e.env.now
         n = batch.n
-        w0 = batch.written[:n].copy()
+        short = k <= SCALAR_PROFILE
+        w0 = batch.written[:n].tolist() if short else batch.written[:n].copy()
         batch.wrote(n, k)
-        starts = np.concatenate(([now], ends[:-1]))
-        entries = entries_at_steps(r.policy.page_table_entries(), w0, k, r.page_size)
-        e.rec.add_profile(starts, ends, profile, b0.frag_index, entries, b0.over_reservation)
+        entries_now = r.policy.page_table_entries()
+        if short:
+            ends_v: Any = ends.tolist()
+            starts: Any = [now, *ends_v[:-1]]
+            rows: Any = profile.tolist()
+            entries: Any = entries_at_steps_short(entries_now, w0, k, r.page_size)
+            add = e.rec.add_steps
+        else:
+            ends_v, rows = ends, profile
+            starts = np.concatenate(([now], ends[:-1]))
+            entries = entries_at_steps(entries_now, w0, k, r.page_size)
+            add = e.rec.add_profile
+        add(starts, ends_v, rows, b0.frag_index, entries, b0.over_reservation)
+        first, last = float(ends_v[0]), float(ends_v[-1])
         if e.event_sink is not None:
-            e.event_sink(float(starts[0]), float(ends[-1]), [], rids, k)
-        e.rec.add_iterations(starts, k, n)
-        e.rec.sample(now, profile[0], n, len(e.waiting), n)
-        gaps = (ends[1:] - ends[:-1], n) if k > 1 else None  # np.diff, without its wrapper
-        return float(ends[0]), float(ends[-1]), gaps
-
-    def _record_short(self, ends: np.ndarray, profile: np.ndarray, b0: MemoryBreakdown,
-                      rids: list[int], k: int) -> tuple[float, float, Gaps | None]:
-        """`_record_arrays` for a stretch of at most SCALAR_PROFILE steps in Python lists:
-        the same numbers (tests/simulator/test_short_stretch.py) from about a third of the
-        numpy calls (a stretch of the Azure run is a median 5 steps of 25 requests)."""
-        e, r = self.e, self.rules
-        assert r is not None
-        batch, now = e.running, e.env.now
-        n = batch.n
-        w0 = batch.written[:n].tolist()
-        batch.wrote(n, k)
-        ends_l: list[float] = ends.tolist()
-        starts = [now, *ends_l[:-1]]
-        rows: list[list[int]] = profile.tolist()
-        entries = entries_at_steps_short(r.policy.page_table_entries(), w0, k, r.page_size)
-        e.rec.add_steps(starts, ends_l, rows, b0.frag_index, entries, b0.over_reservation)
-        if e.event_sink is not None:
-            e.event_sink(starts[0], ends_l[-1], [], rids, k)
+            e.event_sink(float(starts[0]), last, [], rids, k)
         e.rec.add_iterations(starts, k, n)
         e.rec.sample(now, rows[0], n, len(e.waiting), n)
-        gaps: Gaps | None = None
-        if k > 1:
-            diffs = [b - a for a, b in pairwise(ends_l)]
-            d = diffs[0]
-            gaps = ((np.array([d]), n * (k - 1)) if all(x == d for x in diffs)
-                    else (np.array(diffs), n))  # add_gaps' one-value form, or every gap
-        return ends_l[0], ends_l[-1], gaps
+        if k == 1:
+            return first, last, None
+        if not short:
+            return first, last, (ends[1:] - ends[:-1], n)  # np.diff, without its wrapper
+        diffs = [b - a for a, b in pairwise(ends_v)]
+        d = diffs[0]  # add_gaps' one-value form when every gap is the same, else every gap
+        same = all(x == d for x in diffs)
+        return first, last, ((np.array([d]), n * (k - 1)) if same else (np.array(diffs), n))
 
 
 def entries_at_steps_short(entries_now: int, w0: list[int], k: int, page_size: int
