@@ -132,11 +132,7 @@ class ReqToTokenPool:
                                  f"{self.max_context_len})")
         elif not 0 <= cols < self.max_context_len:
             self._bad_range(rows, cols, cols + 1)
-        host = self.host
-        if host is not None:
-            host[rows, cols] = slots
-        else:
-            self.req_to_token[self._device_index(rows, cols)] = self._as_table_tensor(slots)
+        self._scatter(rows, cols, slots)
 
     def write_run(self, rows: np.ndarray, starts: np.ndarray, n: int, slots: np.ndarray,
                   top: int | None = None) -> None:
@@ -154,6 +150,12 @@ class ReqToTokenPool:
             raise ValueError(f"positions {bad}..{bad + n} outside the page table "
                              f"(max_context_len {self.max_context_len})")
         cols = starts if n == 1 and slots.ndim == 1 else starts + step_column(n)
+        self._scatter(rows, cols, slots)
+
+    def _scatter(self, rows: int | np.ndarray, cols: int | np.ndarray,
+                 slots: np.ndarray) -> None:
+        """req_to_token[rows, cols] = slots, checked by the caller: through the numpy view
+        on the host, else as one indexed torch write on the table's device."""
         host = self.host
         if host is not None:
             host[rows, cols] = slots

@@ -113,7 +113,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
 
     def _new_req(self, row: int, ids: np.ndarray, final_len: int) -> _Req:
         if self._table is not None:
-            return _RowReq(row, ids, final_len, self._table)
+            return _RowReq(row, ids, final_len, self.req_to_token_pool)
         return _Req(row, ids, final_len, self.page_size)
 
     def _full_run(self, req: _Req) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, int,

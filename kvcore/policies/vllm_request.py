@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import cdiv
 
 
@@ -67,19 +68,23 @@ class _Req:
 
 
 class _RowReq(_Req):
-    """A request at page size 1 whose block table is its page-table row: `table` is the host
-    view of the page table (int32), and block i is `table[row, i]`, written there by
-    `add_blocks` (so the policy writes no page-table entry of its own). Reads hand out int64
-    copies: block ids index the pool's arrays, and numpy converts an int32 index array on
-    every use. The row is shared with nothing while the request lives, and nothing reads it
-    through this object after `release` frees the row."""
+    """A request at page size 1 whose block table is its page-table row: block i is
+    `host[row, i]` of the page table's host view (int32), written there by `add_blocks`
+    through the pool's checked `write_range` (the table's one writer, so the policy writes
+    no page-table entry of its own). Reads hand out int64 copies: block ids index the
+    pool's arrays, and numpy converts an int32 index array on every use. The row is shared
+    with nothing while the request lives, and nothing reads it through this object after
+    `release` frees the row."""
 
-    __slots__ = ("_row",)
+    __slots__ = ("_pool", "_row")
 
-    def __init__(self, row: int, ids: np.ndarray, final_len: int, table: np.ndarray) -> None:
+    def __init__(self, row: int, ids: np.ndarray, final_len: int,
+                 pool: ReqToTokenPool) -> None:
         super().__init__(row, ids, 0, 1)  # no table of its own (a one-entry stand-in)
+        assert pool.host is not None, "a row-kept block table needs the host view"
         self.final_len = final_len
-        self._row = table[row]
+        self._pool = pool  # the table's one writer: additions go through its checks
+        self._row = pool.host[row]
 
     @property
     def blocks(self) -> np.ndarray:
@@ -95,18 +100,12 @@ class _RowReq(_Req):
         n, k = self.nblocks, len(new)
         if not k:
             return
-        if n + k > len(self._row):
-            raise ValueError(f"vllm: request in row {self.row} grows past the page table "
-                             f"({n + k} > {len(self._row)} positions)")
-        self._row[n : n + k] = new
+        self._pool.write_range(self.row, n, new)
         self.nblocks = n + k
         self.last = new.item(-1)
 
     def add_block(self, b: int) -> None:
-        n = self.nblocks
-        self._row[n] = b
-        self.nblocks = n + 1
-        self.last = b
+        self.add_blocks(np.array([b], dtype=np.int64))
 
     def grew(self, k: int, last: int) -> None:
         """`k` blocks were written into the row by the caller (a decode step's or stretch's
