@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -20,6 +20,15 @@ from experiments.cli_reference import COMMAND_EXAMPLES, epilog
 from experiments.command_errors import STATE, KvsimGroup
 from experiments.command_options import from_user, with_options
 from experiments.compare import COMPARED
+from experiments.console_out import (
+    console,
+    echo_lines,
+    echo_probe,
+    freeze_heap_at_exit,
+    print_lines,
+    print_reuse,
+    warn_overload,
+)
 from experiments.grid import DEFAULT_PAGE_SIZES, SWEEP_AXES, parse_list
 from experiments.options import RunOptions
 
@@ -53,21 +62,6 @@ def _root(
     STATE["debug"] = debug
 
 
-def _console():
-    from rich.console import Console
-
-    return Console()
-
-
-def _warn_overload(rows: list[dict[str, Any]]) -> None:
-    """The one-line overload warning (reports.overload_view), on stderr so --json stays JSON."""
-    from reports.overload_view import overload_warning
-
-    line = overload_warning(rows)
-    if line is not None:
-        typer.echo(line, err=True)
-
-
 # -- run ------------------------------------------------------------------------------------------
 @app.command(epilog=epilog("run"))
 @with_options()
@@ -87,11 +81,11 @@ def run(
     if progress is None:  # long runs show a bar when someone is watching
         progress = sys.stderr.isatty()
     one = simulate_one(opts, events=events, progress=progress)
-    con = _console()
+    con = console()
     for table in run_tables(one.row):  # a hybrid run's pools per layer kind come last
         con.print(table)
-    _print_reuse(con, [one.row])
-    _warn_overload([one.row])
+    print_reuse(con, [one.row])
+    warn_overload([one.row])
     if events is not None:
         con.print(f"events: {events} (open in ui.perfetto.dev)")
     if out := opts.output.out:
@@ -128,7 +122,7 @@ def sweep(
     out, df = run_grid(opts, lists, jobs=jobs, executor=executor,
                        scheduler_address=scheduler_address, progress=progress, say=typer.echo)
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
-    _warn_overload(df.to_dict("records"))
+    warn_overload(df.to_dict("records"))
     if plot and len(df):
         paths = plot_dir(out, out / "figures", slo_ttft=opts.output.slo_ttft,
                          slo_tpot=opts.output.slo_tpot)
@@ -157,29 +151,17 @@ def compare(
 
     c = compare_policies(opts, lists["policy"], baseline,
                          sys.stderr.isatty() if progress is None else progress)
-    con = _console()
+    con = console()
     con.print(breakdown_table(c.rows))
     con.print(latency_table(c.rows))
     if len(c.rows) >= 2:
         con.print(delta_table(c.rows, c.names, c.base))
-        _print_lines(con, admission_notes(c.rows, c.names, c.base))
+        print_lines(con, admission_notes(c.rows, c.names, c.base))
         write_deltas(c)
-    _print_reuse(con, c.rows)
-    _warn_overload(c.rows)
+    print_reuse(con, c.rows)
+    warn_overload(c.rows)
     paths = write_compare(opts, c)
     con.print(f"results: {c.out}/; figures: {', '.join(p.name for p in paths)}")
-
-
-def _print_lines(con, lines: list[str]) -> None:
-    for line in lines:
-        con.print(line, markup=False, highlight=False)
-
-
-def _print_reuse(con, rows: list[dict[str, Any]]) -> None:
-    """The hit rate next to the ideal and where the gap went (reports.reuse_view)."""
-    from reports.reuse_view import reuse_lines
-
-    _print_lines(con, reuse_lines(rows, [str(r.get("policy", "")) for r in rows]))
 
 
 # -- plot / report --------------------------------------------------------------------------------
@@ -231,11 +213,11 @@ def diff(
     from reports.diff import diff_view
 
     items, rows = diff_view(run_a, run_b, out, label_a, label_b)
-    con = _console()
+    con = console()
     for item in items[:-1]:  # lines as they are, tables with their colours
         con.print(item, **({"markup": False, "highlight": False} if isinstance(item, str)
                            else {}))
-    _warn_overload(rows)
+    warn_overload(rows)
     con.print(items[-1], markup=False, highlight=False)
 
 
@@ -245,7 +227,7 @@ def models() -> None:
     """Model presets, one line each (hybrids: their layer mix)."""
     from reports.listings import model_lines
 
-    _echo_lines(model_lines())
+    echo_lines(model_lines())
 
 
 @app.command()
@@ -253,7 +235,7 @@ def gpus() -> None:
     """GPU presets, one line each."""
     from reports.listings import gpu_lines
 
-    _echo_lines(gpu_lines())
+    echo_lines(gpu_lines())
 
 
 @app.command("workloads")
@@ -261,7 +243,7 @@ def workloads_cmd() -> None:
     """Built-in workloads and bundled traces, one line each."""
     from reports.listings import workload_lines
 
-    _echo_lines(workload_lines())
+    echo_lines(workload_lines())
 
 
 @app.command()
@@ -269,7 +251,7 @@ def policies() -> None:
     """KV allocation policies and when to pick each, one line each."""
     from reports.listings import policy_lines
 
-    _echo_lines(policy_lines())
+    echo_lines(policy_lines())
 
 
 @app.command()
@@ -306,7 +288,7 @@ def trace_stats_cmd(
         return
     from reports.tables import trace_stats_lines, trace_stats_table
 
-    con = _console()
+    con = console()
     con.print(trace_stats_table(s))
     for line in trace_stats_lines(s):
         con.print(line)
@@ -350,8 +332,8 @@ def plan(
 
         sizing = plan_host_tier(opts, target_hit_rate, from_user(ctx, "workload"))
         if sizing.overloaded:
-            _warn_overload(list(sizing.rows))
-        _echo_lines([json.dumps(sizing.to_dict(), indent=2)] if as_json
+            warn_overload(list(sizing.rows))
+        echo_lines([json.dumps(sizing.to_dict(), indent=2)] if as_json
                     else sizing.report_lines(opts.output.out))
         return
     from experiments.plan_modes import PlanRequest, make_plan
@@ -362,33 +344,21 @@ def plan(
     req = PlanRequest(context_len, tolerance, lists["page_size"],
                       None if seeds is None else tuple(seeds), jobs, find_rate,
                       at_sustainable_rate, steps, study, bar)
-    answer = make_plan(opts, req, on_probe=None if as_json else _echo_probe,
+    answer = make_plan(opts, req, on_probe=None if as_json else echo_probe,
                        announce=None if as_json else lambda m: typer.echo(m, err=True))
     if answer.study is not None and answer.study.recommendation.overloaded:
-        _warn_overload(list(answer.study.rows))
+        warn_overload(list(answer.study.rows))
     if as_json:
         typer.echo(json.dumps(answer.to_dict(), indent=2, default=str))
         return
     from reports.plan_view import render_plan_all, render_recommendation
 
-    con = _console()
+    con = console()
     con.print(render_plan_all(answer.plan))
     if answer.study is not None:
         con.print(render_recommendation(answer.study.recommendation))
     for line in answer.lines():
         con.print(line, markup=False, highlight=False)
-
-
-def _echo_lines(lines: list[str]) -> None:
-    for line in lines:
-        typer.echo(line)
-
-
-def _echo_probe(p: Any) -> None:
-    """One capacity probe, on stderr as it finishes."""
-    from reports.overload_view import probe_line
-
-    typer.echo(probe_line(p), err=True)
 
 
 @app.command()
@@ -413,7 +383,7 @@ def capacity(
     check_steps(steps)
     opts.sim_config()  # a user mistake before the first simulation
     bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
-    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else _echo_probe,
+    cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else echo_probe,
                                 simulate=lambda o: simulate_options(o, progress=bar)[0])
     if as_json:
         typer.echo(json.dumps(cap.to_dict(), indent=2, default=str))
@@ -451,7 +421,7 @@ def calibrate(
 
     fit = fit_file(file, out, model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, base=base,
                    backend=backend, page_size=page_size, chunk=chunk)
-    _echo_lines([*fit_lines(fit), f"profile: {out} (use --latency-profile {out})"])
+    echo_lines([*fit_lines(fit), f"profile: {out} (use --latency-profile {out})"])
 
 
 @app.command()
@@ -489,7 +459,9 @@ def cli_reference() -> str:
 
 def main() -> None:
     """Console entry point. Errors are turned into exit status 2 by KvsimGroup (so the same
-    handling applies under a test runner); this wrapper only adds Ctrl-C handling."""
+    handling applies under a test runner); this wrapper adds Ctrl-C handling and the quick
+    exit (experiments.console_out.freeze_heap_at_exit)."""
+    freeze_heap_at_exit()
     try:
         app()
     except KeyboardInterrupt:

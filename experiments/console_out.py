@@ -1,0 +1,68 @@
+"""What the commands print to the terminal besides their tables, and how the process ends.
+
+cli.py keeps the commands; these are the small printing helpers several of them share (the
+overload warning, the reuse lines, the capacity probes) and `freeze_heap_at_exit`, the one
+process-wide setting a `kvsim` command makes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+from typing import Any
+
+import typer
+
+
+def console():
+    """A rich console, imported only by the commands that print through one."""
+    from rich.console import Console
+
+    return Console()
+
+
+def warn_overload(rows: list[dict[str, Any]]) -> None:
+    """The one-line overload warning (reports.overload_view), on stderr so --json stays JSON."""
+    from reports.overload_view import overload_warning
+
+    line = overload_warning(rows)
+    if line is not None:
+        typer.echo(line, err=True)
+
+
+def print_lines(con, lines: list[str]) -> None:
+    for line in lines:
+        con.print(line, markup=False, highlight=False)
+
+
+def print_reuse(con, rows: list[dict[str, Any]]) -> None:
+    """The hit rate next to the ideal and where the gap went (reports.reuse_view)."""
+    from reports.reuse_view import reuse_lines
+
+    print_lines(con, reuse_lines(rows, [str(r.get("policy", "")) for r in rows]))
+
+
+def echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        typer.echo(line)
+
+
+def echo_probe(p: Any) -> None:
+    """One capacity probe, on stderr as it finishes."""
+    from reports.overload_view import probe_line
+
+    typer.echo(probe_line(p), err=True)
+
+
+def freeze_heap_at_exit() -> None:
+    """Skip the garbage collector's last passes when the process ends.
+
+    Why: a finished command has written its results (atomically, reports/io.py) and closed its
+    files; what is left is torch's and the run's objects, which the interpreter's shutdown
+    would walk with the cyclic collector once more. With torch imported that walk takes about
+    0.7 of the 0.9 s a `kvsim` process spends exiting (docs/performance.md, "The process's
+    exit"). `gc.freeze()` from an atexit hook moves every object to the permanent generation,
+    which the shutdown collection skips; memory goes back to the OS with the process anyway.
+    atexit hooks run before the interpreter tears down its modules, so this one runs first.
+    """
+    atexit.register(gc.freeze)
