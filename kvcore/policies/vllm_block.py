@@ -92,7 +92,12 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         """Cached blocks for the first `nblocks` blocks of `ids`, up to the first miss."""
         if nblocks <= 0 or not self.pool.index.num_live:
             return _NO_BLOCKS
-        e, hashes = self.memo.chain(ids, nblocks)
+        known = self.memo.recall(ids, nblocks)
+        if known is not None:  # tokens compared after, as far as the answer reads them
+            hit = self._hit(*known, ids)
+            if self.memo.confirm(known[0], ids, min(len(hit) + 1, nblocks)):
+                return hit
+        e, hashes = self.memo.chain(ids, nblocks)  # (a rewritten buffer: hashed afresh)
         return self._hit(e, hashes, ids)
 
     def _hit(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:
