@@ -406,6 +406,10 @@ class ChainIndex:
         its segment, and the per-segment rows list the live segments."""
         live_total = 0
         for sid, seg in self.segments.items():
+            pend = seg._pending  # runs kept by reference: they and the arrays make up n
+            if seg._joined + sum(len(p[0]) for p in pend) != seg.n or any(
+                    len(p[0]) != len(p[1]) or not len(p[0]) for p in pend):
+                raise InvariantError(f"vllm: chain index segment {sid} pending runs are wrong")
             b, h, g = seg.blocks, seg.hashes, seg.gens
             if seg.sid != sid or not seg.n or (np.diff(g) < 0).any() or \
                     seg.last_block != b[-1] or seg.last_hash != h[-1]:

@@ -25,10 +25,11 @@ Speed: at page size 1 every token is a block, so nothing here walks blocks in Py
 request's block table is a numpy array (grown by doubling; at page size 1 with the page table
 on the host, its page-table row itself: `_RowReq`), its full blocks' hashes one array
 hashed once (`chain`; registering blocks slices it), and prompts asked about repeatedly
-before admission are hashed once and looked up again only when the cache changed under them
-(`ChainMemo`, kvcore/chain_memo.py; a hit's generations are not re-read when no block was
-evicted since; admission takes the entry out; a request released in the middle of its prefill hands
-its chain back); an iteration's prefill chunks are cached in one call (`extend`), a stretch
+before admission are hashed once, compared only as far as a lookup's answer reads them,
+and looked up again only when the cache changed under them (`ChainMemo`,
+kvcore/chain_memo.py; a hit's generations are not re-read when no block was evicted since;
+admission takes the entry out; a request released in the middle of its prefill hands its
+chain back); an iteration's prefill chunks are cached in one call (`extend`), a stretch
 of decode steps pops its blocks in one batch (`decode_steps`). With the pool's run-based
 prefix index (kvcore/chain_index.py) this keeps `vllm` within 3x of `paged` at every page
 size (benchmarks/bench_policies.py, docs/performance.md) with the same blocks hit, evicted
