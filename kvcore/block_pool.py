@@ -281,7 +281,9 @@ class BlockPool(HashedBlocks):
         """`cache_full_blocks` of several runs, in order (each its own caching), with the
         per-block arrays written once for all: the prefill chunks of one engine iteration.
         `every`, `hashes`, `tokens`: the runs' blocks, hashes and token ids one after the
-        other; `runs`: (length, parent, start, after) of each, none empty, no block twice."""
+        other; `runs`: (length, parent, start, after) of each, none empty, no block twice.
+        The index keeps `every` and `hashes` by reference (`ChainIndex.insert_runs`): the
+        caller does not write them afterwards."""
         self.is_hashed[every] = True
         self.block_hash[every] = hashes
         parents = np.empty_like(hashes)

@@ -14,7 +14,9 @@ keeps, per token array:
   starts after the longest still-valid prefix of the last hit.
 
 Entries are found by the array's buffer address and confirmed by comparing the tokens with the
-entry's own copy, so a reused or rewritten buffer costs a fresh hash, never a stale one. The
+entry's own copy, so a reused or rewritten buffer costs a fresh hash, never a stale one. A peek
+compares only the prefix its answer rests on (`recall`, then `confirm`), admission the whole
+prompt (`take`: the request keeps the whole chain). The
 memo is bounded (least recently used entries go) and admission takes a prompt's entry out
 (`take`); a request released before its prompt is written hands its chain back (`keep`).
 """
@@ -75,6 +77,33 @@ class ChainMemo:
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
         return e, e.hashes
+
+    def recall(self, ids: np.ndarray, nblocks: int) -> tuple[ChainEntry, np.ndarray] | None:
+        """The entry of `ids` and its first `nblocks` hashes when it holds that many, with
+        the tokens *not* compared yet; None otherwise (then `chain`). A lookup's answer (the
+        hit up to its first miss) rests on the hashes of its first len(hit) + 1 blocks only,
+        and the chain's hash i is a function of the tokens of blocks 0..i, so the caller
+        compares just that prefix afterwards (`confirm`) instead of the whole prompt before:
+        at page size 1 with `--chunked-prefill-size 64` a waiting 48 k-token prompt whose
+        hit is about 2 k blocks was compared whole at every one of 7,000 peeks."""
+        key = self._key(ids)
+        e = self._entries.get(key)
+        if e is None or len(e.hashes) < nblocks:
+            return None
+        self._entries.move_to_end(key)
+        return e, e.hashes[:nblocks]
+
+    def confirm(self, e: ChainEntry, ids: np.ndarray, nblocks: int) -> bool:
+        """Whether `e` (from `recall` of `ids`) holds the tokens of the first `nblocks`
+        blocks of `ids`; if not (a rewritten buffer) the entry is dropped, so the caller's
+        `chain` hashes afresh."""
+        n = nblocks * self.hasher.page_size
+        if bool((e.ids[:n] == ids[:n]).all()):
+            return True
+        key = self._key(ids)
+        if self._entries.get(key) is e:
+            del self._entries[key]
+        return False
 
     def take(self, ids: np.ndarray, nblocks: int) -> tuple[ChainEntry, np.ndarray]:
         """`chain`, for the last time: the entry leaves the memo (its request was admitted

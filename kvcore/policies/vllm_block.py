@@ -25,10 +25,11 @@ Speed: at page size 1 every token is a block, so nothing here walks blocks in Py
 request's block table is a numpy array (grown by doubling; at page size 1 with the page table
 on the host, its page-table row itself: `_RowReq`), its full blocks' hashes one array
 hashed once (`chain`; registering blocks slices it), and prompts asked about repeatedly
-before admission are hashed once and looked up again only when the cache changed under them
-(`ChainMemo`, kvcore/chain_memo.py; a hit's generations are not re-read when no block was
-evicted since; admission takes the entry out; a request released in the middle of its prefill hands
-its chain back); an iteration's prefill chunks are cached in one call (`extend`), a stretch
+before admission are hashed once, compared only as far as a lookup's answer reads them,
+and looked up again only when the cache changed under them (`ChainMemo`,
+kvcore/chain_memo.py; a hit's generations are not re-read when no block was evicted since;
+admission takes the entry out; a request released in the middle of its prefill hands its
+chain back); an iteration's prefill chunks are cached in one call (`extend`), a stretch
 of decode steps pops its blocks in one batch (`decode_steps`). With the pool's run-based
 prefix index (kvcore/chain_index.py) this keeps `vllm` within 3x of `paged` at every page
 size (benchmarks/bench_policies.py, docs/performance.md) with the same blocks hit, evicted
@@ -92,7 +93,12 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         """Cached blocks for the first `nblocks` blocks of `ids`, up to the first miss."""
         if nblocks <= 0 or not self.pool.index.num_live:
             return _NO_BLOCKS
-        e, hashes = self.memo.chain(ids, nblocks)
+        known = self.memo.recall(ids, nblocks)
+        if known is not None:  # tokens compared after, as far as the answer reads them
+            hit = self._hit(*known, ids)
+            if self.memo.confirm(known[0], ids, min(len(hit) + 1, nblocks)):
+                return hit
+        e, hashes = self.memo.chain(ids, nblocks)  # (a rewritten buffer: hashed afresh)
         return self._hit(e, hashes, ids)
 
     def _hit(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:

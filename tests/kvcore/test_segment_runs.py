@@ -1,0 +1,80 @@
+"""A chain index segment keeps appended runs by reference and writes its arrays when read
+(kvcore/chain_index.py `Segment.append` / `_join`): whatever the order of appends, reads
+and cuts, its blocks, hashes and generations are those of a segment written at every
+append (the model: plain lists), and the index's checks count pending runs. About 1 s."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcore.chain_index import ChainIndex, Segment
+from kvcore.validation import InvariantError
+
+# each step: ("append", run length) | ("read",) | ("cut", fraction of n kept)
+_STEP = st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 40)),
+    st.tuples(st.just("read")),
+    st.tuples(st.just("cut"), st.floats(0.05, 1.0)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_STEP, min_size=1, max_size=40))
+def test_a_segment_reads_what_was_appended(steps: list[tuple]) -> None:
+    seg = Segment(1, 3)
+    blocks: list[int] = []
+    hashes: list[int] = []
+    gens: list[int] = []
+    nxt, gen = 1, 0
+    for step in steps:
+        if step[0] == "append":
+            k = step[1]
+            gen += 1
+            b = np.arange(nxt, nxt + k, dtype=np.int64)
+            h = (b * 7919 + 11).astype(np.uint64)
+            nxt += k
+            seg.append(b, h, gen)
+            blocks += b.tolist()
+            hashes += h.tolist()
+            gens += [gen] * k
+            # the caller never writes its arrays again; a fresh array per run here
+        elif step[0] == "read":
+            assert seg.blocks.tolist() == blocks
+            assert seg.hashes.tolist() == hashes
+            assert seg.gens.tolist() == gens
+        elif blocks:
+            end = max(1, int(len(blocks) * step[1]))
+            seg.cut(end)
+            del blocks[end:], hashes[end:], gens[end:]
+        assert seg.n == len(blocks) and seg.end == 3 + len(blocks)
+        if blocks:
+            assert (seg.last_block, seg.last_hash) == (blocks[-1], hashes[-1])
+    assert seg.blocks.tolist() == blocks
+    assert seg.hashes.tolist() == hashes
+    assert seg.gens.tolist() == gens
+
+
+def test_the_index_checks_pending_runs() -> None:
+    idx = ChainIndex(64)
+    blocks = np.arange(1, 9, dtype=np.int64)
+    hashes = np.arange(100, 108, dtype=np.uint64)
+    bh = np.zeros(65, dtype=np.uint64)
+    ph = np.zeros(65, dtype=np.uint64)
+    bh[blocks] = hashes
+    ph[blocks[1:]] = hashes[:-1]
+    idx.insert_runs(blocks[:4], hashes[:4], [(4, 0, 0, 0)])
+    idx.insert_runs(blocks[4:], hashes[4:], [(4, int(hashes[3]), 4, 4)])
+    (seg,) = idx.segments.values()
+    assert len(seg._pending) == 2  # nothing written yet
+    idx.check_invariants(bh, ph)  # reads them (and so joins)
+    assert not seg._pending and seg.blocks.tolist() == blocks.tolist()
+    seg.append(np.array([9], dtype=np.int64), np.array([108], dtype=np.uint64), 3)
+    seg.n += 1  # a run miscounted
+    try:
+        idx.check_invariants(bh, ph)
+    except InvariantError as err:
+        assert "pending" in str(err)
+    else:
+        raise AssertionError("a miscounted pending run passed the index's checks")
