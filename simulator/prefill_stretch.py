@@ -37,13 +37,12 @@ import numpy as np
 import simpy
 
 from kvcore.policies.capabilities import Reserving
+from simulator.admission_round import Plan
 from simulator.latency import LatencyModel
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
 from simulator.running_batch import RunningBatch
 from simulator.stretch import wait_until
-
-Plan = list[tuple[SimRequest, int]]
 
 
 class PrefillHost(Protocol):
