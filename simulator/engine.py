@@ -12,7 +12,9 @@ One iteration (see docs/engine.md for the diagram):
 The rules that differ between the engines imitated (who is admitted, what is charged, whom to
 preempt) live in an `Admission` strategy (simulator/admission.py); requests come from
 `Arrivals` (simulator/arrivals.py); when an iteration would only decode, `FastForward`
-(simulator/stretch.py) advances many steps at once with results identical to stepping.
+(simulator/stretch.py) advances many steps at once with results identical to stepping, and
+under a reserving policy whose queue head is refused, `PrefillStretch`
+(simulator/prefill_stretch.py) takes the chunked-prefill iterations many at once the same way.
 """
 
 from __future__ import annotations
