@@ -58,6 +58,14 @@ def test_prefill_stretches_equal_stepping(name: str) -> None:
     assert a.summary["requests_completed"] == LONG.num_requests
 
 
+def test_prefill_stretches_equal_stepping_in_a_window() -> None:
+    """A measurement window that starts and ends inside prefill stretches (the refused-head
+    case takes them over 0.88-1.02 s and 2.06-2.20 s)."""
+    a, stretches, _ = _both(LONG, warmup_s=0.95, duration_s=2.1, **CASES["refused-head"])
+    assert stretches >= 2
+    assert (a.summary["window_start_s"], a.summary["window_end_s"]) == (0.95, 2.1)
+
+
 def test_prefill_stretches_equal_stepping_on_the_mixed_stream() -> None:
     """Sessions, shared prefixes, bursts and a roofline's float step times."""
     _, stretches, _ = _both(MIXED, policy="contiguous-max", kv_tokens=1100,
