@@ -22,8 +22,9 @@ still sets the pool (budget rounding) and the chunk rule, so they run at every p
 their placement is the default (first-fit) unless `--placements` names more.
 
 Prints a Markdown table: policy, page, chunk, median simulate seconds of the policy and of
-`paged`, and the median ratio (target <= 2.0). `--profile N` then runs cProfile on the N
-worst cells and prints their top entries by own time.
+`paged`, and the median ratio (target <= 2.0), then the machine's load average at the start
+and the end (a ratio is only as steady as the machine under it). `--profile N` then runs
+cProfile on the N worst cells and prints their top entries by own time.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import statistics
 import time
@@ -109,6 +111,10 @@ def profile(wl: Workload, cell: Cell, top: int = 18) -> str:
     return out.getvalue()
 
 
+def _load(avg: tuple[float, float, float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in avg)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,6 +133,7 @@ def main() -> None:
     cells = [Cell(p, pl, ps, ch)
              for ch in args.chunks for ps in args.page_sizes for p in args.policies
              for pl in (args.placements if p in CONTIGUOUS else ["first-fit"])]
+    load0 = os.getloadavg()
     print(f"{args.workload}, first {args.num_requests} requests; simulate wall seconds, "
           f"median of {args.repeats} alternating pairs")
     print()
@@ -140,6 +147,8 @@ def main() -> None:
         flag = "**" if ratio > 2.0 else ""
         print(f"| {cell.label()} | {cell.page_size} | {chunk} | {tm:.2f} | {tb:.2f} "
               f"| {flag}{ratio:.2f}{flag} |", flush=True)
+    print(f"\nload average (1, 5, 15 min): {_load(load0)} at the start, "
+          f"{_load(os.getloadavg())} at the end")
     for ratio, cell in sorted(results, key=lambda x: x[0], reverse=True)[:args.profile]:
         print(f"\n### profile: {cell.label()}, page {cell.page_size}, chunk "
               f"{cell.chunk or 'default'} (ratio {ratio:.2f})\n")

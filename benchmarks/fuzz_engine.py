@@ -1,8 +1,9 @@
 """The engine's full differential fuzz: thousands of small random workloads, each simulated
 stepped and fast-forwarded with invariants checked every iteration (tests/simulator/
 engine_fuzz.py has the generator and the checks). Prints the outcome counts, the cases that
-never took a decode stretch (they compare one code path with itself), the wall time and every
-failing case; exits 1 if any case failed.
+never took a decode stretch (they compare one code path with itself), the prefill stretches
+taken (reserving policies' chunked prefills, simulator/prefill_stretch.py) and by how many
+cases, the wall time and every failing case; exits 1 if any case failed.
 
 With `--reference`, the cases are instead the reference engine's (tests/simulator/
 reference_cases.py: paged / paged-nocache / vllm, vllm admission, fcfs, recompute, constant
@@ -34,7 +35,7 @@ def fuzz(args: argparse.Namespace) -> int:
     seeds = range(args.start, args.start + (args.cases or len(COMBOS) * 70))
     counts: collections.Counter[str] = collections.Counter()
     failures, no_stretch = [], []
-    requests = stretches = 0
+    requests = stretches = prefill = prefill_cases = 0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         outcomes = pool.map(run_case, seeds, [args.time_limit] * len(seeds), chunksize=8)
@@ -42,6 +43,8 @@ def fuzz(args: argparse.Namespace) -> int:
             counts[o.kind] += 1
             requests += o.requests
             stretches += o.stretches
+            prefill += o.prefill_stretches
+            prefill_cases += o.prefill_stretches > 0
             if not o.ok:
                 failures.append(o)
             elif not o.stretches:
@@ -53,6 +56,7 @@ def fuzz(args: argparse.Namespace) -> int:
     print(f"decode stretches taken: {stretches}; ok cases without one: {len(no_stretch)}"
           + (f" (seeds {', '.join(map(str, no_stretch[:40]))}"
              f"{', ...' if len(no_stretch) > 40 else ''})" if no_stretch else ""))
+    print(f"prefill stretches taken: {prefill}, in {prefill_cases} cases")
     for o in failures:
         print(f"  {describe(o.seed)}: {o.kind}: {o.detail}")
     return 1 if failures else 0

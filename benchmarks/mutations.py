@@ -133,6 +133,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                take = (gen[blocks] == g) & (g < view)",  # the lowest generation wins
         "                take = (gen[blocks] == g) & ((g > view) | (view == _NEVER))",
         ("tests/kvcore/test_chain_index.py::TestPool",)),
+    Mutation(
+        "contiguous-prefill-steps-forget-decoders", "kvcore/policies/contiguous.py",
+        "grown = np.arange(1, n + 1, dtype=np.int64) * (sum(rooms) + len(dreqs))",
+        "grown = np.arange(1, n + 1, dtype=np.int64) * sum(rooms)",  # the chunks' tokens only
+        ("tests/kvcore/test_contiguous_steps.py::"
+         "test_prefill_steps_equal_extends_and_decodes",)),
     # -- simulator ---------------------------------------------------------------------------
     Mutation(
         "admission-budget-forgets-round", "simulator/admission.py",
@@ -168,6 +174,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return min(k, len(ends))",
         "return min(k, len(ends) + 1)",  # the step after an arrival is taken blind
         ("tests/simulator/test_multistep.py::test_stretches_equal_stepping",)),
+    Mutation(
+        "prefill-stretch-completes-blind", "simulator/prefill_stretch.py",
+        "n = min(n, (s.prefill_target - s.written - 1) // room)",
+        "n = min(n, (s.prefill_target - s.written) // room)",  # its last chunk in a stretch
+        ("tests/simulator/test_prefill_stretch.py::test_prefill_stretches_equal_stepping",)),
+    Mutation(
+        "prefill-stretch-passes-admissible-head", "simulator/prefill_stretch.py",
+        "if not plan or (e.waiting and budget > 0 and not e.admission_stops(e.waiting[0], 0)):",
+        "if not plan:",  # a head that memory given back lets in waits out the stretch
+        ("tests/simulator/test_prefill_stretch.py::test_prefill_stretches_equal_stepping",)),
     Mutation(
         "short-stretch-over-reservation-per-step", "simulator/metrics.py",
         "                over += over_reservation * w",

@@ -20,8 +20,10 @@ class AdmissionRound:
     `waiting`, `prefilling`, `running`, `policy`, `admission`, `schedule`, `tier`, the
     counters; not typed here, since the engine imports this module)."""
 
-    def _plan_prefill(self) -> Plan:
-        """Chunks to run this iteration: continuing chunked prefills, then admissions."""
+    def continuing_chunks(self) -> tuple[Plan, int]:
+        """This iteration's chunks of the prefills under way (in order, while the prefill
+        budget lasts) and the budget they leave for admissions; read-only (the prefill
+        stretch plans from it too, simulator/prefill_stretch.py)."""
         budget = self.cfg.engine.max_prefill_tokens
         chunk = self.cfg.engine.chunked_prefill_size or None
         plan: Plan = []
@@ -32,17 +34,29 @@ class AdmissionRound:
             target = min(sreq.prefill_target, sreq.written + room)
             plan.append((sreq, target))
             budget -= target - sreq.written
+        return plan, budget
+
+    def admission_stops(self, sreq: SimRequest, charged: int) -> bool:
+        """The admission loop stops at `sreq`, the queue head, before asking the policy: a
+        full batch, the admission rule, or a reserving policy that refused it since memory
+        was last given back (read-only)."""
+        if len(self.running) + len(self.prefilling) >= self.cfg.engine.max_running_requests:
+            return True
+        if not self.admission.admissible(sreq, self.peek_admission(sreq), charged,
+                                         self.running, self.prefilling):
+            return True
+        return self._blocked == (sreq.rid, self._mem_epoch)
+
+    def _plan_prefill(self) -> Plan:
+        """Chunks to run this iteration: continuing chunked prefills, then admissions."""
+        plan, budget = self.continuing_chunks()
+        chunk = self.cfg.engine.chunked_prefill_size or None
         charged = 0
         self._admitted = []
         self.waiting = self.schedule.order(self.waiting, self._peek)
         while self.waiting and budget > 0:
             sreq = self.waiting[0]
-            if len(self.running) + len(self.prefilling) >= self.cfg.engine.max_running_requests:
-                break
-            if not self.admission.admissible(sreq, self.peek_admission(sreq), charged,
-                                             self.running, self.prefilling):
-                break
-            if self._blocked == (sreq.rid, self._mem_epoch):
+            if self.admission_stops(sreq, charged):
                 break
             target_ids = sreq.seq_ids(sreq.prefill_target)
             if self.tier is not None and self.tiered is not None:

@@ -12,7 +12,9 @@ One iteration (see docs/engine.md for the diagram):
 The rules that differ between the engines imitated (who is admitted, what is charged, whom to
 preempt) live in an `Admission` strategy (simulator/admission.py); requests come from
 `Arrivals` (simulator/arrivals.py); when an iteration would only decode, `FastForward`
-(simulator/stretch.py) advances many steps at once with results identical to stepping.
+(simulator/stretch.py) advances many steps at once with results identical to stepping, and
+under a reserving policy whose queue head is refused, `PrefillStretch`
+(simulator/prefill_stretch.py) takes the chunked-prefill iterations many at once the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from simulator.config import SimConfig
 from simulator.guard import LivelockError, LivelockGuard
 from simulator.latency import LatencyModel
 from simulator.metrics import Recorder
+from simulator.prefill_stretch import PrefillStretch
 from simulator.request import SimRequest
 from simulator.running_batch import RunningBatch
 from simulator.scheduler import PREEMPTS, SCHEDULES
@@ -100,6 +103,11 @@ class Engine(AdmissionRound):
                      if self.tiered is not None and transfers is not None else None)
         self.fast_forward = FastForward(self, stretch_rules(policy, config, latency,
                                                             self.schedule, self.tier))
+        # a reserving policy's chunked prefills while its head is refused, many at once
+        self.prefill_stretch = (
+            PrefillStretch(self, self.reserving, policy.page_size,
+                           config.tuning.max_steps_per_stretch)
+            if self.reserving is not None and self.tier is None else None)
 
     def start(self) -> None:
         self.arrivals.start()
@@ -186,6 +194,12 @@ class Engine(AdmissionRound):
         """A stretch applied k decode steps."""
         self.maybe_check_invariants()
         self.admission.after_steps(k)
+
+    def decoded_steps(self, k: int) -> None:
+        """A prefill stretch's k iterations decoded the running batch: k iterations'
+        `after_steps(1)`, one at a time (SGLang's decayed ratio rounds as stepping's)."""
+        for _ in range(k):
+            self.admission.after_steps(1)
 
     def head_reservation(self) -> int:
         if not self.waiting:
@@ -278,6 +292,11 @@ class Engine(AdmissionRound):
                 k = self.fast_forward.length()
                 if k >= 2:
                     yield from self.fast_forward.run(k)
+                    continue
+            elif self.prefill_stretch is not None:
+                k = self.prefill_stretch.length()
+                if k >= 2:
+                    yield from self.prefill_stretch.run(k)
                     continue
             yield from self._iteration()
 

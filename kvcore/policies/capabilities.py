@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.breakdown import MemoryBreakdown
+from kvcore.breakdown import PARTS, MemoryBreakdown
 from kvcore.policies.base import AdmitResult, KVPolicy, PrefixPeek
 from kvcore.tiers import TierHit, TierState
 
@@ -70,6 +70,29 @@ class Reserving(KVPolicy):
         """Slots `admit` would reserve for such a request (read-only; > 0). Admission cannot
         budget around it: the placement decides, and a refused head waits until memory is
         given back."""
+
+    def prefill_steps(self, prefill_rids: Sequence[int], rooms: Sequence[int],
+                      decode_rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        """`n` engine iterations at once, each extending every `prefill_rids[i]` by `rooms[i]`
+        tokens (a prefill chunk) and then decoding `decode_rids` one token, with exactly the
+        result of `n` calls of `extend` and `decode` in that order; returns the breakdown
+        parts (columns in PARTS order) after each iteration. The engine's prefill stretch
+        (simulator/prefill_stretch.py) asks this while a reserving policy refused the queue
+        head: nothing else can change the pool until memory is given back.
+
+        Before: the rids admitted, the two lists disjoint, every room >= 1, and every write
+        inside its request's reservation and final length (so over-reservation and
+        fragmentation stay as they are); `n` >= 1. Allocates nothing: the reservation holds
+        every token. Default: `n` single extends and decodes, the breakdown after each."""
+        rows = []
+        for _ in range(n):
+            targets = [self.written(r) + m for r, m in zip(prefill_rids, rooms, strict=True)]
+            if prefill_rids and not self.extend(prefill_rids, targets):
+                raise RuntimeError("a prefill chunk failed inside its reservation")
+            if decode_rids and not self.decode(decode_rids):
+                raise RuntimeError("a decode step failed inside its reservation")
+            rows.append(self.breakdown(head_reservation).as_tuple())
+        return np.array(rows, dtype=np.int64).reshape(n, len(PARTS))
 
 
 class DecodeStretch(KVPolicy):

@@ -203,6 +203,50 @@ class ContiguousPolicy(Reserving, DecodeStretch):
             self._wrote(r, r.written + n)
         return profile
 
+    def prefill_steps(self, prefill_rids: Sequence[int], rooms: Sequence[int],
+                      decode_rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        """n iterations of chunks and decode steps in one write per prefilling request and
+        one for the decoders: step s of a chunk of `room` writes slots start + w + s*room ..,
+        of a decode slot start + w + s, the entries of n `extend`s and `decode`s. Each
+        iteration turns sum(rooms) + len(decode_rids) reserved slots into token states
+        (nobody passes its final length: the engine's precondition, checked) and nothing
+        else changes, so the profile is the breakdown before plus that per step."""
+        preqs = [self._req(r) for r in prefill_rids]
+        dreqs = [self._req(r) for r in decode_rids]
+        positive_int("n", n)
+        self.check_distinct("prefill_steps", [*prefill_rids, *decode_rids])
+        if len(rooms) != len(preqs):
+            raise ValueError(f"prefill_rids and rooms differ in length: {len(preqs)} != "
+                             f"{len(rooms)}")
+        for rid, req, m in zip(prefill_rids, preqs, rooms, strict=True):
+            positive_int(f"room of request {rid}", m)
+            if req.written + n * m > req.final_len:
+                raise ValueError(f"prefill_steps: request {rid} would write "
+                                 f"{req.written + n * m} tokens, past its final length "
+                                 f"{req.final_len}")
+        for rid, req in zip(decode_rids, dreqs, strict=True):
+            if req.written + n > req.final_len:
+                raise ValueError(f"prefill_steps: decode of request {rid} would pass its "
+                                 f"final length {req.final_len}")
+        out = np.repeat(self.breakdown(head_reservation).as_array()[None, :], n, axis=0)
+        grown = np.arange(1, n + 1, dtype=np.int64) * (sum(rooms) + len(dreqs))
+        out[:, 0] += grown  # token states
+        out[:, 2] -= grown  # reserved
+        write = self.req_to_token_pool.write_range
+        for req, m in zip(preqs, rooms, strict=True):
+            w, t = req.written, req.written + n * m
+            write(req.row, w, np.arange(req.start + w, req.start + t, dtype=np.int64))
+            self._wrote(req, t)
+        if dreqs:
+            w0 = np.array([r.written for r in dreqs], dtype=np.int64)
+            pos = w0[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (step, request)
+            starts = np.array([r.start for r in dreqs], dtype=np.int64)
+            rows = np.array([r.row for r in dreqs], dtype=np.int64)
+            self.req_to_token_pool.write_at(rows[None, :], pos, starts[None, :] + pos)
+            for r in dreqs:
+                self._wrote(r, r.written + n)
+        return out
+
     def decode_room(self, rid: int) -> int:
         req = self._req(rid)
         return req.reservation - req.written

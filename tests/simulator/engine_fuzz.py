@@ -103,6 +103,9 @@ class FuzzOutcome:
     #: decode stretches (k >= 2 steps at once) the fast-forwarded run took: with none, the
     #: case compared one code path with itself
     stretches: int = 0
+    #: prefill stretches (a reserving policy's chunked-prefill iterations taken at once,
+    #: simulator/prefill_stretch.py) the fast-forwarded run took
+    prefill_stretches: int = 0
 
     @property
     def ok(self) -> bool:
@@ -240,10 +243,10 @@ def run_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
     w, cfg = make_case(seed)
     stepped_cfg = cfg.replace(max_steps_per_stretch=1)
     results = []
-    stretches = [0]
+    stretches = [0, 0]  # decode stretches, prefill stretches (those hand their chunks)
 
     def count(t0: float, t1: float, chunks: object, rids: object, steps: int) -> None:
-        stretches[0] += steps >= 2
+        stretches[bool(chunks)] += steps >= 2
 
     try:
         for c, sink in ((cfg, count), (stepped_cfg, None)):
@@ -260,11 +263,11 @@ def run_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
         return FuzzOutcome(seed, "error", f"{type(e).__name__}: {e}", w.num_requests)
     diff = _differences(*results)
     if diff:
-        return FuzzOutcome(seed, "differ", diff, w.num_requests, stretches[0])
+        return FuzzOutcome(seed, "differ", diff, w.num_requests, *stretches)
     missing = _unaccounted(w, results[0])
     if missing:
-        return FuzzOutcome(seed, "error", missing, w.num_requests, stretches[0])
-    return FuzzOutcome(seed, "ok", "", w.num_requests, stretches[0])
+        return FuzzOutcome(seed, "error", missing, w.num_requests, *stretches)
+    return FuzzOutcome(seed, "ok", "", w.num_requests, *stretches)
 
 
 def _unaccounted(w: Workload, res: SimResult) -> str:
