@@ -23,3 +23,15 @@ def test_chain_equals_block_by_block(ps: int, parent: int, ids: list[int]) -> No
         want.append(h)
     assert got.dtype == np.uint64 and got.tolist() == want
     assert toks.tolist() == ids  # the caller's ids are not written
+
+
+@settings(max_examples=60, deadline=None)
+@given(ps=st.integers(1, 5), parent=st.integers(0, 2**64 - 1), ids=_IDS)
+def test_python_int_path_equals_vectorised(ps: int, parent: int, ids: list[int]) -> None:
+    """A few tokens are hashed with Python ints (`ChainHasher.small`): both paths agree on
+    every length, the Python one forced for all of them and the numpy one for all."""
+    toks = np.array(ids, dtype=np.int64)
+    ints, vec = ChainHasher(ps, 64), ChainHasher(ps, 64)
+    ints.small, vec.small = 64, -1
+    got, want = ints.chain(parent, toks), vec.chain(parent, toks)
+    assert got.dtype == want.dtype == np.uint64 and got.tolist() == want.tolist()
