@@ -48,7 +48,7 @@ from kvcore.breakdown import PARTS, MemoryBreakdown, page_growth_profile, pages_
 from kvcore.chain_memo import ChainEntry, ChainMemo
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import DecodeStretch, PrefixCache
-from kvcore.policies.vllm_checks import check_block_policy
+from kvcore.policies.vllm_checks import check_admit_hits, check_block_policy
 from kvcore.policies.vllm_request import _ids, _Req, _RowReq
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
@@ -85,6 +85,9 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         # page-table row (kvcore/policies/vllm_request.py `_RowReq`): no second copy to write
         self._table = self.req_to_token_pool.host if self.page_size == 1 else None
         self._reqs: dict[int, _Req] = {}
+        # per admitted request: its admission hit's length and where that lookup ended at a
+        # miss (the index's newest caching then, or -1), handed to the memo at a release
+        self._admit_hits: dict[int, tuple[int, int]] = {}
         # statistics
         self.hit_tokens = 0
 
@@ -104,9 +107,13 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
     def _hit(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """The lookup of `_match` for the memo entry `e` of `ids` and its first hashes."""
         pool = self.pool
-        hit = pool.longest_cache_hit(hashes, ids, e.hit, e.gens, e.at, e.evicted)
-        if hit is not e.hit:  # (the same array: still indexed under the same generations)
-            e.hit, e.gens = hit, pool.gen[hit]
+        known = e.hit
+        hit = pool.longest_cache_hit(hashes, ids, known, e.gens, e.at, e.evicted)
+        if hit is not known:  # (the same array: still indexed under the same generations)
+            # a cut of the known hit (a view of its first blocks) keeps their generations
+            cut = len(hit) <= len(known) and (not len(hit) or
+                                              hit.ctypes.data == known.ctypes.data)
+            e.hit, e.gens = hit, e.gens[: len(hit)] if cut else pool.gen[hit]
         e.evicted = pool.evicted_blocks
         e.at = pool.index.newest if len(hit) < len(hashes) else -1
         return hit
@@ -178,6 +185,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             else _NO_BLOCKS
         if len(blocks):
             self.pool.touch(blocks)
+        self._admit_hits[rid] = (len(blocks), e.at)
         req.add_blocks(blocks)
         req.chain, req.nhashed = chain, len(blocks)
         req.written = cached = len(blocks) * ps
@@ -408,10 +416,15 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         or taken back when its round ran short of memory) waits for admission again with
         the same prompt: its hash chain goes back to the prompt memo, so the next peek
         does not hash the whole prompt again (at page size 1 with small chunks, 688
-        admissions of 300 requests hashed a whole prompt 678 times)."""
+        admissions of 300 requests hashed a whole prompt 678 times), and with it its
+        admission hit: those blocks were held since, so none was evicted, and the next
+        lookup walks the chain from the hit's end rather than from its start."""
         req = self._req(rid)
-        if req.written < len(req.ids):
-            self.memo.keep(req.ids, req.chain)
+        m, at = self._admit_hits.pop(rid, (0, -1))
+        if req.written < len(req.ids):  # (held blocks are never popped: still indexed)
+            hit = req.block_slice(0, m)  # (a row's is a copy: the row is freed below)
+            self.memo.keep(req.ids, req.chain, hit, self.pool.gen[hit], at,
+                           self.pool.evicted_blocks)
         self.pool.free_blocks(req.blocks[::-1])  # chain tail first
         self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
@@ -471,6 +484,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         """The pool's equations and the requests' (kvcore/policies/vllm_checks.py), the
         breakdown's, and capacity == num_pages * page_size."""
         check_block_policy(self.pool, self._reqs, self.hasher, self.req_to_token_pool)
+        check_admit_hits(self.pool, self._reqs, self._admit_hits)
         self.breakdown(self.max_context_len).check_invariants()
         if self.num_pages * self.page_size != self.capacity:
             raise InvariantError("vllm: capacity is not num_pages * page_size")

@@ -53,3 +53,18 @@ def check_block_policy(pool: BlockPool, reqs: dict[int, _Req], hasher: ChainHash
         want = (tb[pos // ps] * ps + pos % ps).to(torch.int32) if r.written else pos.int()
         if not torch.equal(table[r.row, : r.written].cpu(), want):
             raise InvariantError(f"vllm: page-table row of request {rid} is wrong")
+
+
+def check_admit_hits(pool: BlockPool, reqs: dict[int, _Req],
+                     admit_hits: dict[int, tuple[int, int]]) -> None:
+    """The admission hits a release hands to the prompt memo (`VLLMBlockPolicy.release`):
+    one per admitted request, each the first blocks of its table, hashed with its chain,
+    still indexed (held blocks are never popped), and a miss position no newer than the
+    index's newest caching."""
+    if admit_hits.keys() != reqs.keys():
+        raise InvariantError("vllm: admission hits kept for other requests than the admitted")
+    for rid, (m, at) in admit_hits.items():
+        r = reqs[rid]
+        hb = r.blocks[:m]
+        if not 0 <= m <= r.nhashed or at > pool.index.newest or not (pool.gen[hb] > 0).all():
+            raise InvariantError(f"vllm: request {rid}'s admission hit is out of sync")
