@@ -423,6 +423,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         m, at = self._admit_hits.pop(rid, (0, -1))
         if req.written < len(req.ids):  # (held blocks are never popped: still indexed)
             hit = req.block_slice(0, m)  # (a row's is a copy: the row is freed below)
+            at = at if req.nhashed == m else -1  # its own chunks hold the miss: walk on
             self.memo.keep(req.ids, req.chain, hit, self.pool.gen[hit], at,
                            self.pool.evicted_blocks)
         self.pool.free_blocks(req.blocks[::-1])  # chain tail first
