@@ -412,7 +412,9 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         req = self._req(rid)
         if req.written < len(req.ids):
             self.memo.keep(req.ids, req.chain)
-        self.pool.free_blocks(req.blocks[::-1])  # chain tail first
+        # chain tail first; its first `nhashed` blocks carry hashes, the rest none (fresh
+        # blocks only this request held: nobody else hashed them)
+        self.pool.free_blocks(req.blocks[::-1], req.nhashed)
         self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
 
