@@ -277,12 +277,14 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
 
     def _write_spans(self, spans: list[tuple[int, int, int]], new: np.ndarray) -> None:
         """Page size 1: row r's positions w..w+k-1 get the next k of `new`, for each (r, w,
-        k) of `spans` in order (together all of `new`), in one page-table call: with
-        `--chunked-prefill-size 64` an iteration extends about ten requests, and one
-        checked `write_range` each was 89 k calls in the bench slice."""
-        if len(spans) == 1:
-            row, w, _ = spans[0]
-            self.req_to_token_pool.write_range(row, w, new)
+        k) of `spans` in order (together all of `new`). Short spans (chunk 64: about ten
+        requests an iteration, 89 k `write_range` calls in the bench slice) in one indexed
+        call; long ones (thousands of blocks) one slice copy each, cheaper per entry."""
+        if len(spans) == 1 or len(new) > 1024 * len(spans):
+            at = 0
+            for row, w, k in spans:
+                self.req_to_token_pool.write_range(row, w, new[at : at + k])
+                at += k
             return
         rows, ws, ks = (np.array(c, dtype=np.int64) for c in zip(*spans, strict=True))
         first = np.cumsum(ks) - ks  # each span's first index into `new`
