@@ -229,19 +229,16 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         parts: list[tuple[_Req, int, int]] = []  # (request, first, end) of each run's blocks
         whole = ps == 1  # at page size 1: every new block is newly full, in `new`'s order
         rows_hold = self._table is not None  # the block tables are the page-table rows
-        spans: list[tuple[int, int, int]] = []  # page size 1: (row, written, k) of each
         for req, t in zip(reqs, ts, strict=True):
             w = req.written
             if t <= w:
                 continue
             k = -(-t // ps) - req.nblocks
             if ps == 1:  # a block per token: k == t - w new blocks, and they are the slots
-                if rows_hold:  # the row is the table: `_RowReq.add_blocks` without its write
-                    req.nblocks += k
-                    req.last = new.item(at + k - 1)
-                else:
-                    req.add_blocks(new[at : at + k])
-                spans.append((req.row, w, k))  # page-table writes: one call for all, below
+                got = new[at : at + k]
+                req.add_blocks(got)
+                if not rows_hold:
+                    self.req_to_token_pool.write_range(req.row, w, got)
                 at += k
             else:
                 if k > 0:
@@ -260,8 +257,6 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                              done, req.block_at(done - 1) if done else 0))
                 parts.append((req, done, full))
                 req.nhashed = full
-        if spans:
-            self._write_spans(spans, new)
         if runs:
             if len(parts) == 1:
                 req, d, f = parts[0]
@@ -274,22 +269,6 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                 tokens = np.concatenate([r.ids[d * ps : f * ps] for r, d, f in parts])
             self.pool.cache_runs(every, hashes, tokens.reshape(-1, ps), runs)
         return True
-
-    def _write_spans(self, spans: list[tuple[int, int, int]], new: np.ndarray) -> None:
-        """Page size 1: row r's positions w..w+k-1 get the next k of `new`, for each (r, w,
-        k) of `spans` in order (together all of `new`). Short spans (chunk 64: about ten
-        requests an iteration, 89 k `write_range` calls in the bench slice) in one indexed
-        call; long ones (thousands of blocks) one slice copy each, cheaper per entry."""
-        if len(spans) == 1 or len(new) > 1024 * len(spans):
-            at = 0
-            for row, w, k in spans:
-                self.req_to_token_pool.write_range(row, w, new[at : at + k])
-                at += k
-            return
-        rows, ws, ks = (np.array(c, dtype=np.int64) for c in zip(*spans, strict=True))
-        first = np.cumsum(ks) - ks  # each span's first index into `new`
-        cols = np.arange(len(new), dtype=np.int64) + np.repeat(ws - first, ks)
-        self.req_to_token_pool.write_at(np.repeat(rows, ks), cols, new)
 
     def _hash_to(self, req: _Req, full: int) -> None:
         """Extend `req.chain` to its first `full` blocks (ids known), hashing only the new."""
