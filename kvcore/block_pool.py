@@ -55,13 +55,18 @@ class FreeKVCacheBlockQueue:
     """Free blocks in eviction order: pop from the head, append at the tail, remove anywhere.
 
     `_q[_head:_tail]` holds the queue in order with 0 for removed entries; `positions[b]` is
-    b's index in `_q`, or -1 when b is not queued. Initially blocks 1..n-1 in id order."""
+    b's index in `_q` while b is queued, and stale (whatever it last was, or -1 if never
+    queued) otherwise: the pool knows membership from the ref count (queued <=> no holder),
+    so taking a block out writes only its queue entry, not its position (at page size 1 a
+    random write per popped block saved). Initially blocks 1..n-1 in id order."""
 
     def __init__(self, num_blocks: int) -> None:
         n = num_blocks  # including the null block 0, which is never queued
         self._q = np.zeros(2 * n + 16, dtype=np.int64)
         self._q[: n - 1] = np.arange(1, n)
-        self.positions = np.full(n, -1, dtype=np.int64)
+        # int32 (a queue index is below 2n + 16): the array is read and written at random
+        # per block, and half the bytes keep more of it in the caches at page size 1
+        self.positions = np.full(n, -1, dtype=np.int32)
         self.positions[1:] = np.arange(n - 1)
         self._head, self._tail = 0, n - 1
         self.num_free_blocks = n - 1
@@ -96,14 +101,12 @@ class FreeKVCacheBlockQueue:
             blocks = q[pos]
             q[pos] = 0
             self._head = int(pos[-1]) + 1
-        self.positions[blocks] = -1
-        self.num_free_blocks -= m
+        self.num_free_blocks -= m  # (their positions go stale: see the class docstring)
         return blocks
 
     def remove_n(self, blocks: np.ndarray) -> None:
         """Take queued `blocks` out wherever they are (a cache hit on a free block)."""
         self._q[self.positions[blocks]] = 0
-        self.positions[blocks] = -1
         self.num_free_blocks -= len(blocks)
 
     def append_n(self, blocks: np.ndarray) -> None:
@@ -127,8 +130,16 @@ class FreeKVCacheBlockQueue:
         self._tail = t + k
         self.num_free_blocks += k
 
+    def queued(self) -> np.ndarray:
+        """Mask over block ids: which blocks the queue holds (a scan of the window: checks)."""
+        mask = np.zeros(len(self.positions), dtype=bool)
+        live = self._q[self._head : self._tail]
+        mask[live[live != 0]] = True
+        mask[0] = False
+        return mask
+
     def check_invariants(self) -> None:
-        """The window holds each queued block once, `positions` points at it, nothing else."""
+        """The window holds each queued block once and `positions` points at each."""
         q, h, t = self._q, self._head, self._tail
         if not 0 <= h <= t <= len(q) or q[:h].any() or q[t:].any():
             raise InvariantError("vllm: free queue holds blocks outside its head..tail window")
@@ -139,9 +150,7 @@ class FreeKVCacheBlockQueue:
             raise InvariantError("vllm: free queue has a bad or repeated block")
         if len(live) != self.num_free_blocks:
             raise InvariantError("vllm: free queue length out of sync")
-        want = np.full(n, -1, dtype=np.int64)
-        want[live] = live_pos
-        if not np.array_equal(self.positions, want):
+        if not np.array_equal(self.positions[live], live_pos):
             raise InvariantError("vllm: free queue positions out of sync")
 
 
@@ -156,12 +165,17 @@ class HashedBlocks(ABC):
         self.num_blocks = num_blocks
         self.page_size = page_size
         nb = num_blocks + 1  # block 0 = null block
-        self.ref_cnt = np.zeros(nb, dtype=np.int64)
+        # int32: holders of a block are requests (far fewer than 2**31); read and written at
+        # random per block, so half the bytes of int64 keep more of it cached at page size 1
+        self.ref_cnt = np.zeros(nb, dtype=np.int32)
         # per block: whether it carries a hash, the hash, its parent hash and its token ids
         self.is_hashed = np.zeros(nb, dtype=bool)
         self.block_hash = np.zeros(nb, dtype=_U64)
         self.parent_hash = np.zeros(nb, dtype=_U64)
         self.block_tokens = np.zeros((nb, page_size), dtype=np.int64)
+        # at page size 1 the same array as a vector: a one-column row scatter or gather
+        # costs about 1.6x a plain one, paid per cached block and per checked hit
+        self._tokens1 = self.block_tokens[:, 0] if page_size == 1 else None
         self.free_block_queue = FreeKVCacheBlockQueue(nb)
         self.num_cached_free = 0  # hashed blocks in the free queue: evictable cache
         self.evicted_blocks = 0
@@ -203,12 +217,26 @@ class HashedBlocks(ABC):
         self.num_cached_free -= len(idle)  # a hit is hashed
         self.ref_cnt[blocks] += 1
 
-    def free_blocks(self, ordered: np.ndarray) -> None:
+    def _set_tokens(self, blocks: np.ndarray, tokens: np.ndarray) -> None:
+        """block_tokens[blocks] = tokens (k, page_size)."""
+        if self._tokens1 is not None:
+            self._tokens1[blocks] = tokens.reshape(-1)
+        else:
+            self.block_tokens[blocks] = tokens
+
+    def free_blocks(self, ordered: np.ndarray, hashed: int = -1) -> None:
         """One holder fewer for each of `ordered` (distinct); those left with none join the
-        queue tail in this order, still hashed (callers pass a request's blocks reversed)."""
+        queue tail in this order, still hashed (callers pass a request's blocks reversed).
+        `hashed`: how many of `ordered` carry a hash, if the caller knows (-1: not known);
+        when every block is left with no holder (no sharing: the usual free of a
+        request) the cached count then grows by it without reading `is_hashed` per block."""
         ref = self.ref_cnt
         left = ref[ordered] - 1  # one gather and one scatter (the blocks are distinct)
         ref[ordered] = left
+        if hashed >= 0 and not left.any():
+            self.free_block_queue.append_n(ordered)
+            self.num_cached_free += hashed
+            return
         idle = ordered[left == 0]
         self.free_block_queue.append_n(idle)
         self.num_cached_free += int(np.count_nonzero(self.is_hashed[idle]))
@@ -227,7 +255,7 @@ class HashedBlocks(ABC):
     def check_blocks(self, who: str) -> np.ndarray:
         """The shared equations (see BlockPool's module header); returns the hashed blocks."""
         self.free_block_queue.check_invariants()
-        queued = self.free_block_queue.positions >= 0
+        queued = self.free_block_queue.queued()
         for b in np.flatnonzero((self.ref_cnt[1:] == 0) != queued[1:]).tolist():
             raise InvariantError(f"{who}: block {b + 1} free-queue membership wrong")
         if self.ref_cnt[0] != 0 or queued[0] or self.is_hashed[0]:
@@ -272,7 +300,7 @@ class BlockPool(HashedBlocks):
         self.block_hash[blocks] = hashes
         self.parent_hash[blocks[0]] = parent
         self.parent_hash[blocks[1:]] = hashes[:-1]
-        self.block_tokens[blocks] = tokens
+        self._set_tokens(blocks, tokens)
         self.index.insert(blocks, hashes, start, parent, after)
         return hashes
 
@@ -293,7 +321,7 @@ class BlockPool(HashedBlocks):
             parents[at] = parent
             at += k
         self.parent_hash[every] = parents
-        self.block_tokens[every] = tokens
+        self._set_tokens(every, tokens)
         self.index.insert_runs(every, hashes, runs)
 
     def get_cached_blocks(self, h: int) -> list[int]:
@@ -343,8 +371,11 @@ class BlockPool(HashedBlocks):
         parents[1:] = hashes[: k - 1]
         tok = ids[: k * ps].reshape(k, ps)
         new = cand[j:]
-        ok = (self.block_tokens[new] == tok[j:]).all(axis=1) & (
-            self.parent_hash[new] == parents[j:])
+        if self._tokens1 is not None:  # (a vector gather at page size 1)
+            same = self._tokens1[new] == ids[j:k]
+        else:
+            same = (self.block_tokens[new] == tok[j:]).all(axis=1)
+        ok = same & (self.parent_hash[new] == parents[j:])
         if ok.all():
             return cand
         # a collision with the oldest holder: check the other holders, block by block

@@ -426,7 +426,9 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
             at = at if req.nhashed == m else -1  # its own chunks hold the miss: walk on
             self.memo.keep(req.ids, req.chain, hit, self.pool.gen[hit], at,
                            self.pool.evicted_blocks)
-        self.pool.free_blocks(req.blocks[::-1])  # chain tail first
+        # chain tail first; its first `nhashed` blocks carry hashes, the rest none (fresh
+        # blocks only this request held: nobody else hashed them)
+        self.pool.free_blocks(req.blocks[::-1], req.nhashed)
         self.req_to_token_pool.free_row(req.row)
         del self._reqs[rid]
 

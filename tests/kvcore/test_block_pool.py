@@ -5,7 +5,7 @@ chained hash against the block-by-block definition."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -52,6 +52,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.q.check_invariants()
         assert self.q.num_free_blocks == len(self.model)
         assert self.q.peek_n(len(self.model)).tolist() == self.model
+        # membership comes from the window, not from positions (stale once taken out)
+        assert np.flatnonzero(self.q.queued()).tolist() == sorted(self.model)
 
 
 TestQueue = QueueMachine.TestCase
@@ -86,6 +88,38 @@ def test_lazy_eviction_pops_the_chain_tail_first_and_keeps_duplicates() -> None:
     pool.touch(np.array([4], dtype=np.int64))
     assert pool.ref_cnt[4] == 1 and pool.num_cached_free == 3
     pool.check_invariants()
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_free_with_a_hashed_count_equals_free_without(data) -> None:
+    """`free_blocks(ordered, hashed)` (the policy's count of hashed blocks) leaves the pool
+    as `free_blocks(ordered)` does, shared blocks (the fallback) and page size 1 included."""
+    ps = data.draw(st.sampled_from([1, 2]), label="page size")
+    hasher = ChainHasher(ps, 64)
+    pools = [BlockPool(24, ps), BlockPool(24, ps)]
+    ids = np.array(data.draw(st.lists(st.integers(0, 3), min_size=2 * ps, max_size=8 * ps)),
+                   dtype=np.int64)
+    full = len(ids) // ps
+    nhashed = data.draw(st.integers(0, full), label="hashed")
+    plain = data.draw(st.integers(0, 3), label="unhashed blocks after")
+    share = data.draw(st.integers(0, nhashed), label="blocks another request holds")
+    for pool in pools:
+        blocks = pool.get_new_blocks(nhashed + plain)
+        if nhashed:
+            pool.cache_full_blocks(blocks[:nhashed], hasher.chain(NONE_HASH, ids)[:nhashed],
+                                   NONE_HASH, ids[: nhashed * ps].reshape(-1, ps), 0)
+        pool.touch(blocks[:share])
+    pools[0].free_blocks(blocks[::-1])
+    pools[1].free_blocks(blocks[::-1], nhashed)
+    for pool in pools:
+        pool.check_invariants()
+    a, b = pools
+    assert a.num_cached_free == b.num_cached_free
+    assert a.cached_free_blocks() == b.cached_free_blocks()
+    assert a.peek_free(a.get_num_free_blocks()).tolist() == \
+        b.peek_free(b.get_num_free_blocks()).tolist()
+    assert np.array_equal(a.ref_cnt, b.ref_cnt)
 
 
 def test_chain_hasher_equals_the_block_by_block_definition() -> None:
