@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvcore.policies.vllm_block import VLLMBlockPolicy
 from tests.kvcore.test_vllm_block import make
 
 
-def test_a_request_released_mid_prefill_hands_its_chain_back() -> None:
-    pol = make(256, 2)
-    toks = np.arange(40, dtype=np.int64) + 1000
-    assert pol.peek_prefix(toks[:-1]) == 0
-    assert pol.admit(0, toks, 45, 5) is not None
-    assert pol.extend([0], [11])  # 5 full blocks cached, the prompt not written yet
+def count_hashings(pol: VLLMBlockPolicy) -> list[int]:
+    """The lengths of the token arrays `pol` hashes from now on (its hasher's `chain`
+    wrapped): an empty list after a peek means the memo answered without hashing."""
     hashed: list[int] = []
     chain = pol.hasher.chain
 
@@ -24,6 +22,16 @@ def test_a_request_released_mid_prefill_hands_its_chain_back() -> None:
         return chain(parent, ids)
 
     pol.hasher.chain = counting  # type: ignore[method-assign]
+    return hashed
+
+
+def test_a_request_released_mid_prefill_hands_its_chain_back() -> None:
+    pol = make(256, 2)
+    toks = np.arange(40, dtype=np.int64) + 1000
+    assert pol.peek_prefix(toks[:-1]) == 0
+    assert pol.admit(0, toks, 45, 5) is not None
+    assert pol.extend([0], [11])  # 5 full blocks cached, the prompt not written yet
+    hashed = count_hashings(pol)
     pol.release(0)
     assert pol.peek_prefix(toks[:-1]) == 10 and hashed == []  # the kept chain, no hashing
     assert pol.peek_prefix(toks[:-1].copy()) == 10 and hashed  # a fresh hashing agrees

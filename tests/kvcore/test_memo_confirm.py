@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.kvcore.test_chain_memo import count_hashings
 from tests.kvcore.test_vllm_block import make
 
 
@@ -31,14 +32,7 @@ def test_a_rewritten_buffer_answers_as_a_fresh_one(ps: int, cached: int, where: 
         pol.finish(0, head)
     key = toks[:-1]
     assert pol.peek_prefix(key) == cached * ps
-    hashed: list[int] = []
-    chain = pol.hasher.chain
-
-    def counting(parent: int, ids: np.ndarray) -> np.ndarray:
-        hashed.append(len(ids))
-        return chain(parent, ids)
-
-    pol.hasher.chain = counting  # type: ignore[method-assign]
+    hashed = count_hashings(pol)
     for i in range(rewrites):
         hit_blocks = pol.peek_prefix(key) // ps
         hashed.clear()
