@@ -30,10 +30,8 @@ finishes get what n stepped iterations would have handed them. The differential 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from itertools import pairwise
 from typing import Any, Protocol
 
-import numpy as np
 import simpy
 
 from kvcore.policies.capabilities import Reserving
@@ -42,7 +40,7 @@ from simulator.latency import LatencyModel
 from simulator.metrics import Recorder
 from simulator.request import SimRequest
 from simulator.running_batch import RunningBatch
-from simulator.stretch import wait_until
+from simulator.stretch import gaps_between, wait_until
 
 
 class PrefillHost(Protocol):
@@ -169,10 +167,7 @@ class PrefillStretch:
         assert batch.n == m, "the running batch changed during a prefill stretch"
         e.progress_made()
         e.rec.add_gaps(*batch.stepped(m, n, first, last))
-        diffs = [b - a for a, b in pairwise(ends)]  # each later step's gap, as stepping's
-        d = diffs[0]
-        e.rec.add_gaps(*((np.array([d]), m * (n - 1)) if all(x == d for x in diffs)
-                         else (np.array(diffs), m)))
+        e.rec.add_gaps(*gaps_between(ends, m))  # each later step's gap, as stepping's
         e.generated_tokens += n * m
         for s in batch.remove_done(m):
             e.finish(s)

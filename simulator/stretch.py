@@ -222,10 +222,19 @@ class FastForward:
             return first, last, None
         if not short:
             return first, last, (ends[1:] - ends[:-1], n)  # np.diff, without its wrapper
-        diffs = [b - a for a, b in pairwise(ends_v)]
-        d = diffs[0]  # add_gaps' one-value form when every gap is the same, else every gap
-        same = all(x == d for x in diffs)
-        return first, last, ((np.array([d]), n * (k - 1)) if same else (np.array(diffs), n))
+        return first, last, gaps_between(ends_v, n)
+
+
+def gaps_between(ends: list[float], n: int) -> Gaps:
+    """The inter-token gaps of `n` requests that each made a token at every one of `ends`
+    (at least two), after the first: each gap the difference of consecutive ends, as
+    stepping records them (the same floats); `add_gaps`' one-value form when every gap is the
+    same (the usual stretch), else every gap once with count n."""
+    diffs = [b - a for a, b in pairwise(ends)]
+    d = diffs[0]
+    if all(x == d for x in diffs):
+        return np.array([d]), n * len(diffs)
+    return np.array(diffs), n
 
 
 def entries_at_steps_short(entries_now: int, w0: list[int], k: int, page_size: int
