@@ -30,7 +30,7 @@ from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
 from kvcore.policies.capabilities import DecodeStretch, Reserving
 from kvcore.policies.placement import make_placement
-from kvcore.req_to_token_pool import ReqToTokenPool
+from kvcore.req_to_token_pool import ReqToTokenPool, step_column
 from kvcore.validation import (
     InvariantError,
     cdiv,
@@ -195,13 +195,19 @@ class ContiguousPolicy(Reserving, DecodeStretch):
         w = np.array([r.written for r in reqs], dtype=np.int64)
         self.check_decode_args(rids, w, [r.reservation for r in reqs], _BEYOND, steps=n)
         profile = self.decode_profile(rids, n, head_reservation)
-        pos = w[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (step, request)
+        self._write_decodes(reqs, w, n)
+        return profile
+
+    def _write_decodes(self, reqs: list[_Req], w: np.ndarray, n: int) -> None:
+        """n decode steps' page-table entries of `reqs` (written lengths `w`), inside their
+        reservations: step s of request i is slot start_i + w_i + s, each row's next n
+        positions in one `write_run`."""
         starts = np.array([r.start for r in reqs], dtype=np.int64)
         rows = np.array([r.row for r in reqs], dtype=np.int64)
-        self.req_to_token_pool.write_at(rows[None, :], pos, starts[None, :] + pos)
+        slots = (starts + w)[None, :] + step_column(n)  # (step, request)
+        self.req_to_token_pool.write_run(rows, w, n, slots)
         for r in reqs:
             self._wrote(r, r.written + n)
-        return profile
 
     def prefill_steps(self, prefill_rids: Sequence[int], rooms: Sequence[int],
                       decode_rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
@@ -238,13 +244,7 @@ class ContiguousPolicy(Reserving, DecodeStretch):
             write(req.row, w, np.arange(req.start + w, req.start + t, dtype=np.int64))
             self._wrote(req, t)
         if dreqs:
-            w0 = np.array([r.written for r in dreqs], dtype=np.int64)
-            pos = w0[None, :] + np.arange(n, dtype=np.int64)[:, None]  # (step, request)
-            starts = np.array([r.start for r in dreqs], dtype=np.int64)
-            rows = np.array([r.row for r in dreqs], dtype=np.int64)
-            self.req_to_token_pool.write_at(rows[None, :], pos, starts[None, :] + pos)
-            for r in dreqs:
-                self._wrote(r, r.written + n)
+            self._write_decodes(dreqs, np.array([r.written for r in dreqs], dtype=np.int64), n)
         return out
 
     def decode_room(self, rid: int) -> int:
