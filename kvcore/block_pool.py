@@ -222,8 +222,10 @@ class HashedBlocks(ABC):
         blocks = self.free_block_queue.popleft_n(m)
         if not m:
             return blocks
-        ev = blocks[self.is_hashed[blocks]]
-        if len(ev):
+        hashed = self.is_hashed[blocks]
+        nev = int(np.count_nonzero(hashed))
+        if nev:  # (no compress when every block popped was cached: most pops at page 1)
+            ev = blocks if nev == m else blocks[hashed]
             if self.on_evict is not None:
                 self.on_evict(ev)
             self.num_cached_free -= len(ev)

@@ -163,7 +163,8 @@ class ChainIndex:
     def __init__(self, num_blocks: int) -> None:
         nb = num_blocks + 1  # block 0 (the null block) is never indexed
         # per block: the caching it came from (0 = not indexed; never reused, so an unchanged
-        # generation means the block stayed indexed in between) and its segment
+        # generation means the block stayed indexed in between) and its segment (meaningful
+        # while indexed only: an eviction leaves it stale, see `remove`)
         self.gen = np.zeros(nb, dtype=np.int64)
         self.seg_of = np.zeros(nb, dtype=np.int64)
         self.num_live = 0  # indexed blocks
@@ -258,12 +259,14 @@ class ChainIndex:
         """Unindex `blocks` (distinct, indexed); a segment left with no live block goes."""
         if not len(blocks):
             return
+        # `seg_of` is left as it was: it is read only for indexed blocks (an entry's `gen`
+        # says whether it is), so clearing it was a random write per evicted block for no
+        # reader (at page size 1 with `--chunked-prefill-size 64`, 5.3 M in 15 k calls)
         sids = self.seg_of[blocks]
         self.gen[blocks] = 0
-        self.seg_of[blocks] = 0
         self.num_live -= len(blocks)
         first = int(sids[0])
-        if (sids == first).all():  # the usual case: one segment's blocks
+        if not np.count_nonzero(sids != first):  # the usual case: one segment's blocks
             pairs: zip[tuple[int, int]] | list[tuple[int, int]] = [(first, len(blocks))]
         else:
             # blocks per segment: segment ids are small (one per caching run), so a count
@@ -448,7 +451,7 @@ class ChainIndex:
         indexed = self.gen > 0
         if live_total != self.num_live or int(np.count_nonzero(indexed)) != self.num_live:
             raise InvariantError("vllm: chain index live count out of sync")
-        if self.gen[0] or ((self.seg_of > 0) != indexed).any():
+        if self.gen[0] or not (self.seg_of[indexed] > 0).all():
             raise InvariantError("vllm: a block's segment and generation disagree")
         rows = len(self.segments)
         for row in range(rows):
