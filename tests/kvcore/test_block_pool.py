@@ -47,6 +47,16 @@ class QueueMachine(RuleBasedStateMachine):
         self.q.remove_n(np.array(sorted(gone), dtype=np.int64))
         self.model = [b for b in self.model if b not in gone]
 
+    @rule()
+    def settle(self) -> None:
+        """Appends leave positions unwritten until a removal reads them: once settled,
+        every queued block's position is its index in the queue."""
+        self.q.settle()
+        q = self.q
+        live_pos = np.flatnonzero(q._q[q._head : q._tail]) + q._head
+        assert q.positions[q._q[live_pos]].tolist() == live_pos.tolist()
+        assert q.positions[0] == -1
+
     @invariant()
     def same_order(self) -> None:
         self.q.check_invariants()
