@@ -70,8 +70,8 @@ class Segment:
     the chain position of its first block, its id (`sid`: its age among segments) and how
     many of its blocks still live.
 
-    A caching appends its run by reference (`append`: the caller's block and hash arrays,
-    which it never writes again) and the arrays are written when something reads them
+    A caching appends its run by reference (`append_part`: bounds into the caller's block
+    and hash arrays, which it never writes again) and the arrays are written when read
     (`_join`): with `--chunked-prefill-size 64` about eleven segments take a run per engine
     iteration (88,804 runs at page size 1) and most are never read before their blocks are
     evicted (a lookup reads only the segments on a waiting prompt's chain), where three
