@@ -71,8 +71,8 @@ class Segment:
     the chain position of its first block, its id (`sid`: its age among segments) and how
     many of its blocks still live.
 
-    A caching appends its run by reference (`append`: the caller's block and hash arrays,
-    which it never writes again) and the arrays are written when something reads them
+    A caching appends its run by reference (`append_part`: bounds into the caller's block
+    and hash arrays, which it never writes again) and the arrays are written when read
     (`_join`): with `--chunked-prefill-size 64` about eleven segments take a run per engine
     iteration (88,804 runs at page size 1) and most are never read before their blocks are
     evicted (a lookup reads only the segments on a waiting prompt's chain), where three
@@ -89,7 +89,8 @@ class Segment:
         self._gens = _NO_BLOCKS
         self.n = 0
         self._joined = 0  # entries written into the arrays; the rest are `_pending` runs
-        self._pending: list[tuple[np.ndarray, np.ndarray, int]] = []
+        # (blocks, hashes, lo, hi, gen): entries lo..hi-1 of a caching call's arrays
+        self._pending: list[tuple[np.ndarray, np.ndarray, int, int, int]] = []
         self.live = 0
         self.slot = -1  # its row in the index's per-segment arrays
         self.last_block = self.last_hash = 0  # its last entry's block and hash, as ints
@@ -117,11 +118,17 @@ class Segment:
     def append(self, blocks: np.ndarray, hashes: np.ndarray, gen: int) -> None:
         """Add a run (non-empty) cached under generation `gen`; `blocks` and `hashes` are
         kept by reference until the next read (the caller never writes them again)."""
-        k = len(blocks)
-        self._pending.append((blocks, hashes, gen))
-        self.n += k
-        self.live += k
-        self.last_block, self.last_hash = blocks.item(-1), hashes.item(-1)
+        self.append_part(blocks, hashes, 0, len(blocks), gen)
+
+    def append_part(self, every: np.ndarray, hashes: np.ndarray, lo: int, hi: int,
+                    gen: int) -> None:
+        """`append` of entries lo..hi-1 (lo < hi) of a caching call's arrays, kept as the
+        arrays and the bounds: no slice is made until a read joins them (`insert_runs`
+        appends about eleven runs a call at chunk 64, and most are never read)."""
+        self._pending.append((every, hashes, lo, hi, gen))
+        self.n += hi - lo
+        self.live += hi - lo
+        self.last_block, self.last_hash = every.item(hi - 1), hashes.item(hi - 1)
 
     def _join(self) -> None:
         """Write the pending runs into the arrays, grown with room for as many entries
@@ -136,13 +143,13 @@ class Segment:
             self._blocks, self._hashes, self._gens = (
                 _grown(a, j, size) for a in (self._blocks, self._hashes, self._gens))
         if len(pend) == 1:
-            b, h, g = pend[0]
-            self._blocks[j:n], self._hashes[j:n], self._gens[j:n] = b, h, g
+            b, h, lo, hi, g = pend[0]
+            self._blocks[j:n], self._hashes[j:n], self._gens[j:n] = b[lo:hi], h[lo:hi], g
         else:
-            np.concatenate([p[0] for p in pend], out=self._blocks[j:n])
-            np.concatenate([p[1] for p in pend], out=self._hashes[j:n])
-            self._gens[j:n] = np.repeat(np.array([p[2] for p in pend], dtype=np.int64),
-                                        [len(p[0]) for p in pend])
+            np.concatenate([p[0][p[2] : p[3]] for p in pend], out=self._blocks[j:n])
+            np.concatenate([p[1][p[2] : p[3]] for p in pend], out=self._hashes[j:n])
+            self._gens[j:n] = np.repeat(np.array([p[4] for p in pend], dtype=np.int64),
+                                        [p[3] - p[2] for p in pend])
         pend.clear()
         self._joined = n
 
@@ -219,7 +226,7 @@ class ChainIndex:
                 seg = self._ending_at(after, start) if after else None
                 if seg is None or seg.last_hash != parent:
                     seg = self._new_segment(start, hashes[at])
-            seg.append(every[at : at + k], hashes[at : at + k], g)
+            seg.append_part(every, hashes, at, at + k, g)
             self._latest[seg.slot] = g
             sids.append(seg.sid)
             lens.append(k)
@@ -447,8 +454,9 @@ class ChainIndex:
         live_total = 0
         for sid, seg in self.segments.items():
             pend = seg._pending  # runs kept by reference: they and the arrays make up n
-            if seg._joined + sum(len(p[0]) for p in pend) != seg.n or any(
-                    len(p[0]) != len(p[1]) or not len(p[0]) for p in pend):
+            if seg._joined + sum(p[3] - p[2] for p in pend) != seg.n or any(
+                    len(p[0]) != len(p[1]) or not 0 <= p[2] < p[3] <= len(p[0])
+                    for p in pend):
                 raise InvariantError(f"vllm: chain index segment {sid} pending runs are wrong")
             b, h, g = seg.blocks, seg.hashes, seg.gens
             if seg.sid != sid or not seg.n or (np.diff(g) < 0).any() or \

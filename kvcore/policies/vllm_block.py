@@ -49,6 +49,7 @@ from kvcore.chain_memo import ChainEntry, ChainMemo
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import DecodeStretch, PrefixCache
 from kvcore.policies.vllm_checks import check_admit_hits, check_block_policy
+from kvcore.policies.vllm_grow import grow_tokens
 from kvcore.policies.vllm_request import _ids, _Req, _RowReq
 from kvcore.req_to_token_pool import ReqToTokenPool
 from kvcore.validation import (
@@ -202,6 +203,14 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         except KeyError:
             raise ValueError(f"request {rid} is not admitted") from None
 
+    def _reqs_of(self, rids: Sequence[int]) -> list[_Req]:
+        """`_req` of each, one dict read each (an unknown one raises as `_req` does)."""
+        try:
+            reqs = self._reqs
+            return [reqs[r] for r in rids]
+        except KeyError:
+            return [self._req(r) for r in rids]
+
     def _write(self, req: _Req, start: int, end: int) -> None:
         """Page-table entries of positions start..end-1 (their blocks already allocated)."""
         ps = self.page_size
@@ -221,43 +230,38 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         request still its own caching, in request order). With small chunks
         (`--chunked-prefill-size 64`) an iteration extends about ten requests by a few dozen
         blocks each, so what counts is the work per request, not per block."""
-        reqs = [self._req(r) for r in rids]
-        self.check_extend_args(rids, target_lens, [r.written for r in reqs],
-                               self.max_context_len)
+        reqs = self._reqs_of(rids)
+        ts, ws, top = [int(t) for t in target_lens], [r.written for r in reqs], self.max_context_len
+        # the checks' usual answer in plain comparisons (their numpy form cost 7 us a call:
+        # 8 k calls at page 1 with chunk 64); anything else gets their error
+        if len(ts) != len(ws) or len(set(rids)) != len(ws) or not all(
+                w <= t <= top for w, t in zip(ws, ts, strict=True)):
+            self.check_extend_args(rids, target_lens, ws, top)
         ps = self.page_size
-        ts = [int(t) for t in target_lens]
-        need = 0
-        for req, t in zip(reqs, ts, strict=True):
-            need += -(-t // ps) - req.nblocks
+        need = sum(-(-t // ps) for t in ts) - sum(r.nblocks for r in reqs)
         if need > self.pool.get_num_free_blocks():
             return False
         new = self.pool.get_new_blocks(need)
+        if ps == 1:  # a block per token: kvcore/policies/vllm_grow.py, per request-chunk
+            args = grow_tokens(reqs, ts, new, self._hash_to, self.req_to_token_pool)
+            if args is not None:
+                self.pool.cache_runs(*args)
+            return True
         at = 0
         runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after) each
         parts: list[tuple[_Req, int, int]] = []  # (request, first, end) of each run's blocks
-        whole = ps == 1  # at page size 1: every new block is newly full, in `new`'s order
-        rows_hold = self._table is not None  # the block tables are the page-table rows
         for req, t in zip(reqs, ts, strict=True):
             w = req.written
             if t <= w:
                 continue
             k = -(-t // ps) - req.nblocks
-            if ps == 1:  # a block per token: k == t - w new blocks, and they are the slots
-                got = new[at : at + k]
-                req.add_blocks(got)
-                if not rows_hold:
-                    self.req_to_token_pool.write_range(req.row, w, got)
+            if k > 0:
+                req.add_blocks(new[at : at + k])
                 at += k
-            else:
-                if k > 0:
-                    req.add_blocks(new[at : at + k])
-                    at += k
-                self._write(req, w, t)
+            self._write(req, w, t)
             req.written = t
             full = min(t, len(req.ids)) // ps
             done = req.nhashed
-            if whole and (done != w or full != t):
-                whole = False
             if full > done:
                 if len(req.chain) < full:
                     self._hash_to(req, full)
@@ -265,16 +269,14 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                              done, req.block_at(done - 1) if done else 0))
                 parts.append((req, done, full))
                 req.nhashed = full
-        if runs:
-            if len(parts) == 1:
-                req, d, f = parts[0]
-                every = new if whole else req.block_slice(d, f)
-                hashes, tokens = req.chain[d:f], req.ids[d * ps : f * ps]
-            else:
-                every = new if whole else np.concatenate([r.block_slice(d, f)
-                                                          for r, d, f in parts])
-                hashes = np.concatenate([r.chain[d:f] for r, d, f in parts])
-                tokens = np.concatenate([r.ids[d * ps : f * ps] for r, d, f in parts])
+        if len(parts) == 1:
+            req, d, f = parts[0]
+            self.pool.cache_runs(req.block_slice(d, f), req.chain[d:f],
+                                 req.ids[d * ps : f * ps].reshape(-1, ps), runs)
+        elif runs:
+            every = np.concatenate([r.block_slice(d, f) for r, d, f in parts])
+            hashes = np.concatenate([r.chain[d:f] for r, d, f in parts])
+            tokens = np.concatenate([r.ids[d * ps : f * ps] for r, d, f in parts])
             self.pool.cache_runs(every, hashes, tokens.reshape(-1, ps), runs)
         return True
 
@@ -288,14 +290,17 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
                 parent, req.ids[have * ps : full * ps])])
 
     def decode(self, rids: Sequence[int]) -> bool:
-        reqs = [self._req(r) for r in rids]
+        reqs = self._reqs_of(rids)
         self.check_distinct("decode", rids)
         written = [r.written for r in reqs]
         self.check_decode_args(rids, written, self.max_context_len)
         ps = self.page_size
-        need = 0
-        for req, w in zip(reqs, written, strict=True):
-            need += w == req.nblocks * ps
+        if ps == 1:  # every request starts a block (written == nblocks)
+            need = len(reqs)
+        else:
+            need = 0
+            for req, w in zip(reqs, written, strict=True):
+                need += w == req.nblocks * ps
         if need > self.pool.get_num_free_blocks():
             return False
         if not reqs:
@@ -303,7 +308,9 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         rows = np.array([r.row for r in reqs], dtype=np.int64)
         if ps == 1:  # every request starts a block (written == nblocks), and it is the slot
             got = self.pool.get_new_blocks(need)
-            self.req_to_token_pool.write_at(rows, np.array(written, dtype=np.int64), got)
+            # one entry per row at its written length, bounded by the checks above (`top`)
+            self.req_to_token_pool.write_run(rows, np.array(written, dtype=np.int64), 1, got,
+                                             top=max(written))
             if self._table is not None:  # that write was the block tables' too
                 for req, b in zip(reqs, got.tolist(), strict=True):
                     req.nblocks += 1  # (`_RowReq.grew(1, b)`, inline: ~100 k calls)
@@ -337,7 +344,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         the page table end up identical. A stretch in which some block would be hashed as it
         fills (known ids beyond a request's written tokens) is stepped, so the prefix index
         sees its insertions in stepping's order."""
-        reqs = [self._req(r) for r in rids]
+        reqs = self._reqs_of(rids)
         if n <= 0 or not reqs or any(len(r.ids) > r.written for r in reqs):
             return super().decode_steps(rids, n, head_reservation)
         self.check_distinct("decode", rids)
@@ -369,7 +376,7 @@ class VLLMBlockPolicy(PrefixCache, DecodeStretch):
         """Breakdown after each of the next n decode steps, without changing anything. New
         blocks come off the free-queue head in order; a hashed one popped there is a lazy
         eviction, so `cached` (not `free`) shrinks by that block."""
-        reqs = [self._req(r) for r in rids]
+        reqs = self._reqs_of(rids)
         ps = self.page_size
         w = np.array([r.written for r in reqs], dtype=np.int64)
         final = np.array([r.final_len for r in reqs], dtype=np.int64)

@@ -57,6 +57,14 @@ class _Req:
     def block_at(self, i: int) -> int:
         return self._blocks.item(i)
 
+    def put_tokens(self, got: np.ndarray, table: ReqToTokenPool) -> None:
+        """At page size 1: the next len(got) positions are written into the blocks `got`
+        (one block each, and each block is the slot), in the block table and the page
+        table (`table`, through its checked write)."""
+        self.add_blocks(got)
+        table.write_range(self.row, self.written, got)
+        self.written += len(got)
+
     def add_block(self, b: int) -> None:
         """`add_blocks` of one block (decode's case, kept free of array slicing)."""
         n = self.nblocks
@@ -106,6 +114,19 @@ class _RowReq(_Req):
 
     def add_block(self, b: int) -> None:
         self.add_blocks(np.array([b], dtype=np.int64))
+
+    def put_tokens(self, got: np.ndarray, table: ReqToTokenPool) -> None:
+        """`_Req.put_tokens` as one slice write into the row, which is the block table (a
+        prefill chunk at page size 1, about 89 k of them at chunk 64: the checked
+        `write_range` cost twice the write). The caller checked the bounds
+        (`check_extend_args`: positions below max_context_len); the row is this request's
+        own while it lives, and a slice past the row's end is a shape error, not a silent
+        write."""
+        w = self.written
+        t = w + len(got)
+        self._row[w:t] = got
+        self.nblocks = self.written = t
+        self.last = got.item(-1)
 
     def grew(self, k: int, last: int) -> None:
         """`k` blocks were written into the row by the caller (a decode step's or stretch's

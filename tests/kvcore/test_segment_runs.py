@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from kvcore.chain_index import ChainIndex, Segment
 from kvcore.validation import InvariantError
 
-# each step: ("append", run length) | ("read",) | ("cut", fraction of n kept)
+# each step: ("append", run length, entries around it) | ("read",) | ("cut", fraction of n
+# kept); with entries around it, the run is a part of a larger caching call's arrays
+# (`Segment.append_part`, as `ChainIndex.insert_runs` appends)
 _STEP = st.one_of(
-    st.tuples(st.just("append"), st.integers(1, 40)),
+    st.tuples(st.just("append"), st.integers(1, 40), st.integers(0, 3)),
     st.tuples(st.just("read")),
     st.tuples(st.just("cut"), st.floats(0.05, 1.0)),
 )
@@ -30,12 +32,17 @@ def test_a_segment_reads_what_was_appended(steps: list[tuple]) -> None:
     nxt, gen = 1, 0
     for step in steps:
         if step[0] == "append":
-            k = step[1]
+            k, pad = step[1], step[2]
             gen += 1
             b = np.arange(nxt, nxt + k, dtype=np.int64)
             h = (b * 7919 + 11).astype(np.uint64)
             nxt += k
-            seg.append(b, h, gen)
+            if pad:  # other runs' entries on both sides, never read through this segment
+                wide = np.arange(-pad, k + pad, dtype=np.int64) + b[0]
+                wide[:pad] = wide[-pad:] = -1
+                seg.append_part(wide, (wide * 7919 + 11).astype(np.uint64), pad, pad + k, gen)
+            else:
+                seg.append(b, h, gen)
             blocks += b.tolist()
             hashes += h.tolist()
             gens += [gen] * k
@@ -78,3 +85,11 @@ def test_the_index_checks_pending_runs() -> None:
         assert "pending" in str(err)
     else:
         raise AssertionError("a miscounted pending run passed the index's checks")
+    seg.n -= 1
+    seg._pending.append((blocks, hashes, 3, 3, 4))  # an empty part: the counts still agree
+    try:
+        idx.check_invariants(bh, ph)
+    except InvariantError as err:
+        assert "pending" in str(err)
+    else:
+        raise AssertionError("an empty pending part passed the index's checks")
