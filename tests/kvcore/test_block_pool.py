@@ -58,6 +58,13 @@ class QueueMachine(RuleBasedStateMachine):
         assert q.positions[0] == -1
 
     @invariant()
+    def tombstones_in_range(self) -> None:
+        """Every removed entry of the window lies in the range a pop avoids counting in."""
+        q = self.q
+        tombs = np.flatnonzero(q._q[q._head : q._tail] == 0) + q._head
+        assert all(q._tomb_lo <= p < q._tomb_hi for p in tombs.tolist())
+
+    @invariant()
     def same_order(self) -> None:
         self.q.check_invariants()
         assert self.q.num_free_blocks == len(self.model)
