@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcore.chain_index import ChainIndex
+from tests.kvcore.draws import chain_runs
 
 N = 40
 
@@ -39,17 +40,7 @@ def test_any_on_since_is_its_definition(steps: list[tuple], seed: int) -> None:
     nxt = 1
     for step in steps:
         if step[0] == "cache":
-            every, hashes, runs = [], [], []
-            for k, cont in step[1]:
-                if k > len(free):
-                    break
-                blocks, free = free[:k], free[k:]
-                after, parent, start = ends.pop() if cont and ends else (0, 0, 0)
-                runs.append((k, parent, start, after))
-                every += blocks
-                hashes += list(range(nxt, nxt + k))
-                nxt += k
-                ends.append((blocks[-1], nxt - 1, start + k))
+            every, hashes, runs, free, nxt = chain_runs(step[1], free, ends, nxt)
             if runs:
                 idx.insert_runs(np.array(every, dtype=np.int64),
                                 np.array(hashes, dtype=np.uint64), runs)

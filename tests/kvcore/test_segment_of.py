@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcore.chain_index import ChainIndex
+from tests.kvcore.draws import chain_runs
 
 N = 60  # blocks 1..N
 
@@ -32,18 +33,7 @@ def test_an_indexed_blocks_segment_is_its_generations(steps: list[tuple]) -> Non
     nxt = 1
     for step in steps:
         if step[0] == "cache":
-            every, hashes, runs = [], [], []
-            for k, cont in step[1]:
-                if k > len(free):
-                    break
-                blocks, free = free[:k], free[k:]
-                after, parent, start = ends.pop() if cont and ends else (0, 0, 0)
-                h = list(range(nxt, nxt + k))
-                nxt += k
-                runs.append((k, parent, start, after))
-                every += blocks
-                hashes += h
-                ends.append((blocks[-1], h[-1], start + k))
+            every, hashes, runs, free, nxt = chain_runs(step[1], free, ends, nxt)
             if not runs:
                 continue
             b = np.array(every, dtype=np.int64)
