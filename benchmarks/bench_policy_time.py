@@ -118,7 +118,7 @@ def main() -> None:
         module.make_policy = instrumented  # type: ignore[attr-defined]
     inside, outside = wrapper_cost()
     print(f"{args.policy}, page {args.page_size}, chunk {args.chunk or 'default'}, "
-          f"{args.workload} ({len(wl.requests) if hasattr(wl, 'requests') else '?'} requests); "
+          f"{args.workload} ({wl.num_requests} requests); "
           f"wrapper: {inside * 1e6:.2f} us inside + {outside * 1e6:.2f} us outside a call\n")
     print("| run | simulate s | policy s | engine s | policy calls | top methods (s) |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")

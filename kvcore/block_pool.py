@@ -238,8 +238,10 @@ class HashedBlocks(ABC):
         blocks = queue.popleft_n(m)
         if not m:
             return blocks
-        if every or not cached:
-            nev = m if every else 0
+        if every:
+            nev = m
+        elif not cached:
+            nev = 0
         else:
             hashed = self.is_hashed[blocks]
             nev = int(np.count_nonzero(hashed))

@@ -287,28 +287,24 @@ class ChainIndex:
         # blocks in 15 k calls)
         gens = self.gen[blocks]
         self.gen[blocks] = 0
-        sids = self._sid_of_gen[gens]  # (`_segment_of`, inline: 15 k calls at chunk 64)
+        sids = self._segment_of(gens)
         k = len(blocks)
         self.num_live -= k
         first = sids.item(0)
         if not np.count_nonzero(sids != first):  # the usual case: one segment's blocks
-            seg = self.segments[first]  # (no pairs to build and loop over: 14.7 k of 15.3 k)
-            seg.live -= k
-            if not seg.live:
-                self._drop(seg)
-            return
-        # blocks per segment: segment ids are small (one per caching run), so a count
-        # over their range is cheaper than np.unique's sort of every evicted block
-        lo = int(sids.min())
-        span = int(sids.max()) - lo + 1
-        if span <= 4 * len(sids) + 4096:
-            counts = np.bincount(sids - lo, minlength=span)
-            ids = np.flatnonzero(counts)
-            pairs: zip[tuple[int, int]] = zip((ids + lo).tolist(), counts[ids].tolist(),
-                                              strict=True)
+            pairs: zip[tuple[int, int]] | list[tuple[int, int]] = [(first, k)]
         else:
-            ids, counts = np.unique(sids, return_counts=True)
-            pairs = zip(ids.tolist(), counts.tolist(), strict=True)
+            # blocks per segment: segment ids are small (one per caching run), so a count
+            # over their range is cheaper than np.unique's sort of every evicted block
+            lo = int(sids.min())
+            span = int(sids.max()) - lo + 1
+            if span <= 4 * len(sids) + 4096:
+                counts = np.bincount(sids - lo, minlength=span)
+                ids = np.flatnonzero(counts)
+                pairs = zip((ids + lo).tolist(), counts[ids].tolist(), strict=True)
+            else:
+                ids, counts = np.unique(sids, return_counts=True)
+                pairs = zip(ids.tolist(), counts.tolist(), strict=True)
         for sid, c in pairs:
             seg = self.segments[sid]
             seg.live -= c
