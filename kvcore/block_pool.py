@@ -217,6 +217,9 @@ class HashedBlocks(ABC):
         #: called with the blocks a pop evicts (pop order), before their hashes are dropped:
         #: a lower tier backs them up there (kvcore/policies/vllm_tiers.py, write_back)
         self.on_evict: Callable[[np.ndarray], None] | None = None
+        #: KV events: called with (True, hashes) of blocks just cached and (False, hashes) of
+        #: blocks a pop evicts (simulator/fleet/kv_events.py)
+        self.kv_events: Callable[[bool, np.ndarray], None] | None = None
 
     @abstractmethod
     def _unindex(self, evicted: np.ndarray) -> None:
@@ -249,6 +252,8 @@ class HashedBlocks(ABC):
             ev = blocks if nev == m else blocks[hashed]
             if self.on_evict is not None:
                 self.on_evict(ev)
+            if self.kv_events is not None:
+                self.kv_events(False, self.block_hash[ev])
             self.num_cached_free -= len(ev)
             self.evicted_blocks += len(ev)
             self._unindex(ev)
@@ -353,6 +358,8 @@ class BlockPool(HashedBlocks):
         self.parent_hash[blocks[1:]] = hashes[:-1]
         self._set_tokens(blocks, tokens)
         self.index.insert(blocks, hashes, start, parent, after)
+        if self.kv_events is not None:
+            self.kv_events(True, hashes)
         return hashes
 
     def cache_runs(self, every: np.ndarray, hashes: np.ndarray, tokens: np.ndarray,
@@ -374,6 +381,8 @@ class BlockPool(HashedBlocks):
         self.parent_hash[every] = parents
         self._set_tokens(every, tokens)
         self.index.insert_runs(every, hashes, runs)
+        if self.kv_events is not None:
+            self.kv_events(True, hashes)
 
     def get_cached_blocks(self, h: int) -> list[int]:
         """Blocks indexed under hash h, oldest first (a scan of the per-block arrays: for

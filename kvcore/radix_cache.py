@@ -73,6 +73,9 @@ class RadixCache:
         # called with each leaf about to be evicted, still linked (kvcore/tiers.py backs it
         # up into a lower tier); None costs one attribute test per evicted leaf
         self.on_evict: Callable[[TreeNode], None] | None = None
+        # KV events: called with (True, leaf) once a new leaf's tokens entered the tree and
+        # (False, leaf) before an evicted leaf leaves it (simulator/fleet/kv_events.py)
+        self.kv_events: Callable[[bool, TreeNode], None] | None = None
         self.device = torch.device(device) if device else (
             allocator.device if allocator else torch.device("cpu")
         )
@@ -313,6 +316,8 @@ class RadixCache:
                 if self._is_evictable_leaf(node):
                     self._evictable_leaves.discard(node)
                 self._add_child(node, leaf)
+                if self.kv_events is not None:
+                    self.kv_events(True, leaf)
                 self._evictable += n - pos
                 self._mark_leaf(leaf)
                 return pos, leaf
@@ -404,6 +409,8 @@ class RadixCache:
                 continue  # stale entry
             if self.on_evict is not None:
                 self.on_evict(leaf)
+            if self.kv_events is not None:
+                self.kv_events(False, leaf)
             # each page_size-th slot starts one of the node's whole pages
             if on_cpu and leaf.host is not None:
                 freed_host.append(leaf.host[::ps])

@@ -19,7 +19,7 @@ from simulator.batch_means import batch_means_se, batch_ratio_se
 from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.hybrid import hybrid_fields, run_layout
-from simulator.latency import make_latency_model
+from simulator.latency import LatencyModel, make_latency_model
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
 from simulator.pool_columns import pool_columns
@@ -123,7 +123,7 @@ def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
 
 
 def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
-    first = _first_arrival(workload)
+    first = first_arrival(workload)
     start = first + cfg.engine.warmup_s
     if cfg.duration_s:
         return start, first + cfg.duration_s
@@ -133,7 +133,7 @@ def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
     return start, max(float(workload.open_arrivals().max()), start)
 
 
-def _first_arrival(workload: Workload) -> float:
+def first_arrival(workload: Workload) -> float:
     """The earliest open-loop arrival or session start (0 for none), read from the arrival
     column (a columnar workload builds no request for it)."""
     times = [s.start_s for s in workload.sessions]
@@ -142,18 +142,24 @@ def _first_arrival(workload: Workload) -> float:
     return min(times) if times else 0.0
 
 
-def simulate(
-    workload: Workload,
-    cfg: SimConfig,
-    progress: bool | Callable[[int], None] = False,
-    request_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
-    event_sink: Callable[..., None] | None = None,
-) -> SimResult:
-    """Run one engine over `workload`; deterministic for the same inputs and seed.
-    `request_sink`: streams the finished requests' rows in chunks of columns (a day's run in
-    bounded memory); the result then keeps only the columns its summary reads."""
-    torch.set_num_threads(TORCH_THREADS)
-    wall0 = time.perf_counter()
+@dataclass
+class EngineParts:
+    """One engine built over a workload and what it was built from: a run's single engine,
+    or one replica of a fleet (simulator/fleet/)."""
+
+    engine: Engine
+    policy: KVPolicy
+    latency: LatencyModel
+    rec: Recorder
+    end: float  # the measurement window's end (inf: it ends with the run)
+
+
+def build_engine(env: simpy.Environment, workload: Workload, cfg: SimConfig,
+                 tick: Callable[[int], None] | None = None,
+                 request_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
+                 ) -> EngineParts:
+    """The policy, latency model, recorder and engine `cfg` names, over `workload`, in
+    `env` (not started)."""
     model = get_model(cfg.pool.model)
     gpu = get_gpu(cfg.pool.gpu)
     max_ctx = cfg.pool.max_context_len or model.max_position
@@ -172,6 +178,25 @@ def simulate(
         rec.pools = policy.pool_usage
         if isinstance(policy, DecodeStretch):  # its stretches hand each step's pools
             rec.pool_steps = policy.stretch_pool_usage
+    transfers = (TransferModel.of(cfg.tier, model, gpu, cfg.pool.kv_dtype, cfg.pool.tp,
+                                  cfg.policy.page_size) if cfg.tier.enabled else None)
+    engine = Engine(env, workload, policy, latency, cfg, max_ctx, rec, progress=tick,
+                    transfers=transfers)
+    return EngineParts(engine, policy, latency, rec, end)
+
+
+def simulate(
+    workload: Workload,
+    cfg: SimConfig,
+    progress: bool | Callable[[int], None] = False,
+    request_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
+    event_sink: Callable[..., None] | None = None,
+) -> SimResult:
+    """Run one engine over `workload`; deterministic for the same inputs and seed.
+    `request_sink`: streams the finished requests' rows in chunks of columns (a day's run in
+    bounded memory); the result then keeps only the columns its summary reads."""
+    torch.set_num_threads(TORCH_THREADS)
+    wall0 = time.perf_counter()
     env = simpy.Environment()
     bar = None
     tick: Callable[[int], None] | None = progress if callable(progress) else None
@@ -180,10 +205,14 @@ def simulate(
 
         bar = tqdm(total=workload.num_requests, unit="req", desc="simulating", leave=False)
         tick = bar.update
-    transfers = (TransferModel.of(cfg.tier, model, gpu, cfg.pool.kv_dtype, cfg.pool.tp,
-                                  cfg.policy.page_size) if cfg.tier.enabled else None)
-    engine = Engine(env, workload, policy, latency, cfg, max_ctx, rec, progress=tick,
-                    transfers=transfers)
+    try:
+        parts = build_engine(env, workload, cfg, tick, request_sink)
+    except BaseException:
+        if bar is not None:
+            bar.close()
+        raise
+    engine, policy, latency, rec, end = (parts.engine, parts.policy, parts.latency, parts.rec,
+                                         parts.end)
     engine.event_sink = event_sink  # optional schedule observer (Engine.event_sink)
     engine.start()
     backlog: dict[str, int] = {}
@@ -210,13 +239,13 @@ def simulate(
     requests = rec.requests_columns()
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
     summary.update(latency_columns(cfg, latency))
-    summary.update(_overload(workload, cfg, latency, rec, requests, summary))
-    summary.update(reuse_gap(workload, requests, _block(cfg, policy)))
+    summary.update(overload_columns(workload, cfg, latency, rec, requests, summary))
+    summary.update(reuse_gap(workload, requests, prefix_block(cfg, policy)))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, rec.timeline, cfg, {"latency": latency.describe()})
 
 
-def _block(cfg: SimConfig, policy: KVPolicy) -> int:
+def prefix_block(cfg: SimConfig, policy: KVPolicy) -> int:
     """The page size prefixes are shared at: the option's, or a hybrid policy's own block
     (vLLM raises an attention + Mamba model's block to fit the state: 528 for Qwen3.5-4B)."""
     return policy.page_size if isinstance(policy, PoolKinds) else cfg.policy.page_size
@@ -237,8 +266,8 @@ def latency_columns(cfg: SimConfig, latency) -> dict:
             "kernel_page_size": latency.kernel_page_size(cfg.policy.page_size)}
 
 
-def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
-              requests: RequestColumns, summary: dict) -> dict:
+def overload_columns(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
+                     requests: RequestColumns, summary: dict) -> dict:
     """The overload columns (simulator/overload.py) from the run's window and queue."""
     # columns, not every request built and sorted: the verdict counts arrivals in the window
     # and takes the median prompt, neither of which depends on the order
@@ -273,7 +302,7 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
     over = mean_share_pct(rec.over_seconds, span, cap)
     done = _completed(requests)
     n_done = len(done["arrival_s"])
-    makespan = engine.last_finish_s - _first_arrival(engine.workload)
+    makespan = engine.last_finish_s - first_arrival(engine.workload)
     b_end = policy.breakdown(engine.head_reservation())
     out = {
         **cfg.to_dict(),
