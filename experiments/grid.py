@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from experiments.options import OPTIONS, RunOptions
 from experiments.spellings import key as spelling_key
+from simulator.fleet.spec import grid_cell
 
 # the options a grid can vary (declared `axis=True` on their fields) -> the flag of their comma
 # list; page size and policy lead (a figure's x axis and its lines), then the options' order
@@ -99,8 +101,11 @@ def cells(base: RunOptions, axes: Mapping[str, Iterable[Any]]) -> list[RunOption
     """The cross product of `axes` (option name -> values) applied to `base`, in order; every
     cell is validated as it is built, so a bad value fails before anything runs."""
     names = list(axes)
-    return [RunOptions.from_mapping(dict(zip(names, combo, strict=True)), base)
-            for combo in itertools.product(*(list(axes[n]) for n in names))]
+    out = []
+    for combo in itertools.product(*(list(axes[n]) for n in names)):
+        cell = RunOptions.from_mapping(dict(zip(names, combo, strict=True)), base)
+        out.append(replace(cell, fleet=grid_cell(cell.fleet)))  # one replica: no router
+    return out
 
 
 __all__ = ["AXIS_PARAMS", "DEFAULT_PAGE_SIZES", "SWEEP_AXES", "cells", "page_sizes_for",

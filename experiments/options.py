@@ -7,6 +7,7 @@
 | `memory`   | `MemorySpec`   | kvcore/memory.py   | model, GPU, TP, KV dtype, pool size or rule |
 | `engine`   | `EngineSpec`   | simulator/specs.py | admission, batches, latency, window, seed   |
 | `tier`     | `TierSpec`     | simulator/specs.py | host / storage KV tiers and their links     |
+| `fleet`    | `FleetSpec`    | simulator/fleet/   | replicas, router, its settings, KV events   |
 | `output`   | `OutputSpec`   | here               | output directory, SLO marks                 |
 
 Every field declared with `kvcore.fields.spec_field` is an option. `OPTIONS` lists them, in
@@ -49,9 +50,10 @@ from kvcore.hybrid_presets import hybrid_layout
 from kvcore.memory import MemorySpec
 from kvcore.planner import resolve_kv_bytes, resolve_kv_tokens
 from simulator.config import PoolSpec, SimConfig
+from simulator.fleet.spec import FleetSpec
 from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout
 from simulator.latency_profiles import is_profile_file, profile_for_rule
-from simulator.specs import EngineSpec, PolicySpec, TierSpec
+from simulator.specs import EngineSpec, PolicySpec, TierSpec, caching_policies
 from workloads.spec import WorkloadSpec, arrival_only_unused
 
 
@@ -81,10 +83,11 @@ class OutputSpec:
 
 # RunOptions attribute -> its spec class, in the order of the options (and summary columns)
 SPECS: dict[str, type] = {"workload": WorkloadSpec, "policy": PolicySpec, "memory": MemorySpec,
-                          "engine": EngineSpec, "tier": TierSpec, "output": OutputSpec}
+                          "engine": EngineSpec, "tier": TierSpec, "fleet": FleetSpec,
+                          "output": OutputSpec}
 # the help panel each spec's options are listed under (one per spec)
 PANELS = {"workload": "Workload", "policy": "Policy", "memory": "Memory and model",
-          "engine": "Engine", "tier": "Host KV tier", "output": "Output"}
+          "engine": "Engine", "tier": "Host KV tier", "fleet": "Fleet", "output": "Output"}
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,7 @@ class RunOptions:
     memory: MemorySpec = field(default_factory=MemorySpec)
     engine: EngineSpec = field(default_factory=EngineSpec)
     tier: TierSpec = field(default_factory=TierSpec)
+    fleet: FleetSpec = field(default_factory=FleetSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
 
     def __post_init__(self) -> None:
@@ -284,6 +288,12 @@ class RunOptions:
         model = self.memory.model_preset().id
         for name in HYBRID_OPTIONS:
             del d[name]
+        fleet = self.fleet.resolved()  # one replica: none of the fleet's columns
+        for name in ("replicas", "router", "router_args", "kv_event_delay_s"):
+            if name in fleet:
+                d[name] = fleet[name]
+            else:
+                del d[name]
         if hybrid_layout(model) is not None:
             d.update(resolved_hybrid_options(self.policy))
         d["model"] = model
@@ -306,6 +316,7 @@ class RunOptions:
         memory spec resolves to, the window's end from the workload (no --duration-s: the
         window ends at the last arrival); the engines' constants at their defaults."""
         m = self.memory
+        self.fleet.check(self.policy.policy, caching_policies())
         model = m.model_preset().id
         hybrid = run_layout(self.policy, model) is not None
         pool = PoolSpec(model=model, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,

@@ -100,12 +100,20 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
     check_options_used(spec, workload)
     tick = progress.start_run(workload.num_requests) if isinstance(progress, RequestBar) \
         else progress
-    if requests_file is None:
+    if opts.fleet.replicas > 1:  # replicas behind a router (simulator/fleet/)
+        from simulator.fleet import simulate_fleet
+
+        result = simulate_fleet(workload, cfg, opts.fleet.setup(), progress=tick,
+                                event_sink=event_sink)
+    elif requests_file is None:
         result = simulate(workload, cfg, progress=tick, event_sink=event_sink)
     else:
         result = _simulate_streamed(opts, workload, cfg, Path(requests_file), tick,
                                     event_sink)
     row = summary_row(opts, result.summary, workload)
+    fleet = result.extra.get("fleet")
+    if fleet is not None:
+        row.update(fleet.columns)
     out = opts.output
     row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile))
     return row, result

@@ -40,7 +40,7 @@ import simpy
 
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
-from simulator.fleet.kv_events import attach_kv_events
+from simulator.fleet.kv_events import attach_kv_events, event_block
 from simulator.fleet.kv_index import KVEventIndex
 from simulator.fleet.router import (
     ROUTERS,
@@ -67,10 +67,11 @@ class LazyRequest(RoutedRequest):
 
     __slots__ = ("req",)
 
-    def __init__(self, req: Request) -> None:
+    def __init__(self, req: Request, limit: int) -> None:
         self.req = req
         self.rid = req.request_id
         self.session_id = req.session_id
+        self.limit = limit
         self._hashes = {}
 
     @property  # type: ignore[override]
@@ -123,7 +124,7 @@ class Fleet:
             e.arrivals = Inbox(self, i)  # type: ignore[assignment]
         first = self.parts[0].policy
         self.pool = PoolReport(first.page_size, first.capacity // first.page_size,
-                               self.engines[0].max_context_len)
+                               self.engines[0].max_context_len, event_block(first))
         cls = ROUTERS.get(router)
         self.router: Router = cls(replicas, settings,
                                   np.random.default_rng([cfg.engine.seed, ROUTER_STREAM]),
@@ -142,6 +143,9 @@ class Fleet:
         self.routed = np.zeros(replicas, dtype=np.int64)
         self.how: dict[str, int] = {}
         self.router_s = 0.0  # wall seconds spent deciding
+        # with --check-invariants, a digest of what the router could read at each decision
+        # (the engine fuzz compares them between stepping and fast-forward)
+        self.views: list[int] | None = [] if cfg.engine.check_invariants else None
         self._plan_dues(workload)
 
     # -- when each replica must be at a step boundary ----------------------------------------
@@ -165,7 +169,7 @@ class Fleet:
         targets = []
         for k in range(len(order)):
             self.now = float(self.open_times[k])
-            targets.append(self._decide(LazyRequest(order[k])))
+            targets.append(self._decide(LazyRequest(order[k], self.pool.max_len)))
         self.ahead = targets
         arr = np.array(targets, dtype=np.int64)
         self.own_times = [self.open_times[arr == i] for i in range(self.n)]
@@ -209,15 +213,19 @@ class Fleet:
         t0 = time.perf_counter()
         d: Decision = self.router.choose(req, self)
         self.router_s += time.perf_counter() - t0
+        if self.views is not None:
+            self.views.append(self.view_digest())
         self.routed[d.replica] += 1
         self.how[d.how] = self.how.get(d.how, 0) + 1
+        if self.cfg.engine.check_invariants:
+            self.check_invariants()
         return d.replica
 
     def dispatch(self, req: Request) -> SimRequest:
         """A request the arrival process sends now: routed, enqueued at its replica."""
         open_loop = (self.open_sent < len(self.open_ids)
                      and req.request_id == self.open_ids[self.open_sent])
-        routed = LazyRequest(req)
+        routed = LazyRequest(req, self.pool.max_len)
         if self.ahead is not None and open_loop:
             i = self.ahead[self.open_sent]
             self.own_next[i] += 1
@@ -273,6 +281,19 @@ class Fleet:
         self.arrivals.start()
         for e in self.engines:
             e.start()
+
+    def view_digest(self) -> int:
+        """Everything a router may read now, as one hash: the loads, the in-flight counts,
+        the prefills done, and the KV event index."""
+        n = range(self.n)
+        index = None
+        if self.kv_index is not None:
+            index = hash(frozenset((h, r, c) for h, per in self.kv_index.holders.items()
+                                   for r, c in per.items()))
+        return hash((self.now, tuple(self.waiting(i) for i in n),
+                     tuple(self.running(i) for i in n), tuple(self.kv_usage(i) for i in n),
+                     tuple(self.router.in_flight),
+                     tuple(sorted(r for r in self.live if self.prefill_done(r))), index))
 
     def check_invariants(self) -> None:
         self.router.check_invariants()

@@ -30,7 +30,7 @@ from kvcore.policies.capabilities import PoolKinds, PrefixCache
 from kvcore.radix_cache import RadixCache
 from simulator.fleet.kv_index import KVEventIndex
 
-__all__ = ["attach_kv_events", "publishes_kv_events"]
+__all__ = ["attach_kv_events", "event_block", "publishes_kv_events"]
 
 
 def _cache_of(policy: KVPolicy) -> RadixCache | BlockPool | None:
@@ -45,6 +45,15 @@ def _cache_of(policy: KVPolicy) -> RadixCache | BlockPool | None:
 
 def publishes_kv_events(policy: KVPolicy) -> bool:
     return _cache_of(policy) is not None
+
+
+def event_block(policy: KVPolicy) -> int:
+    """The block (tokens) of `policy`'s KV events: vLLM's block; a radix tree's page, or at
+    page size 1 blocks of 16 tokens (vLLM's default block) rather than an event per token."""
+    cache = _cache_of(policy)
+    if isinstance(cache, BlockPool) or policy.page_size > 1:
+        return policy.page_size
+    return 16
 
 
 def attach_kv_events(policy: KVPolicy, replica: int, index: KVEventIndex,

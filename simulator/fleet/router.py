@@ -46,18 +46,14 @@ def setting(default: Any, help: str) -> Any:
 @dataclass(frozen=True)
 class PoolReport:
     """What every replica's engine reports about its KV pool once, at start (vLLM's
-    `cache_config_info` metric: block size, number of GPU blocks), and the context bound a
-    router hashes prompts up to."""
+    `cache_config_info` metric: block size, number of GPU blocks), the block of its KV events
+    (simulator/fleet/kv_events.py `event_block`) and the context bound: a prompt is hashed up
+    to it (a longer one is rejected by every replica anyway)."""
 
     page_size: int
     blocks: int
     max_len: int
-
-    @property
-    def event_block(self) -> int:
-        """The block of KV events: the engine's page (SGLang's page size 1 publishes 16-token
-        blocks here, vLLM's default block, rather than one event per token)."""
-        return self.page_size if self.page_size > 1 else 16
+    event_block: int
 
 
 @dataclass(frozen=True)
@@ -82,24 +78,26 @@ class RoutedRequest:
     """A request as a router sees it; hashes of its prompt are computed once per block size
     and shared by the scorers that need them."""
 
-    __slots__ = ("_hashes", "prompt", "rid", "session_id")
+    __slots__ = ("_hashes", "limit", "prompt", "rid", "session_id")
 
-    def __init__(self, rid: int, session_id: int | None, prompt: np.ndarray) -> None:
+    def __init__(self, rid: int, session_id: int | None, prompt: np.ndarray,
+                 limit: int) -> None:
         self.rid = rid
         self.session_id = session_id
         self.prompt = prompt
+        self.limit = limit  # tokens hashed at most (the context bound: PoolReport.max_len)
         self._hashes: dict[tuple[int, bool, int | None], list[int]] = {}
 
     def block_hashes(self, hasher: ChainHasher, max_blocks: int | None = None,
                      partial: bool = False) -> list[int]:
         """The chained hashes of the prompt's full blocks (at most `max_blocks`), and with
         `partial` one more for a trailing partial block (llm-d's approximate scorer hashes
-        it; its precise scorer and Dynamo drop it)."""
+        it; its precise scorer and Dynamo drop it). `hasher`: built for `limit` tokens."""
         block = hasher.page_size
         key = (block, partial, max_blocks)
         got = self._hashes.get(key)
         if got is None:
-            prompt = self.prompt
+            prompt = self.prompt[: self.limit]
             if max_blocks is not None:
                 prompt = prompt[: max_blocks * block]
             full = hasher.chain(NONE_HASH, prompt)

@@ -36,7 +36,7 @@ from simulator.fleet.summary import (
 )
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
-from simulator.request_table import column
+from simulator.request_table import RequestColumns, column
 from simulator.reuse_gap import reuse_gap
 from simulator.run import (
     TORCH_THREADS,
@@ -87,6 +87,8 @@ class FleetOutcome:
     columns: dict[str, Any]  # FLEET_COLUMNS
     request_replica: np.ndarray  # each row of the result's requests: its replica
     replica_timelines: list[list[tuple]] = field(repr=False, default_factory=list)
+    #: with --check-invariants: a digest of the router's view at each decision
+    views: list[int] | None = field(repr=False, default=None)
 
 
 def _tee(first: Callable[..., None], second: Callable[..., None]) -> Callable[..., None]:
@@ -171,6 +173,9 @@ def simulate_fleet(workload: Workload, cfg: SimConfig, setup: FleetSetup,
         p90 = _p90s(requests, parts[0].rec.itl_percentiles((90,))[0])
     else:
         requests, which = cluster_requests(tables)
+        requests = RequestColumns({**{c: requests[c] for c in requests}, "replica": which}
+                                  if len(requests) else {},
+                                  (*requests.names, "replica"), len(requests))
         gaps = pool.gaps if pool.gap_spill is None else []
         recomputed = recompute(requests, fleet.engines, [p.rec for p in parts], gaps,
                                first_arrival(workload), workload.num_requests)
@@ -265,7 +270,7 @@ def _outcome(fleet: Fleet, summaries: list[dict], tables: list, cluster: dict,
                          fleet.router.prefix_aware, working,
                          fleet.parts[0].policy.capacity, fleet.kv_index is not None)
     return FleetOutcome(setup.router, rows, cols, which,
-                        [p.rec.timeline for p in fleet.parts])
+                        [p.rec.timeline for p in fleet.parts], fleet.views)
 
 
 __all__ += ["REPLICA_COLUMNS"]

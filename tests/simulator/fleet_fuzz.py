@@ -1,0 +1,155 @@
+"""Differential fuzzing of fleets: the engine fuzz's small random cases (tests/simulator/
+engine_fuzz.py), run as 2-4 replicas behind a random router, each simulated twice (with the
+multi-step fast-forward and one step per iteration), invariants checked every iteration (the
+replicas' policies and the router's structures), each run bounded so that a livelock fails.
+
+Fleet case `seed` is engine case `seed`'s workload and engine with: replicas in 2..4, a
+router drawn from every registered one (a router reading KV events only on a policy that
+publishes them, else another), a KV event delay of 0, 10 or 50 ms, and in a tenth of the cases
+the benchmark client's `--max-concurrency`. What must hold: the two runs' cluster summaries,
+request rows (with their replicas) and replica rows are identical, and every request ends
+once (completed or rejected), sessions turn by turn.
+
+Used by tests/simulator/test_fleet_fuzz.py (a slice) and benchmarks/fuzz_fleet.py (a sweep).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvcore.validation import InvariantError
+from simulator.config import SimConfig
+from simulator.fleet import ROUTERS, FleetSetup, simulate_fleet
+from simulator.guard import LivelockError
+from simulator.run import SimResult
+from simulator.specs import caching_policies
+from tests.simulator.engine_fuzz import FuzzOutcome, make_case, time_limit
+from workloads.request import Workload
+
+__all__ = ["FleetCase", "fleet_case", "reads_events", "run_fleet_case"]
+
+#: routers whose KV events the fuzz may read with a delay
+DELAYS = (0.0, 0.01, 0.05, 0.2, 1.0)
+
+
+@dataclass(frozen=True)
+class FleetCase:
+    workload: Workload
+    cfg: SimConfig
+    setup: FleetSetup
+
+    def describe(self) -> str:
+        c = self.cfg
+        return (f"{self.setup.replicas} x {c.policy.policy} page={c.policy.page_size} "
+                f"kv_tokens={c.pool.kv_tokens} router={self.setup.router} "
+                f"delay={self.setup.kv_event_delay_s} admission={c.engine.admission} "
+                f"schedule={c.engine.schedule} preempt={c.engine.preempt} "
+                f"max_concurrency={c.engine.max_concurrency} "
+                f"requests={self.workload.num_requests} sessions={len(self.workload.sessions)}")
+
+
+def reads_events(router: str) -> bool:
+    """With its default settings."""
+    cls = ROUTERS.get(router)
+    return cls.reads_kv_events(cls.Settings())
+
+
+def fleet_case(seed: int) -> FleetCase:
+    w, cfg = make_case(seed)
+    rng = np.random.default_rng([seed, 0xF1EE7])
+    replicas = int(rng.integers(2, 5))
+    events = [r for r in ROUTERS.names() if reads_events(r)]
+    others = [r for r in ROUTERS.names() if not reads_events(r)]
+    publishes = cfg.policy.policy in caching_policies()
+    # half the cases whose replicas publish KV events read them (the rarer, harder path)
+    pick = events if publishes and rng.random() < 0.5 else others
+    router = str(rng.choice(pick))
+    delay = float(rng.choice(DELAYS)) if router in events else 0.0
+    if rng.random() < 0.1:
+        cfg = cfg.replace(max_concurrency=int(rng.integers(1, 4)))
+    return FleetCase(w, cfg, FleetSetup(replicas, router, None, delay))
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, float) and isinstance(y, float) and np.isnan(x) and np.isnan(y):
+        return True
+    return x == y
+
+
+def differences(a: SimResult, b: SimResult) -> str:
+    """What differs between two fleet results (summary keys, request columns, replica
+    rows)."""
+    skip = {"sim_wall_s", "max_steps_per_stretch"}
+    diff = [k for k in a.summary if k not in skip and not _same(a.summary[k], b.summary[k])]
+    ra, rb = a.requests.reset_index(drop=True), b.requests.reset_index(drop=True)
+    if not ra.equals(rb):
+        cols = [c for c in ra.columns if not ra[c].equals(rb[c])] if ra.shape == rb.shape \
+            else ["shape"]
+        diff.append(f"requests[{','.join(cols)}]")
+    fa, fb = a.extra["fleet"], b.extra["fleet"]
+    if fa.views != fb.views:
+        first = next((i for i, (x, y) in enumerate(zip(fa.views, fb.views)) if x != y),
+                     min(len(fa.views), len(fb.views)))
+        diff.append(f"the router's view at decision {first}")
+    for i, (x, y) in enumerate(zip(fa.replica_rows, fb.replica_rows, strict=True)):
+        keys = [k for k in x if not _same(x[k], y[k])]
+        if keys:
+            diff.append(f"replica {i}[{','.join(keys)}]")
+    return ", ".join(diff)
+
+
+def unaccounted(w: Workload, res: SimResult) -> str:
+    """Every open-loop request once, completed or rejected; each session's turns once, up to
+    its first rejected turn."""
+    rq = res.requests
+    if not rq.status.isin(["completed", "rejected"]).all():
+        return "a request is unfinished"
+    if rq.request_id.duplicated().any():
+        return "a request is reported twice"
+    status = dict(zip(rq.request_id.tolist(), rq.status.tolist(), strict=True))
+    if not {r.request_id for r in w.requests} <= set(status):
+        return "an open-loop request is missing"
+    for s in w.sessions:
+        for k, rid in enumerate(s.request_ids):
+            if rid not in status:
+                prev = s.request_ids[k - 1] if k else None
+                if prev is None or status.get(prev) != "rejected":
+                    return f"session {s.session_id} turn {k} is missing"
+                break
+    routed = sum(r["requests_routed"] for r in res.extra["fleet"].replica_rows)
+    if routed != len(rq):
+        return f"{routed} routed, {len(rq)} reported"
+    return ""
+
+
+def run_fleet_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
+    case = fleet_case(seed)
+    stepped = case.cfg.replace(max_steps_per_stretch=1)
+    results = []
+    stretches = [0]
+
+    def count(t0: float, t1: float, chunks: object, rids: object, steps: int) -> None:
+        stretches[0] += steps >= 2
+
+    n = case.workload.num_requests
+    try:
+        for c, sink in ((case.cfg, count), (stepped, None)):
+            with time_limit(time_limit_s):
+                results.append(simulate_fleet(case.workload, c, case.setup,
+                                              event_sink=sink))
+    except LivelockError as e:
+        return FuzzOutcome(seed, "livelock", str(e), n)
+    except InvariantError as e:
+        return FuzzOutcome(seed, "invariant", str(e), n)
+    except Exception as e:  # a hang (the time limit) or any other crash is a finding too
+        kind = "hang" if type(e).__name__ == "_Timeout" else "error"
+        return FuzzOutcome(seed, kind, f"{type(e).__name__}: {e}", n)
+    diff = differences(*results)
+    if diff:
+        return FuzzOutcome(seed, "differ", diff, n, stretches[0])
+    missing = unaccounted(case.workload, results[0])
+    if missing:
+        return FuzzOutcome(seed, "error", missing, n, stretches[0])
+    return FuzzOutcome(seed, "ok", "", n, stretches[0])
