@@ -84,6 +84,11 @@ def run(
     con = console()
     for table in run_tables(one.row):  # a hybrid run's pools per layer kind come last
         con.print(table)
+    if (fleet := one.result.extra.get("fleet")) is not None:  # replicas behind a router
+        from reports.fleet_view import fleet_lines, replica_table
+
+        con.print(replica_table(one.row, fleet.replica_rows))
+        print_lines(con, fleet_lines(one.row))
     print_reuse(con, [one.row])
     warn_overload([one.row])
     if events is not None:

@@ -76,14 +76,17 @@ def write_compare(opts: RunOptions, c: Compared) -> list[Path]:
     import pandas as pd
 
     from experiments.runner import config_document
+    from reports.fleet_view import fleet_figures, write_fleet_results
     from reports.plots import plot_results
     from reports.results import write_run
 
     axes = {"policy": c.names}
     write_run(c.out, c.rows, c.results, config_document("compare", opts, axes=axes))
+    write_fleet_results(c.out, c.rows, c.results)  # fleet runs only
     return plot_results(pd.DataFrame(c.rows), c.out / "figures",
                         requests=pd.read_parquet(c.out / "requests.parquet"),
-                        timeline=pd.read_parquet(c.out / "timeline.parquet"), axes=axes)
+                        timeline=pd.read_parquet(c.out / "timeline.parquet"), axes=axes) \
+        + fleet_figures(c.out, c.out / "figures", pd.DataFrame(c.rows))
 
 
 __all__ = ["COMPARED", "Compared", "compare_policies", "write_compare", "write_deltas"]

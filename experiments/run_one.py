@@ -49,6 +49,7 @@ def write_one(opts: RunOptions, run: RunOutcome) -> int:
     """The run into --out (summary.csv, requests.parquet, timeline.parquet, config.json) and
     its figures; how many figures."""
     from experiments.runner import config_document
+    from reports.fleet_view import write_fleet_results
     from reports.plots import plot_dir
     from reports.results import write_run
 
@@ -56,6 +57,7 @@ def write_one(opts: RunOptions, run: RunOutcome) -> int:
     if not out:
         raise ValueError("write_one: no --out to write the run into")
     write_run(out, [run.row], [run.result], config_document("run", opts))
+    write_fleet_results(out, [run.row], [run.result])  # a fleet's replicas (none: no file)
     return len(plot_dir(Path(out)))
 
 

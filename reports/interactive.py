@@ -38,9 +38,12 @@ METRICS: dict[str, str] = {
     "ttft_p99_s": "TTFT p99 (s)",
     "tpot_p99_s": "TPOT p99 (s)",
     "queue_backlog": "requests still queued at the window's end",
+    # fleet runs only (simulator/fleet/summary.py)
+    "ttft_p90_s": "TTFT p90 (s)",
+    "load_imbalance": "load imbalance (max / mean requests per replica)",
 }
 X_LABELS = {"page_size": "page size (tokens)", "rate_req_s": "request rate (req / s)",
-            "policy": "policy"}
+            "replicas": "replicas", "policy": "policy"}
 LOG_SPAN = 100.0  # as reports.plots: two decades or more go on a log axis
 
 
@@ -75,8 +78,9 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 def x_column(summary: pd.DataFrame) -> str:
-    """The x axis: page size when it varies, else the rate when it varies, else policy."""
-    for col in ("page_size", "rate_req_s"):
+    """The x axis: page size when it varies, else the rate, else the replicas (a fleet
+    sweep) when it varies, else policy."""
+    for col in ("page_size", "rate_req_s", "replicas"):
         if col in summary.columns and summary[col].nunique() > 1:
             return col
     return "page_size" if "page_size" in summary.columns else "policy"

@@ -25,6 +25,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from reports.fleet_view import fleet_figures
 from reports.interactive import fmt_number, write_interactive
 from reports.io import read_csv_or_empty, save_figure_atomic
 from reports.offscale import draw_line, fit_servable
@@ -426,6 +427,8 @@ def plot_dir(results: str | Path, out: str | Path | None = None, **kw: Any) -> l
     req = d / REQUESTS_FILE
     tl = d / TIMELINE_FILE
     kw.setdefault("axes", saved_axes(d))
-    return plot_results(summary, out or d / "figures",
+    figures = out or d / "figures"
+    return plot_results(summary, figures,
                         requests=_read_request_columns(req) if req.exists() else None,
-                        timeline=pd.read_parquet(tl) if tl.exists() else None, **kw)
+                        timeline=pd.read_parquet(tl) if tl.exists() else None,
+                        **kw) + fleet_figures(d, figures, summary)  # fleet runs only

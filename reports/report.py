@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from reports.fleet_view import CAPTIONS as FLEET_CAPTIONS
+from reports.fleet_view import report_section as fleet_section
 from reports.io import atomic_write_text, read_csv_or_empty
 from reports.plots import left_out, plot_dir, saved_axes
 from reports.pool_view import HEADER as POOL_HEADER
@@ -31,6 +33,7 @@ CAPTIONS = {
     "latency_vs_rate.png": "Normalized latency against request rate.",
     "memory_timeline.png": "The memory breakdown over simulated time.",
     "latency_cdf.png": "TTFT and TPOT distributions.",
+    **FLEET_CAPTIONS,
 }
 
 
@@ -89,6 +92,12 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
         md += ["## Pools per layer kind", "", "| " + " | ".join(POOL_HEADER) + " |",
                "|" + "|".join("---" for _ in POOL_HEADER) + "|"]
         md += ["| " + " | ".join(p) + " |" for p in pools] + [""]
+    fleet_cols, fleet_rows, fleet_warnings = fleet_section(d, df)  # fleet runs only
+    if fleet_rows:
+        md += ["## Fleet", "", "| " + " | ".join(fleet_cols) + " |",
+               "|" + "|".join("---" for _ in fleet_cols) + "|"]
+        md += ["| " + " | ".join(r) + " |" for r in fleet_rows] + [""]
+        md += [f"- {w}" for w in fleet_warnings] + ([""] if fleet_warnings else [])
     md += ["## Figures", ""]
     if page is not None:
         md += [f"Interactive version (hover values, toggle policies): "
@@ -121,6 +130,12 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
         h += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in p) + "</tr>"
               for p in pools]
         h += ["</table>"]
+    if fleet_rows:
+        h += ["<h2>Fleet</h2><table><tr>"]
+        h += [f"<th>{html.escape(c)}</th>" for c in fleet_cols] + ["</tr>"]
+        h += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>"
+              for r in fleet_rows]
+        h += ["</table>"] + [f"<p>{html.escape(w)}</p>" for w in fleet_warnings]
     h += ["<h2>Figures</h2>"]
     if page is not None:
         h += [f"<p><a href='figures/{page.name}'>Interactive version</a> (hover values, "

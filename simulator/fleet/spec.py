@@ -16,7 +16,7 @@ from typing import Any
 from kvcore.fields import Domain, check_fields, spec_field
 from simulator.fleet import ROUTERS, FleetSetup, parse_settings
 
-__all__ = ["DEFAULT_ROUTER", "FleetSpec", "ROUTER_OPTIONS", "grid_cell"]
+__all__ = ["DEFAULT_ROUTER", "ROUTER_OPTIONS", "FleetSpec", "grid_cell"]
 
 #: the router of a fleet that names none: each replica in turn (production-stack's default,
 #: and the "router off" arm of Dynamo's and SGLang's published A/B tests)

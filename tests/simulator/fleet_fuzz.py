@@ -90,7 +90,8 @@ def differences(a: SimResult, b: SimResult) -> str:
         diff.append(f"requests[{','.join(cols)}]")
     fa, fb = a.extra["fleet"], b.extra["fleet"]
     if fa.views != fb.views:
-        first = next((i for i, (x, y) in enumerate(zip(fa.views, fb.views)) if x != y),
+        pairs = zip(fa.views, fb.views, strict=False)
+        first = next((i for i, (x, y) in enumerate(pairs) if x != y),
                      min(len(fa.views), len(fb.views)))
         diff.append(f"the router's view at decision {first}")
     for i, (x, y) in enumerate(zip(fa.replica_rows, fb.replica_rows, strict=True)):

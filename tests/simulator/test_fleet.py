@@ -144,18 +144,18 @@ def test_session_affinity_keeps_a_conversation_on_one_replica() -> None:
 def test_cache_aware_follows_the_match_until_loads_are_imbalanced() -> None:
     r = make("cache-aware", args="balance-abs-threshold=2,balance-rel-threshold=1.5")
     doc = list(range(100))
-    assert r.choose(req(0, doc + [7]), View([0] * 3)).replica == 0  # least loaded
+    assert r.choose(req(0, [*doc, 7]), View([0] * 3)).replica == 0  # least loaded
     r.sent(0, req(0, doc))
-    d = r.choose(req(1, doc + [8]), View([0] * 3))
+    d = r.choose(req(1, [*doc, 8]), View([0] * 3))
     assert (d.replica, d.how) == (0, MATCH)  # 100 / 101 > 0.3
     r.sent(0, req(1, doc))
     d = r.choose(req(2, [5, 6, 7]), View([0] * 3))
     assert (d.replica, d.how) == (1, LOAD)  # no match: least loaded
     r.sent(1, req(2, [5]))
     r.in_flight[0] = 4  # max - min = 4 > 2 and 4 > 1.5 * 0: imbalanced
-    d = r.choose(req(3, doc + [9]), View([0] * 3))
+    d = r.choose(req(3, [*doc, 9]), View([0] * 3))
     assert (d.replica, d.how) == (2, LOAD)
-    assert r.tree.matched_by(np.array(doc + [9]), 2) == 101  # the tree still records it
+    assert r.tree.matched_by(np.array([*doc, 9]), 2) == 101  # the tree still records it
 
 
 def test_cache_aware_threshold_is_strict() -> None:
@@ -193,7 +193,7 @@ def test_llm_d_approximate_scorer_remembers_its_own_decisions() -> None:
     r = make("llm-d-estimated", args="kv=0,queue=0")
     doc = list(range(64))
     first = r.choose(req(0, doc), View([0] * 3)).replica
-    d = r.choose(req(1, doc + [1, 2]), View([0] * 3))
+    d = r.choose(req(1, [*doc, 1, 2]), View([0] * 3))
     assert (d.replica, d.how) == (first, MATCH)
 
 

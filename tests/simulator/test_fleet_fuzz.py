@@ -1,9 +1,10 @@
 """The fleet's differential fuzz (tests/simulator/fleet_fuzz.py): replicas behind random
 routers, stepping against fast-forward, the router's view at every decision compared too;
-every request ends once, a livelock fails instead of hanging. The sweep (hundreds of cases)
-is `python benchmarks/fuzz_fleet.py`.
+every request ends once, a livelock fails instead of hanging. The sweep (hundreds of
+cases) is `python benchmarks/fuzz_fleet.py`.
 
-Cost: 26 cases (2-4 replicas each), each simulated twice with invariants every iteration: about 20 s of CPU.
+Cost: 26 cases of 2-4 replicas, each simulated twice with invariants every iteration:
+about 20 s of CPU.
 """
 
 from __future__ import annotations

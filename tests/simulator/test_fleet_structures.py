@@ -123,8 +123,8 @@ class LRUIndexMachine(RuleBasedStateMachine):
     @invariant()
     def same_as_model(self) -> None:
         self.index.check_invariants()
-        assert {s: list(l) for s, l in self.index.lru.items()} == \
-            {s: list(l) for s, l in self.model.items()}
+        assert {s: list(lru) for s, lru in self.index.lru.items()} == \
+            {s: list(lru) for s, lru in self.model.items()}
 
 
 TestLRUIndex = LRUIndexMachine.TestCase
