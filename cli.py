@@ -324,6 +324,12 @@ def plan(
     target_hit_rate: Optional[float] = typer.Option(  # noqa: UP045
         None, "--target-hit-rate", help="with --trace / --workload: the host KV tier needed "
         "for this total prefix hit rate (simulated search over host sizes)"),
+    replicas_for_rate: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--replicas-for-rate", help="the fewest replicas behind --router that serve "
+        "this rate (req/s) within the SLO (--slo-ttft-p90 ...): simulated search"),
+    knee_routers: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--knee-routers", help="comma list of routers: the knee (highest sustainable "
+        "rate, as kvsim capacity) of each on --replicas replicas"),
     progress: Optional[bool] = typer.Option(  # noqa: UP045
         None, "--progress/--no-progress", show_default="on a terminal, not with --json",
         help="progress bar of the page-size study (over simulated requests; over cells "
@@ -332,6 +338,25 @@ def plan(
     """Static memory plan; with --trace or --workload also simulate across page sizes and
     recommend one (never from an overloaded run); with --target-hit-rate, size the host KV
     tier instead."""
+    if replicas_for_rate is not None or knee_routers is not None:
+        from experiments.fleet_plan import knee_per_router, probe_line
+        from experiments.fleet_plan import replicas_for_rate as for_rate
+        from experiments.runner import simulate_options
+
+        bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
+        probe = None if as_json else (lambda p: typer.echo(probe_line(p), err=True))
+        answers = []
+        if replicas_for_rate is not None:
+            answers.append(for_rate(opts, replicas_for_rate, on_probe=probe,
+                                    simulate=lambda o: simulate_options(o, progress=bar)[0]))
+        if knee_routers is not None:
+            routers = parse_list(knee_routers, str, "--knee-routers") or []
+            answers.append(knee_per_router(opts, routers, steps, on_probe=probe,
+                                           simulate=lambda o: simulate_options(
+                                               o, progress=bar)[0]))
+        echo_lines([json.dumps([a.to_dict() for a in answers], indent=2, default=str)]
+                   if as_json else [line for a in answers for line in a.lines()])
+        return
     if target_hit_rate is not None:
         from experiments.host_sizing import plan_host_tier
 

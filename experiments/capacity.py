@@ -184,5 +184,9 @@ def _mean_lengths(opts: RunOptions) -> tuple[float, float]:
             sum(r.output_len for r in reqs) / len(reqs))
 
 
+# public names of the load flag and the probe verdict (experiments/fleet_plan.py reads them)
+load_flag = _flag
+probe_fails = _fails
+
 __all__ = ["DEFAULT_STEPS", "CapacityResult", "Probe", "check_steps", "find_sustainable_rate",
-           "scaled", "slo_text"]
+           "load_flag", "probe_fails", "scaled", "slo_text"]
