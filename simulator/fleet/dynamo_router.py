@@ -47,6 +47,9 @@ from simulator.fleet.router import (
 
 __all__ = ["DynamoRouter", "DynamoSettings", "softmax_pick"]
 
+#: approximate mode: decisions between two sweeps of the expired routed blocks
+PRUNE_EVERY = 1024
+
 
 @dataclass(frozen=True)
 class DynamoSettings:
@@ -115,6 +118,7 @@ class DynamoRouter(Router):
         self.active = [_Active() for _ in range(replicas)]
         # approximate mode: worker -> block hash -> when it stops counting as cached
         self.routed: list[dict[int, float]] = [{} for _ in range(replicas)]
+        self.decisions = 0
 
     def _overlaps(self, hashes: list[int], view: FleetView) -> list[int]:
         if self.settings.kv_events:
@@ -167,6 +171,11 @@ class DynamoRouter(Router):
             routed = self.routed[i]
             for h in hashes:
                 routed[h] = until
+            self.decisions += 1
+            if self.decisions % PRUNE_EVERY == 0:  # forget expired blocks (upstream prunes)
+                for r in self.routed:
+                    for h in [h for h, t in r.items() if t <= view.now]:
+                        del r[h]
         top = max(overlaps)
         return Decision(i, MATCH if top > 0 and overlaps[i] == top else LOAD)
 
