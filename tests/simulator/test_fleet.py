@@ -268,3 +268,15 @@ def test_kv_events_rebuild_the_replicas_caches(policy: str, page: int) -> None:
             want = _radix_blocks(p.policy.tree, fleet.pool.event_block)
         assert held == want
         assert held, "nothing cached: the check compared nothing"
+
+
+def test_dynamo_without_events_remembers_its_decisions_for_a_ttl() -> None:
+    r = make("dynamo", n=2, args="kv-events=false,ttl-s=10")
+    prompt = np.arange(40, dtype=np.int64)
+    first = r.choose(req(0, prompt), View([0, 0], now=0.0)).replica
+    r.finished(first, 0)
+    d = r.choose(req(1, prompt), View([0, 0], now=5.0))
+    assert (d.replica, d.how) == (first, MATCH)
+    r.finished(first, 1)
+    d = r.choose(req(2, prompt), View([0, 0], now=20.0))  # both entries expired at 15
+    assert d.how == LOAD
