@@ -114,7 +114,7 @@ POSITIVE = {"rate", "cv", "rate_scale", "duration_s", "num_requests", "max_new_t
             "turn_input_min", "turn_input_max", "branching", "num_samples", "page_size",
             "gpu_mem_gib", "tp", "max_context_len", "kv_tokens", "num_pages", "kv_mem_gib",
             "mem_fraction", "max_running_requests", "max_prefill_tokens", "slo_ttft",
-            "slo_tpot"}
+            "slo_tpot", "replicas"}
 words = st.text(string.ascii_letters + string.punctuation + " ", min_size=1, max_size=12)
 huge = st.sampled_from(["99999999999999999999999", "1" + "0" * 40, "1e400", "-1e400",
                         str(2**64), "1e308"])
@@ -239,6 +239,17 @@ HYBRID_CONTEXT = {
     "--max-mamba-cache-size": _SGLANG_MAMBA,
     "--mamba-cache-mode": ["--model", "qwen3.5-4b", "--policy", "vllm", "--kv-tokens", "65536"],
 }
+# fleets (docs/fleet.md): a router's options need two replicas or more; the KV event delay
+# a router that reads events
+VALID["--replicas"] = _i(1, 3)
+VALID["--router-args"] = st.sampled_from(["cache-threshold=0.5", "balance-abs-threshold=8",
+                                          "cache-threshold=0.1,max-tree-size=64"])
+VALID["--kv-event-delay-s"] = _f(0, 1)
+FLEET_CONTEXT = {
+    "--router": ["--replicas", "2"],
+    "--router-args": ["--replicas", "2", "--router", "cache-aware"],
+    "--kv-event-delay-s": ["--replicas", "2", "--router", "llm-d-precise"],
+}
 # options of the roofline model (BASE runs the constant one)
 ROOFLINE_ONLY = ("--page-head-overhead-s", "--iteration-overhead-s", "--attention-backend",
                  "--latency-profile")
@@ -277,6 +288,7 @@ def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
     if option == "--peak-to-trough":
         extra = ["--arrival", "diurnal"]
     extra += HYBRID_CONTEXT.get(option, [])
+    extra += FLEET_CONTEXT.get(option, [])
     if option == "--attention-backend" and value == "fa2":
         extra += ["--page-size", "256"]  # upstream FA2 runs only multiples of 256
     args = ["run", *_where_used(option, value, with_base(option, value)), *extra]
