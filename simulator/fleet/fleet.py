@@ -65,7 +65,7 @@ class LazyRequest(RoutedRequest):
     """A `RoutedRequest` whose prompt ids are generated when a router first reads them
     (random, round robin, least load and session affinity never do)."""
 
-    __slots__ = ("req",)
+    __slots__ = ("_ids", "req")
 
     def __init__(self, req: Request, limit: int) -> None:
         self.req = req
@@ -73,10 +73,13 @@ class LazyRequest(RoutedRequest):
         self.session_id = req.session_id
         self.limit = limit
         self._hashes = {}
+        self._ids: np.ndarray | None = None
 
     @property  # type: ignore[override]
     def prompt(self) -> np.ndarray:
-        return self.req.prompt_ids()
+        if self._ids is None:
+            self._ids = self.req.prompt_ids()
+        return self._ids
 
 
 class Inbox:

@@ -81,17 +81,23 @@ class KVEventIndex:
         first = next(it, None)
         if first is None or first not in holders:
             return {}
-        active = set(holders[first])
-        scores = dict.fromkeys(active, 1)
+        active = list(holders[first])
+        scores: dict[int, int] = {}
+        k = 1  # blocks every replica still in `active` holds
         for h in it:
             per = holders.get(h)
             if per is None:
                 break
-            active &= per.keys()
-            if not active:
-                break
-            for r in active:
-                scores[r] += 1
+            if len(per) < len(active) or any(r not in per for r in active):
+                for r in active:
+                    if r not in per:
+                        scores[r] = k
+                active = [r for r in active if r in per]
+                if not active:
+                    break
+            k += 1
+        for r in active:
+            scores[r] = k
         return scores
 
     def pending(self) -> int:
