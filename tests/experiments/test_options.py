@@ -105,7 +105,8 @@ def test_one_name_per_option_and_every_alias_is_an_old_or_engine_spelling():
                        "mem_fraction_static": {"budget": "sglang"},
                        **{f"slo_{m}_p{p}": {"slo_percentile": float(p)}
                           for m in ("ttft", "tpot") for p in (99, 90, 50)}} == IMPLIED
-    assert list(SPECS) == ["workload", "policy", "memory", "engine", "tier", "output"]
+    assert list(SPECS) == ["workload", "policy", "memory", "engine", "tier", "fleet",
+                           "output"]
 
 
 def test_sim_config_is_built_from_the_options_by_name():

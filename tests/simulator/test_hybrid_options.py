@@ -19,6 +19,7 @@ from kvcore.policies.base import PolicyConfig
 from kvcore.policies.capabilities import PoolUsage
 from kvcore.presets import get_model
 from simulator.config import SimConfig
+from simulator.fleet.spec import ROUTER_OPTIONS
 from simulator.hybrid import HYBRID_OPTIONS
 from simulator.metrics import Recorder
 from simulator.pool_columns import pool_column_names, pool_columns
@@ -88,7 +89,9 @@ def test_full_attention_columns_and_hash_leave_the_hybrid_options_out() -> None:
     llama = RunOptions.from_mapping({"model": "llama-3.1-8b", "kv_tokens": 4096})
     cols = llama.resolved()
     assert not set(HYBRID_OPTIONS) & set(cols)
-    assert set(cols) >= set(OPTIONS) - set(HYBRID_OPTIONS)
+    # one replica: the fleet's options stay out too (simulator/fleet/spec.py)
+    fleet = {"replicas", *ROUTER_OPTIONS}
+    assert set(cols) >= set(OPTIONS) - set(HYBRID_OPTIONS) - fleet
     qwen = RunOptions.from_mapping({"model": "qwen3.5-4b", "kv_tokens": 4096,
                                     "policy": "vllm"})
     cols = qwen.resolved()
