@@ -137,6 +137,10 @@ def combine(summaries: Sequence[dict], recomputed: dict[str, Any]) -> dict[str, 
             out[key] = float(sum(vals) / len(vals))
         else:
             out[key] = vals[0]
+    # a replica's summary lacks the columns only a whole run has (the reuse gap)
+    for key, value in recomputed.items():
+        if RULES.get(key) == RECOMPUTE and key not in out:
+            out[key] = value
     return out
 
 

@@ -86,6 +86,22 @@ def test_the_cluster_summary_adds_up_its_replicas(router: str) -> None:
     assert (tl[parts].sum(axis=1) == s["capacity_slots"]).all()
 
 
+def test_the_cluster_summary_has_a_single_runs_columns() -> None:
+    """Every column of a single run's summary is in a fleet's (the reuse gap, which a
+    replica's own summary lacks, included), and the working set against the cluster's KV is
+    known for a workload with shared prefixes."""
+    w = kshot(n=30)
+    cfg = config(policy="paged", kv_tokens=1200)
+    single = simulate(w, cfg).summary
+    res = simulate_fleet(w, cfg, FleetSetup(2, "cache-aware"))
+    assert set(single) <= set(res.summary), set(single) - set(res.summary)
+    s, cols = res.summary, res.extra["fleet"].columns
+    assert 0 < s["ideal_hit_rate"] <= 1
+    assert s["prefix_hit_rate"] + s["reuse_gap_alignment"] + s["reuse_gap_not_arrived"] + \
+        s["reuse_gap_capacity"] == pytest.approx(s["ideal_hit_rate"])
+    assert cols["working_set_tokens"] > 0 and cols["fill_pct"] > 0
+
+
 def test_every_summary_column_has_a_rule() -> None:
     for cfg in (config(), config(hicache_ratio=1.0)):
         res = simulate(kshot(n=6), cfg)
