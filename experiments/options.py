@@ -316,9 +316,9 @@ class RunOptions:
         memory spec resolves to, the window's end from the workload (no --duration-s: the
         window ends at the last arrival); the engines' constants at their defaults."""
         m = self.memory
-        self.fleet.check(self.policy.policy, caching_policies())
         model = m.model_preset().id
         hybrid = run_layout(self.policy, model) is not None
+        self.fleet.check(self.policy.policy, caching_policies(), model if hybrid else None)
         pool = PoolSpec(model=model, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
                         kv_tokens=self.resolved_kv_tokens(),
                         max_context_len=m.resolved_max_context_len(),

@@ -101,6 +101,7 @@ class LlmdRouter(Router):
                  pool: PoolReport) -> None:
         super().__init__(replicas, settings, rng, pool)
         s = settings
+        self.prefix_aware = bool(s.prefix or s.precise)  # llm-d-load has no prefix scorer
         block = pool.page_size if s.autotune else s.block_tokens
         self.index = LRUIndex(pool.blocks if s.autotune else s.lru_capacity) \
             if s.prefix else None

@@ -119,8 +119,9 @@ class Router(ABC):
     #: each decision depends only on the requests and the earlier decisions (no load, no
     #: clock): the fleet may route an open-loop stream before it runs
     decides_ahead: ClassVar[bool] = False
-    #: reports how its decisions were taken (MATCH / LOAD)
-    prefix_aware: ClassVar[bool] = False
+    #: reports how its decisions were taken (MATCH / LOAD); a router whose settings can
+    #: leave out its prefix information sets it per instance
+    prefix_aware: bool = False
 
     def __init__(self, replicas: int, settings: Any, rng: np.random.Generator,
                  pool: PoolReport) -> None:

@@ -59,9 +59,11 @@ class FleetSpec:
         r = self.resolved_router
         return ROUTERS.get(r).reads_kv_events(parse_settings(r, self.router_args))
 
-    def check(self, policy: str, caching: list[str]) -> None:
+    def check(self, policy: str, caching: list[str], hybrid_model: str | None = None) -> None:
         """The rules across options of one run: router options need two replicas or more; a
-        router reading the replicas' caches needs a policy that keeps one."""
+        router reading the replicas' caches needs a policy that keeps one, on a model whose
+        cache publishes KV events (`hybrid_model`: the hybrid model run, whose pools do
+        not)."""
         if self.replicas == 1:
             given = [o for o in ROUTER_OPTIONS if getattr(self, o) is not None]
             if given:
@@ -77,6 +79,11 @@ class FleetSpec:
             raise ValueError(f"--router {self.resolved_router} reads the replicas' prefix "
                              f"caches through KV events; --policy {policy} keeps none "
                              f"({', '.join(caching)} do)")
+        if self.reads_kv_events and hybrid_model is not None:
+            raise ValueError(f"--router {self.resolved_router} reads the replicas' prefix "
+                             f"caches through KV events; --model {hybrid_model} is hybrid "
+                             "and its pools publish none here (use a router without "
+                             "KV events: cache-aware, llm-d, dynamo with kv-events=false)")
 
     def setup(self) -> FleetSetup:
         return FleetSetup(self.replicas, self.resolved_router, self.router_args,

@@ -84,6 +84,8 @@ def test_plan_answers_replicas_for_a_rate_and_knees(invoke):
      ["llm-d-precise", "contiguous-max"]),
     (["--replicas", "2", "--router", "llm-d", "--router-args", "precise=1",
       "--policy", "paged-nocache"], ["paged-nocache"]),
+    (["--replicas", "2", "--router", "dynamo", "--model", "gpt-oss-20b"],
+     ["dynamo", "gpt-oss-20b", "hybrid"]),
     (["--replicas", "2", "--router", "cache-aware", "--router-args", "nope=1"],
      ["--router-args", "cache-threshold"]),
     (["--replicas", "2", "--router", "dynamo", "--router-args", "router-temperature=x"],

@@ -5,10 +5,13 @@ replicas' policies and the router's structures), each run bounded so that a live
 
 Fleet case `seed` is engine case `seed`'s workload and engine with: replicas in 2..4, a
 router drawn from every registered one (a router reading KV events only on a policy that
-publishes them, else another), a KV event delay of 0, 10 or 50 ms, and in a tenth of the cases
-the benchmark client's `--max-concurrency`. What must hold: the two runs' cluster summaries,
-request rows (with their replicas) and replica rows are identical, and every request ends
-once (completed or rejected), sessions turn by turn.
+publishes them, else another), in half the cases of some routers settings other than the
+defaults (`ROUTER_ARGS`), a KV event delay (`DELAYS`) for a router reading events, and in a
+tenth of the cases the benchmark client's `--max-concurrency`. Seeds from the engine fuzz's
+HYBRID_SEED0 on are its hybrid-model cases, behind the routers that read no events. What
+must hold: the two runs' cluster summaries, request rows (with their replicas) and replica
+rows are identical, and every request ends once (completed or rejected), sessions turn by
+turn.
 
 Used by tests/simulator/test_fleet_fuzz.py (a slice) and benchmarks/fuzz_fleet.py (a sweep).
 """
@@ -21,17 +24,33 @@ import numpy as np
 
 from kvcore.validation import InvariantError
 from simulator.config import SimConfig
-from simulator.fleet import ROUTERS, FleetSetup, simulate_fleet
+from simulator.fleet import ROUTERS, FleetSetup, parse_settings, simulate_fleet
 from simulator.guard import LivelockError
 from simulator.run import SimResult
 from simulator.specs import caching_policies
-from tests.simulator.engine_fuzz import FuzzOutcome, make_case, time_limit
+from tests.simulator.engine_fuzz import HYBRID_MODELS, FuzzOutcome, make_case, time_limit
 from workloads.request import Workload
 
 __all__ = ["FleetCase", "fleet_case", "reads_events", "run_fleet_case"]
 
 #: routers whose KV events the fuzz may read with a delay
 DELAYS = (0.0, 0.01, 0.05, 0.2, 1.0)
+#: settings other than the defaults, one drawn in half the cases of a router listed here:
+#: the paths the defaults leave idle at this scale (the cache-aware tree's eviction and
+#: imbalance rule, Dynamo's softmax and its approximate mode, the LRU index's eviction,
+#: the session router's rate window, a bounded load of 1)
+ROUTER_ARGS: dict[str, tuple[str, ...]] = {
+    "cache-aware": ("eviction-interval-s=0.2,max-tree-size=64",
+                    "balance-abs-threshold=1,balance-rel-threshold=1.0",
+                    "cache-threshold=0"),
+    "dynamo": ("router-temperature=0.5", "kv-events=false,ttl-s=0.3",
+               "overlap-score-credit=0.5,prefill-load-scale=2"),
+    "llm-d": ("autotune=false,block-tokens=4,lru-capacity=8", "precise=2,prefix=1"),
+    "llm-d-estimated": ("lru-capacity=4,max-prefix-blocks=2",),
+    "llm-d-precise": ("normalization=absolute",),
+    "session": ("qps-window-s=0.1,ring-points=1",),
+    "chwbl": ("load-factor=1.0,prefix-tokens=4",),
+}
 
 
 @dataclass(frozen=True)
@@ -44,16 +63,16 @@ class FleetCase:
         c = self.cfg
         return (f"{self.setup.replicas} x {c.policy.policy} page={c.policy.page_size} "
                 f"kv_tokens={c.pool.kv_tokens} router={self.setup.router} "
+                f"args={self.setup.router_args} "
                 f"delay={self.setup.kv_event_delay_s} admission={c.engine.admission} "
                 f"schedule={c.engine.schedule} preempt={c.engine.preempt} "
                 f"max_concurrency={c.engine.max_concurrency} "
                 f"requests={self.workload.num_requests} sessions={len(self.workload.sessions)}")
 
 
-def reads_events(router: str) -> bool:
-    """With its default settings."""
-    cls = ROUTERS.get(router)
-    return cls.reads_kv_events(cls.Settings())
+def reads_events(router: str, args: str | None = None) -> bool:
+    """With these settings (default: the router's defaults)."""
+    return ROUTERS.get(router).reads_kv_events(parse_settings(router, args))
 
 
 def fleet_case(seed: int) -> FleetCase:
@@ -62,14 +81,23 @@ def fleet_case(seed: int) -> FleetCase:
     replicas = int(rng.integers(2, 5))
     events = [r for r in ROUTERS.names() if reads_events(r)]
     others = [r for r in ROUTERS.names() if not reads_events(r)]
-    publishes = cfg.policy.policy in caching_policies()
+    # a hybrid model's pools publish no KV events (simulator/fleet/kv_events.py)
+    publishes = cfg.policy.policy in caching_policies() and cfg.pool.model not in \
+        HYBRID_MODELS
     # half the cases whose replicas publish KV events read them (the rarer, harder path)
     pick = events if publishes and rng.random() < 0.5 else others
     router = str(rng.choice(pick))
     delay = float(rng.choice(DELAYS)) if router in events else 0.0
     if rng.random() < 0.1:
         cfg = cfg.replace(max_concurrency=int(rng.integers(1, 4)))
-    return FleetCase(w, cfg, FleetSetup(replicas, router, None, delay))
+    # drawn last, so the draws above (and the cases the test slice picked) stay as they were
+    args = None
+    choices = [a for a in ROUTER_ARGS.get(router, ()) if publishes or not reads_events(router, a)]
+    if choices and rng.random() < 0.5:
+        args = str(rng.choice(choices))
+        if not reads_events(router, args):
+            delay = 0.0
+    return FleetCase(w, cfg, FleetSetup(replicas, router, args, delay))
 
 
 def _same(x, y) -> bool:

@@ -187,6 +187,8 @@ def test_llm_d_queue_and_kv_scorers() -> None:
     # queue scores (max - w) / (max - min): 1, 0, 0.5; kv: 1 - usage: 0.2, 1.0, 0.9
     d = r.choose(req(0, [1]), View([0, 4, 2], usage=[0.8, 0.0, 0.1]))
     assert d.replica == 2  # 1.2, 1.0, 1.4
+    # no prefix scorer: its decisions are not counted as matches or load fallbacks
+    assert not r.prefix_aware and make("llm-d").prefix_aware
 
 
 def test_llm_d_precise_minmax_and_absolute() -> None:

@@ -21,6 +21,8 @@ SLICE = (0, 1, 4, 5, 6, 10, 12, 13, 14, 18, 19, 20, 22, 23, 27, 29, 31, 32, 40, 
 #: cases with the benchmark client's --max-concurrency: a fleet then steps (a request is sent
 #: when any replica finishes one), so they take no stretch
 GATED = (15, 16)
+#: hybrid-model cases (the engine fuzz's HYBRID_SEED0 on) behind routers reading no events
+HYBRID = (1_000_000, 1_000_003, 1_000_007)
 
 
 @pytest.mark.parametrize("seed", SLICE)
@@ -34,6 +36,13 @@ def test_fleet_fuzz_case(seed: int) -> None:
 def test_gated_fleet_fuzz_case(seed: int) -> None:
     case = fleet_case(seed)
     assert case.cfg.engine.max_concurrency > 0
+    outcome = run_fleet_case(seed, time_limit_s=30.0)
+    assert outcome.ok, f"{case.describe()}: {outcome.kind}: {outcome.detail}"
+
+
+@pytest.mark.parametrize("seed", HYBRID)
+def test_hybrid_fleet_fuzz_case(seed: int) -> None:
+    case = fleet_case(seed)
     outcome = run_fleet_case(seed, time_limit_s=30.0)
     assert outcome.ok, f"{case.describe()}: {outcome.kind}: {outcome.detail}"
 
