@@ -106,7 +106,8 @@ def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
         storage_tokens=storage if host else 0,
         hicache_write_policy=tier.hicache_write_policy,
         **hybrid_fields(pol, model, pool.kv_tokens, pool.kv_bytes, pool.kv_dtype,
-                        pool.tp).policy_kwargs(pol))
+                        pool.tp, pool.vllm_version, pool.mamba_cache_dtype,
+                        pool.mamba_ssm_cache_dtype).policy_kwargs(pol))
 
 
 def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
@@ -158,7 +159,8 @@ def simulate(
     gpu = get_gpu(cfg.pool.gpu)
     max_ctx = cfg.pool.max_context_len or model.max_position
     policy = build_policy(cfg, max_ctx)
-    layout = run_layout(cfg.policy, model.id)
+    layout = run_layout(cfg.policy, model.id, cfg.pool.vllm_version, cfg.pool.mamba_cache_dtype,
+                        cfg.pool.mamba_ssm_cache_dtype)
     latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp, cfg.pool.kv_dtype,
                                  **cfg.engine.latency_constants(cfg.policy.page_size),
                                  layout=layout)

@@ -22,4 +22,11 @@ def test_plan_prints_and_writes_the_hybrid_layout(invoke):
     j = invoke("plan", "--model", "nemotron-nano-9b-v2", "--gpu", "h100", "--budget", "vllm",
                "--json")
     d = json.loads(j.output)
-    assert d["block_size"] == 672 and d["pools"][0]["kind"] == "mamba"
+    # vLLM v0.31: fp32 recurrent state, prefix caching on, mode "all": a multiple of the
+    # SSD chunk of 128 holding 5,316,608 B of state in 4,096 B tokens: 1,408
+    assert d["block_size"] == 1408 and d["pools"][0]["kind"] == "mamba"
+    assert d["mamba_cache_mode"] == "all"
+    j = invoke("plan", "--model", "nemotron-nano-9b-v2", "--gpu", "h100", "--budget", "vllm",
+               "--vllm-version", "0.11.0", "--json")
+    d = json.loads(j.output)  # v0.11 (vllm #24280's era): bf16 state, no prefix caching
+    assert d["block_size"] == 672 and d["mamba_cache_mode"] == "none"
