@@ -331,7 +331,8 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
         # the page (block) size the policy ran: vLLM raises a hybrid's attention block to fit
         # its Mamba page (kvcore/hybrid_plan.py), so it may differ from --page-size
         out["effective_page_size"] = policy.page_size
-        out.update(pool_columns(policy.pool_usage(), rec.pool_seconds, span))
+        out.update(pool_columns(policy.pool_usage(), rec.pool_seconds, span,
+                                policy.shared_pool))
     return out
 
 

@@ -237,6 +237,14 @@ class PoolKinds(KVPolicy):
         give them. Default: none (a policy that steps every decode)."""
         return {}
 
+    @property
+    def shared_pool(self) -> bool:
+        """True when every kind draws its blocks from one pool (vLLM's KV cache groups over
+        one block pool): each kind's `capacity_bytes` is then that one pool, and the kinds'
+        bytes in use are shares of it, not pools of their own. Default: separate pools
+        (SGLang's full / SWA / state pools)."""
+        return False
+
 
 #: every capability, in the order DEVELOPERS.md lists them
 CAPABILITIES: tuple[type[KVPolicy], ...] = (PrefixCache, Reserving, DecodeStretch, LowerTiers,

@@ -456,6 +456,10 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
                 else cdiv(self.max_context_len, self.page_size) for k in self.gspec]
         return self.max_requests * sum(cols) * 4
 
+    @property
+    def shared_pool(self) -> bool:
+        return True  # every group draws block ids from one BlockPool
+
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Per pool kind: the shared pool's bytes as capacity, the bytes its groups' blocks
         hold for live requests or as cache (PoolUsage's `used` counts both; `cached` the cache
