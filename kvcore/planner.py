@@ -90,6 +90,7 @@ class PlanResult:
     # request of the Mamba / linear-attention layers (the engine's state dtypes)
     attention_kv_bytes_per_token: int = 0
     state_bytes_per_request: int = 0
+    weights_unknown: str = ""  # a KV-only config: why (its weights count as 0 here)
 
     @property
     def kv_budget_gib(self) -> float:
@@ -102,6 +103,8 @@ class PlanResult:
         ...) and the engine's layout (block_size, max_concurrency, pools, ...) as top-level
         keys; a full-attention model has none of these and its keys are unchanged."""
         d = asdict(self)
+        if not d["weights_unknown"]:
+            d.pop("weights_unknown")
         h = d.pop("hybrid")
         if not h:
             for key in ("layer_mix", "attention_kv_bytes_per_token", "state_bytes_per_request"):
@@ -350,6 +353,7 @@ def plan(
                                       if layout is not None else 0),
         state_bytes_per_request=(layout.state_bytes_per_request(memory.kv_dtype, tp)
                                  if layout is not None else 0),
+        weights_unknown=m.weights_unknown,
     )
 
 

@@ -13,6 +13,14 @@ def test_models_show_the_layer_mix(invoke):
     assert "[24 linear-attention (GDN) + 8 full]" in lines["qwen3.5-4b"]
     assert "[27 Mamba-2 + 4 full]" in lines["nemotron-nano-9b-v2"]
     assert "[" not in lines["llama-3.1-8b"]  # full attention: no mix
+    # a hybrid's KV per token is its attention layers' (8 x 4,096 B; Nemotron 4 x 4,096 B,
+    # none for its 27 Mamba and 25 MLP-only layers), its states a separate per-request
+    # figure: 24 x 2,146,304 B = 49.1 MiB; 27 x (73,728 + 5,242,880) B = 136.9 MiB (fp32)
+    assert "32,768 B/token KV" in lines["qwen3.5-4b"]
+    assert "+ 49.1 MiB state/request" in lines["qwen3.5-4b"]
+    assert "16,384 B/token KV" in lines["nemotron-nano-9b-v2"]
+    assert "+ 136.9 MiB state/request" in lines["nemotron-nano-9b-v2"]
+    assert "131,072 B/token KV" in lines["llama-3.1-8b"]  # every layer, as before
 
 
 def test_plan_prints_and_writes_the_hybrid_layout(invoke):

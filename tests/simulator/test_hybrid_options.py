@@ -175,3 +175,28 @@ def test_the_recorder_integrates_pool_bytes_inside_the_window() -> None:
 def test_pool_usage_rejects_impossible_figures(bad) -> None:
     with pytest.raises(ValueError, match="pool"):
         PoolUsage(**bad)
+
+
+@pytest.mark.parametrize(("model", "version"), [("qwen3.5-4b", None), ("qwen3.5-4b", "0.19.0"),
+                                                ("nemotron-nano-9b-v2", None),
+                                                ("nemotron-nano-9b-v2", "0.11.0")])
+def test_plan_and_run_read_the_same_rules(model: str, version: str | None) -> None:
+    """`plan` and a `vllm` run of the same options (the KV memory given directly under
+    vLLM's layout, kvsim issue 37 item 3) build the same blocks: block size, block count,
+    mamba cache mode and the state bytes, by the version's rules."""
+    from experiments.planning import static_plan
+    from simulator.run import build_policy
+
+    flat = {"model": model, "policy": "vllm", "budget": "vllm", "kv_mem_gib": 9.1,
+            "max_context_len": 32768}
+    if version:
+        flat["vllm_version"] = version
+    opts = RunOptions.from_mapping(flat)
+    p = static_plan(opts).hybrid
+    cfg = opts.sim_config()
+    pol = build_policy(cfg, 32768)
+    assert p is not None
+    assert (pol.page_size, pol.groups.num_blocks, pol.mamba_cache_mode) == (
+        p.block_size, p.num_blocks, p.mamba_cache_mode)
+    assert opts.resolved()["mamba_cache_mode"] == p.mamba_cache_mode
+    assert opts.resolved()["vllm_version"] == (version or "0.31.0")
