@@ -63,7 +63,7 @@ def test_mamba_cache_mode_and_state_pages_by_version() -> None:
     # a requested mode: checked against the version, "all" on GDN falls back to align
     assert now.mamba_cache_mode(False, requested="all") == "align"
     assert now.mamba_cache_mode(True, requested="none") == "none"
-    with pytest.raises(ValueError, match="v0.14.0 has none"):
+    with pytest.raises(ValueError, match=r"v0\.14\.0 has none"):
         v14.mamba_cache_mode(False, requested="align")
     # pages per request: none 1 (+ spec from v0.16), align 2 + spec, all cdiv(L, block)
     # (+ spec from v0.22)
@@ -109,7 +109,7 @@ def test_state_dtypes_per_engine() -> None:
 def test_state_options_apply_to_hybrids_only() -> None:
     for kw in ({"vllm_version": "0.19.0"}, {"mamba_cache_dtype": "fp32"},
                {"mamba_ssm_cache_dtype": "bf16"}):
-        with pytest.raises(ValueError, match="applies to hybrid models; llama-3.1-8b"):
+        with pytest.raises(ValueError, match=r"applies to hybrid models; llama-3\.1-8b"):
             MemorySpec(model="llama-3.1-8b", **kw)
 
 
