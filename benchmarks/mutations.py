@@ -58,6 +58,23 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     # -- kvcore ------------------------------------------------------------------------------
     Mutation(
+        "state-in-kv-dtype", "kvcore/layers.py",
+        "        conv_dtype = self.conv_dtype or model_dtype\n",
+        "        conv_dtype = kv_dtype\n",  # the KV dtype sizes the conv state (issue 37)
+        ("tests/kvcore/test_vllm_rules.py::test_fp8_kv_does_not_shrink_the_states",
+         "tests/kvcore/test_hybrid_plan.py::test_fp8_kv_leaves_the_state_dtype_alone")),
+    Mutation(
+        "legacy-token-formula-everywhere", "kvcore/hybrid_plan.py",
+        'if rules.token_formula == "blocks":',
+        "if True:",  # vLLM's pre-v0.20.1 "GPU KV cache size" for every version
+        ("tests/kvcore/test_hybrid_plan.py::test_qwen35_4b_current_and_legacy_report",)),
+    Mutation(
+        "align-holds-one-state-page", "kvcore/vllm_rules.py",
+        'base = 2 if mode == "align" else 1',
+        "base = 1",  # mode align's worst case of two state pages forgotten
+        ("tests/kvcore/test_vllm_rules.py::test_mamba_cache_mode_and_state_pages_by_version",
+         "tests/kvcore/test_hybrid_plan.py::test_qwen35_4b_current_and_legacy_report")),
+    Mutation(
         "page-rounding-overshoots", "kvcore/policies/paged_radix.py",
         "return (x + (ps - 1)) // ps * ps",
         "return (x + ps) // ps * ps",  # a length on a page boundary rounds up a whole page

@@ -72,7 +72,7 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
         rows += fig18b_rows(notes, log)
     rows += fig15_rows(quick, notes, log)
     rows += latency_rows(log)
-    rows += hybrid_rows()
+    rows += hybrid_rows(notes)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     for col in ("reference", "kvsim"):  # mixed numbers and text: keep ints as ints
         df[col] = pd.Series([r[col] for r in rows], dtype=object)

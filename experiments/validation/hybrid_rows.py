@@ -145,9 +145,21 @@ def log_rows() -> list[dict]:
     return out
 
 
-def hybrid_rows() -> list[dict]:
+def hybrid_rows(notes: dict[str, str] | None = None) -> list[dict]:
     """Block-size rows (exact), log rows (exact) and RFC waste rows (to 0.01 percentage
-    point); milliseconds."""
+    point); milliseconds. `notes` gets the method note of the log rows."""
+    if notes is not None:
+        notes["Hybrid start-up logs"] = (
+            "Each row pair is one vLLM log's 'GPU KV cache size' and 'Maximum concurrency' "
+            "lines, computed by kvsim's planner under the rules of the version that printed "
+            "them (kvcore/vllm_rules.py: up to v0.20.0 the token figure is num_blocks // "
+            "groups x the smallest block, from v0.20.1 int(concurrency x max_model_len); "
+            "prefix caching off by default for hybrids until v0.26, mamba cache mode none "
+            "then, align for gated delta net models with it on, two state pages per request "
+            "plus one per speculative token). The memory is the log's 'Available KV cache "
+            "memory' (two printed decimals of a GiB) or, where it prints none, the only block "
+            "count both figures admit. Qwen3.6-35B-A3B runs the Qwen3.5-35B-A3B layout (the "
+            "same architecture); every figure must match exactly.")
     rows = []
     for model, version, block, pad in BLOCK_SIZES:
         r = plan(MemorySpec(model=model, gpu="h100", budget="vllm", vllm_version=version),
