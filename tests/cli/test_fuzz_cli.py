@@ -34,7 +34,8 @@ FUZZ = settings(deadline=None, derandomize=True, print_blob=True,
 BASE = {"--num-requests": "3", "--kv-tokens": "2048", "--latency": "constant",
         "--max-context-len": "1024", "--input-len": "32", "--output-len": "8",
         "--lengths": "uniform", "--gpu-mem-gib": "4096", "--rate": "4"}
-MEMORY = ("--kv-tokens", "--num-pages", "--kv-mem-gib", "--budget", "--mem-fraction",
+MEMORY = ("--kv-tokens", "--num-pages", "--kv-mem-gib", "--kv-cache-memory-bytes", "--budget",
+          "--mem-fraction",
           "--activation-peak-gib", "--non-torch-gib")
 
 
@@ -230,6 +231,8 @@ VALID["--peak-to-trough"] = _f(1, 10)  # read by --arrival diurnal only
 VALID["--swa-full-tokens-ratio"] = _f(0.1, 1)
 VALID["--mamba-full-memory-ratio"] = _f(0.1, 4)
 VALID["--max-mamba-cache-size"] = _i(3, 64)
+VALID["--vllm-version"] = st.sampled_from(["0.11.0", "0.19", "0.20.1rc1", "0.24.0", "0.31.0"])
+VALID["--kv-cache-memory-bytes"] = _i(2**24, 2**30)
 _SGLANG_MAMBA = ["--model", "qwen3.5-4b", "--policy", "paged", "--page-size", "1",
                  "--kv-tokens", "65536"]
 HYBRID_CONTEXT = {
@@ -238,7 +241,16 @@ HYBRID_CONTEXT = {
     "--mamba-full-memory-ratio": _SGLANG_MAMBA,
     "--max-mamba-cache-size": _SGLANG_MAMBA,
     "--mamba-cache-mode": ["--model", "qwen3.5-4b", "--policy", "vllm", "--kv-tokens", "65536"],
+    **{o: ["--model", "qwen3.5-4b", "--policy", "vllm", "--kv-tokens", "65536"]
+       for o in ("--vllm-version", "--mamba-cache-dtype", "--mamba-ssm-cache-dtype")},
 }
+def _has_states(model: str | None) -> bool:
+    from kvcore.hybrid_presets import hybrid_layout
+
+    layout = hybrid_layout(str(model))
+    return layout is not None and bool(layout.state_groups())
+
+
 # options of the roofline model (BASE runs the constant one)
 ROOFLINE_ONLY = ("--page-head-overhead-s", "--iteration-overhead-s", "--attention-backend",
                  "--latency-profile")
@@ -277,6 +289,8 @@ def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
     if option == "--peak-to-trough":
         extra = ["--arrival", "diurnal"]
     extra += HYBRID_CONTEXT.get(option, [])
+    if option == "--model" and _has_states(value):  # SGLang's Mamba cache runs page 1 only,
+        extra += _SGLANG_MAMBA[2:]  # and its state pool needs a few GiB (above)
     if option == "--attention-backend" and value == "fa2":
         extra += ["--page-size", "256"]  # upstream FA2 runs only multiples of 256
     args = ["run", *_where_used(option, value, with_base(option, value)), *extra]
