@@ -107,7 +107,8 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
                                     event_sink)
     row = summary_row(opts, result.summary, workload)
     out = opts.output
-    row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile))
+    row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile,
+                           int(result.summary.get("requests_total", 0))))
     return row, result
 
 

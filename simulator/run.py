@@ -21,7 +21,7 @@ from simulator.engine import Engine
 from simulator.hybrid import hybrid_fields, run_layout
 from simulator.latency import make_latency_model
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
-from simulator.overload import overload_verdict
+from simulator.overload import Unfinished, overload_verdict
 from simulator.pool_columns import pool_columns
 from simulator.request_table import RequestColumns, column, nan_mean
 from simulator.reuse_gap import reuse_gap
@@ -210,7 +210,8 @@ def simulate(
     requests = rec.requests_columns()
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
     summary.update(latency_columns(cfg, latency))
-    summary.update(_overload(workload, cfg, latency, rec, requests, summary))
+    summary.update(_overload(workload, cfg, latency, rec, requests, summary,
+                             unfinished_requests(engine)))
     summary.update(reuse_gap(workload, requests, _block(cfg, policy)))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, rec.timeline, cfg, {"latency": latency.describe()})
@@ -237,9 +238,18 @@ def latency_columns(cfg: SimConfig, latency) -> dict:
             "kernel_page_size": latency.kernel_page_size(cfg.policy.page_size)}
 
 
+def unfinished_requests(engine: Engine) -> Unfinished:
+    """The requests the run ended with (queued, prefilling, running), which have no result
+    row: the overload verdict counts them (simulator/overload.py)."""
+    live = [*engine.waiting, *engine.prefilling, *engine.running]
+    return Unfinished(np.array([s.req.arrival_s for s in live], dtype=float),
+                      np.array([s.admit_s for s in live], dtype=float))
+
+
 def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
-              requests: RequestColumns, summary: dict) -> dict:
-    """The overload columns (simulator/overload.py) from the run's window and queue."""
+              requests: RequestColumns, summary: dict, unfinished: Unfinished) -> dict:
+    """The overload columns (simulator/overload.py) from the run's window, its rows and the
+    requests it ended with."""
     # columns, not every request built and sorted: the verdict counts arrivals in the window
     # and takes the median prompt, neither of which depends on the order
     arrivals, prompt_lens = workload.arrivals_and_prompt_lens()
@@ -247,7 +257,8 @@ def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
         arrivals=arrivals, prompt_lens=prompt_lens,
         requests=requests, start=rec.window_start, end=rec.window_end,
         backlog=int(summary["queue_backlog"]), latency=latency,
-        chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size)
+        chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size,
+        unfinished=unfinished)
 
 
 def _pct(values: np.ndarray, q: float) -> float:
