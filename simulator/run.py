@@ -15,7 +15,7 @@ from kvcore.breakdown import mean_frag_index, mean_share_pct
 from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy, policy_kind
 from kvcore.policies.capabilities import DecodeStretch, LowerTiers, PoolKinds
 from kvcore.presets import get_gpu, get_model
-from simulator.batch_means import batch_means_se, batch_ratio_se
+from simulator.batch_means import batch_means, batch_ratios, batch_se, batch_text
 from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.hybrid import hybrid_fields, run_layout
@@ -268,8 +268,8 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 def _completed(requests: RequestColumns | pd.DataFrame) -> dict[str, np.ndarray]:
     """The float columns the summary reads, of the completed requests (no rows: empty)."""
-    names = ("arrival_s", "ttft_s", "tpot_s", "normalized_latency_s", "cached_tokens",
-             "prompt_len")
+    names = ("request_id", "arrival_s", "ttft_s", "tpot_s", "normalized_latency_s",
+             "cached_tokens", "prompt_len")
     if not len(requests):
         return {c: np.zeros(0) for c in names}
     done = column(requests, "status") == "completed"
@@ -376,17 +376,17 @@ def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
 
 
 def noise_columns(done: dict[str, np.ndarray]) -> dict:
-    """Standard errors, by batch means over completed requests in arrival order, of the mean
-    normalized latency and of the prefix hit rate (NaN with too few requests); `done`: the
-    completed requests' float columns (`_completed`)."""
-    arrival = done["arrival_s"]
-    if not len(arrival):
-        return {"normalized_latency_se_s": float("nan"), "prefix_hit_rate_se": float("nan")}
-    return {
-        "normalized_latency_se_s": batch_means_se(arrival, done["normalized_latency_s"]),
-        "prefix_hit_rate_se": batch_ratio_se(arrival, done["cached_tokens"],
-                                             done["prompt_len"]),
-    }
+    """Standard errors, by batch means over completed requests in arrival order (ties by
+    request id), of the mean normalized latency and of the prefix hit rate (NaN with too few
+    requests), and the batch figures themselves (`;`-separated; '' with too few), which a
+    page-size recommendation pairs batch by batch across page sizes; `done`: the completed
+    requests' float columns (`_completed`)."""
+    arrival, ids = done["arrival_s"], done["request_id"]
+    lat = batch_means(arrival, done["normalized_latency_s"], ids)
+    hit = batch_ratios(arrival, done["cached_tokens"], done["prompt_len"], ids)
+    return {"normalized_latency_se_s": batch_se(lat), "prefix_hit_rate_se": batch_se(hit),
+            "normalized_latency_batches_s": batch_text(lat),
+            "prefix_hit_rate_batches": batch_text(hit)}
 
 
 def policy_page_table_bytes(policy) -> int:
