@@ -27,6 +27,7 @@ from experiments.console_out import (
     freeze_heap_at_exit,
     print_lines,
     print_reuse,
+    print_slo,
     warn_overload,
 )
 from experiments.grid import DEFAULT_PAGE_SIZES, SWEEP_AXES, parse_list
@@ -85,6 +86,7 @@ def run(
     for table in run_tables(one.row):  # a hybrid run's pools per layer kind come last
         con.print(table)
     print_reuse(con, [one.row])
+    print_slo(con, [one.row])
     warn_overload([one.row])
     if events is not None:
         con.print(f"events: {events} (open in ui.perfetto.dev)")
@@ -159,6 +161,7 @@ def compare(
         print_lines(con, admission_notes(c.rows, c.names, c.base))
         write_deltas(c)
     print_reuse(con, c.rows)
+    print_slo(con, c.rows)
     warn_overload(c.rows)
     paths = write_compare(opts, c)
     con.print(f"results: {c.out}/; figures: {', '.join(p.name for p in paths)}")
