@@ -1,8 +1,8 @@
 """What the commands print to the terminal besides their tables, and how the process ends.
 
 cli.py keeps the commands; these are the small printing helpers several of them share (the
-overload warning, the reuse lines, the SLO verdicts, the capacity probes) and
-`freeze_heap_at_exit`, the one process-wide setting a `kvsim` command makes.
+overload warning, the skipped trace rows, the reuse lines, the SLO verdicts, the capacity
+probes) and `freeze_heap_at_exit`, the one process-wide setting a `kvsim` command makes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,18 @@ def warn_overload(rows: list[dict[str, Any]]) -> None:
     line = overload_warning(rows)
     if line is not None:
         typer.echo(line, err=True)
+
+
+def warn_skipped_rows(rows: list[dict[str, Any]]) -> None:
+    """How many malformed trace rows `--skip-bad-rows` skipped, once per trace, on stderr."""
+    seen: dict[str, int] = {}
+    for r in rows:
+        n = r.get("trace_bad_rows")
+        if isinstance(n, (int, float)) and n == n and n > 0:
+            seen.setdefault(str(r.get("trace") or r.get("workload")), int(n))
+    for trace, n in seen.items():
+        typer.echo(f"note: --skip-bad-rows skipped {n:,} malformed row{'s' if n != 1 else ''} "
+                   f"of {trace}", err=True)
 
 
 def print_lines(con, lines: list[str]) -> None:

@@ -26,7 +26,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from reports.interactive import fmt_number, write_interactive
-from reports.io import read_csv_or_empty, save_figure_atomic
+from reports.io import check_writable, read_csv_or_empty, save_figure_atomic
 from reports.offscale import draw_line, fit_servable
 from reports.schema import CONFIG_FILE, REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
 from reports.schema import PARTS_PCT as PART_COLUMNS
@@ -380,6 +380,7 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
     written: list[Path] = []
     if summary.empty:
         return written
+    check_writable(out, "the figure directory")
     _save(breakdown_figure(summary, axes=axes), out / "breakdown.png", written)
     skipped = left_out(summary)
     if "page_size" in summary.columns and summary["page_size"].nunique() > 1:
