@@ -153,8 +153,7 @@ def test_host_tier_figure_draws_each_policy_never_their_mean():
                                  "device_hit_rate": base, "host_hit_rate": 0.01 * h,
                                  "storage_hit_rate": 0.0, "ttft_p50_s": 0.5,
                                  "ttft_p99_s": 2.0, "overloaded": False})
-    fig = host_tier_figure(pd.DataFrame(rows), [],
-                           {"hicache_ratio": [0, 1, 4, 16], "policy": ["paged", "vllm"]})
+    fig = host_tier_figure(pd.DataFrame(rows), [])
     hit, ttft = fig.axes
     totals = {ln.get_label(): list(ln.get_ydata()) for ln in hit.get_lines()
               if ln.get_label().endswith(": total")}
