@@ -223,6 +223,25 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        ok = abs(ours - pub_k) <= 0.05 * pub_k ",  # a known miss would pass
         ("tests/experiments/test_validation.py::test_table1_verdicts_need_no_simulation",)),
     Mutation(
+        "overload-forgets-unfinished", "simulator/overload.py",  # rows only (issue 38 item 11)
+        "    if unfinished.count:\n        arr = np.concatenate",
+        "    if False:\n        arr = np.concatenate",
+        ("tests/simulator/test_overload.py::"
+         "test_requests_the_run_ended_with_count_in_the_verdict",
+         "tests/simulator/test_overload.py::"
+         "test_a_no_drain_run_that_ends_with_a_queue_is_overloaded")),
+    Mutation(
+        "recommend-pairs-the-wrong-batches", "reports/recommend.py",  # issue 38 item 1
+        "    d = _differences(x, y, ratio)",
+        "    d = _differences(x, np.roll(y, 1), ratio)",
+        ("tests/reports/test_recommend.py::test_one_seed_pairs_the_runs_batch_by_batch",)),
+    Mutation(
+        "calibrate-bound-reads-fitted", "experiments/calibrate.py",  # issue 38 item 9
+        "            at_bound.add(k)\n",
+        "",
+        ("tests/experiments/test_calibrate.py::"
+         "test_a_constant_pushed_to_its_bound_is_held_there_and_says_so",)),
+    Mutation(
         "capacity-bisection-inverted", "experiments/capacity.py",
         "            m = math.sqrt(lo * hi)\n            if probe(m):\n                hi = m",
         "            m = math.sqrt(lo * hi)\n            if not probe(m):\n                hi = m",

@@ -64,6 +64,8 @@ def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
     trace = opts.workload.trace
     row["workload"] = workload.name if trace is None else trace
     row["rate_req_s"] = _rate(opts, workload)
+    # malformed trace rows --skip-bad-rows left out (0 without a trace): the commands say so
+    row["trace_bad_rows"] = int(workload.meta.get("bad_rows") or 0)
     row["capacity_slots"] = summary.get("capacity_slots")
     if opts.tier.enabled:  # the line a host-tier sweep is drawn against (docs/tiers.md)
         from workloads.reuse import ideal_reuse
@@ -107,7 +109,8 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
                                     event_sink)
     row = summary_row(opts, result.summary, workload)
     out = opts.output
-    row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile))
+    row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile,
+                           int(result.summary.get("requests_total", 0))))
     return row, result
 
 

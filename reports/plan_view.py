@@ -133,15 +133,24 @@ def _pct(v: object) -> str:
     return f"{v:.1%}" if isinstance(v, float) and math.isfinite(v) else "-"
 
 
+def _vs_best(row: dict, best: float) -> str:
+    """A candidate's latency against the best, with the band it had to be within."""
+    if row["fails"] == ["servable"] or not math.isfinite(best) or best <= 0:
+        return "-"
+    gap = (row["normalized_latency_s"] - best) / best
+    return f"{gap:+.1%} / {row['latency_margin_s'] / best:.1%}"
+
+
 def render_recommendation(rec: PageSizeRecommendation) -> Table:
-    """The sweep figures behind a page-size recommendation: per page size its latency, its
-    hit rate next to the ideal and where the gap went, and the rules it fails; the chosen row
-    marked, the reason (or why nothing is recommended) as the caption."""
+    """The sweep figures behind a page-size recommendation: per page size its latency and how
+    far from the best against its band, its hit rate next to the ideal and where the gap went,
+    and the rules it fails; the chosen row marked, the reason (or why nothing is recommended)
+    as the caption."""
     title = (f"Recommended page size: {rec.page_size}" if rec.page_size is not None
              else "No page size recommended")
-    t = Table(title=title, caption=f"{rec.reason}. Rule: {rec.rule}.")
-    cols = ["page", "latency s/tok", "hit", "ideal", "lost: align", "lost: not arrived",
-            "lost: capacity", "verdict"]
+    t = Table(title=title, caption=f"{rec.reason}.")
+    cols = ["page", "latency s/tok", "vs best / band", "hit", "ideal", "lost: align",
+            "lost: not arrived", "lost: capacity", "verdict"]
     for col in cols:
         t.add_column(col, justify="right" if col != "verdict" else "left")
     for row in rec.rows:
@@ -149,6 +158,7 @@ def render_recommendation(rec: PageSizeRecommendation) -> Table:
         style = "bold green" if row["page_size"] == rec.page_size else (
             "red" if row["overloaded"] else None)
         t.add_row(str(row["page_size"]), f"{row['normalized_latency_s']:.4f}",
+                  _vs_best(row, rec.best_latency_s),
                   _pct(row["prefix_hit_rate"]), _pct(row.get("ideal_hit_rate")),
                   _pct(row.get("reuse_gap_alignment")), _pct(row.get("reuse_gap_not_arrived")),
                   _pct(row.get("reuse_gap_capacity")), verdict, style=style)
