@@ -21,8 +21,10 @@ build/Dockerfile pinned in September 2025; the files below are unchanged in tag 
 
 A workload cannot know when a stage drains (the simulation decides), so here stage k+1's clock
 starts `gap_s` after stage k's last arrival; the default gap is the 1 s interval + the 1 s
-lead. `LadderSchedule` keeps each stage's start and request range, so a simulation that waits
-for the drain can move each later stage to (drain time + gap) without regenerating anything.
+lead. `LadderSchedule` keeps each stage's start and request range; with `drain` (the default,
+inference-perf's rule) the simulation holds each later stage until every request sent before
+it has finished and then moves the stage to (that time + gap), keeping its arrivals' offsets
+(simulator/stage_gate.py). Without `drain` the stages run at their generated times.
 All randomness comes from the caller's numpy Generator (inference-perf's timers are unseeded).
 """
 
@@ -138,6 +140,7 @@ class LadderSchedule:
     kind: str
     gap_s: float
     stages: tuple[StageRow, ...]
+    drain: bool = True  # a stage starts only when every request before it has finished
 
     @property
     def num_requests(self) -> int:
@@ -167,6 +170,7 @@ class Ladder:
     stages: tuple[Stage, ...]
     kind: str = "poisson"
     gap_s: float = DEFAULT_GAP_S
+    drain: bool = True
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -178,8 +182,9 @@ class Ladder:
             raise WorkloadError(f"ladder gap must be a number of seconds >= 0, got {self.gap_s!r}")
 
     @classmethod
-    def parse(cls, text: str, kind: str = "poisson", gap_s: float = DEFAULT_GAP_S) -> Ladder:
-        return cls(parse_ladder(text), kind, gap_s)
+    def parse(cls, text: str, kind: str = "poisson", gap_s: float = DEFAULT_GAP_S,
+              drain: bool = True) -> Ladder:
+        return cls(parse_ladder(text), kind, gap_s, drain)
 
     def generate(self, rng: np.random.Generator, num_requests: int | None = None,
                  duration_s: float | None = None) -> tuple[np.ndarray, LadderSchedule]:
@@ -208,7 +213,7 @@ class Ladder:
                 break
             start = start + float(off[-1]) + self.gap_s
         all_t = np.concatenate(times) if times else np.zeros(0)
-        return all_t, LadderSchedule(self.kind, self.gap_s, tuple(rows))
+        return all_t, LadderSchedule(self.kind, self.gap_s, tuple(rows), self.drain)
 
 
 __all__ = ["DEFAULT_GAP_S", "LADDER_TYPES", "Ladder", "LadderSchedule", "Stage", "StageRow",

@@ -320,7 +320,8 @@ def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
     if spec.arrival != "diurnal" and changed("peak_to_trough"):
         ignored.append("peak_to_trough")
     if arrival != "ladder":
-        ignored += [n for n in ("ladder", "ladder_type", "ladder_gap_s") if changed(n)]
+        ignored += [n for n in ("ladder", "ladder_type", "ladder_gap_s", "ladder_drain")
+                    if changed(n)]
     if arrival in ("ladder", "burst") and changed("rate"):
         ignored.append("rate")  # the ladder's stages, or all at once, set the rate
     if spec.trace is None and (changed("format") or changed("skip_bad_rows")):
@@ -392,7 +393,8 @@ def _ladder(spec: WorkloadSpec, unit: int) -> Ladder:
         raise WorkloadError(f"--arrival ladder needs a workload of single requests; "
                             f"--workload {spec.name} sends {unit} per arrival")
     return Ladder.parse(spec.ladder, spec.ladder_type or "poisson",
-                        DEFAULT_GAP_S if spec.ladder_gap_s is None else spec.ladder_gap_s)
+                        DEFAULT_GAP_S if spec.ladder_gap_s is None else spec.ladder_gap_s,
+                        spec.ladder_drain)
 
 
 __all__ = ["DEFAULT_WORKLOAD", "INFERENCE_PERF_DEFAULTS", "LLMD_37_CAPACITY", "LLMD_73_CAPACITY",

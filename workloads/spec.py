@@ -33,7 +33,8 @@ LENGTH_MODELS = ("sharegpt", "alpaca", "sharegpt-real", "fixed", "uniform", "log
 # before the option existed: a resumed sweep does not re-run its cells, and recorded results
 # keep their columns.
 ARRIVAL_ONLY: dict[str, str] = {"peak_to_trough": "diurnal", "ladder": "ladder",
-                                "ladder_type": "ladder", "ladder_gap_s": "ladder"}
+                                "ladder_type": "ladder", "ladder_gap_s": "ladder",
+                                "ladder_drain": "ladder"}
 # options read by one kind of generator only (workloads.registry's `generator` of a built-in
 # workload) -> those kinds; kept out of every other run's row and hash the same way
 GROUPED = ("shared-prefix", "generated-shared-prefix")  # workloads/prompt_groups.py
@@ -190,6 +191,9 @@ class WorkloadSpec:
         None, f"ladder arrivals: seconds from a stage's last arrival to the next stage's "
         f"start (default {DEFAULT_GAP_S:g}: inference-perf's 1 s interval + 1 s lead)",
         domain=_NONNEG)
+    ladder_drain: bool = spec_field(
+        True, "ladder arrivals: a stage starts once every request before it has finished, "
+        "as inference-perf's load generator waits (off: stages at their generated times)")
 
     def __post_init__(self) -> None:
         check_fields(self, error=WorkloadError)

@@ -303,7 +303,7 @@ _GROUPED = ("--gsp-num-groups", "--gsp-prompts-per-group", "--gsp-system-prompt-
             "--gsp-question-len", "--gsp-output-len", "--ignore-eos", "--no-ignore-eos")
 _GROUPED_WORKLOADS = ("shared-prefix", "generated-shared-prefix", "llmd-73-capacity",
                       "llmd-37-capacity", "sglang-v04-router")
-_LADDER = ("--ladder", "--ladder-type", "--ladder-gap-s")
+_LADDER = ("--ladder", "--ladder-type", "--ladder-gap-s", "--ladder-drain", "--no-ladder-drain")
 _TRACE_ONLY = ("--rate-scale", "--format", "--skip-bad-rows", "--trace")
 
 
