@@ -53,7 +53,7 @@ from simulator.config import PoolSpec, SimConfig
 from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout
 from simulator.latency_profiles import is_profile_file, profile_for_rule
 from simulator.specs import EngineSpec, PolicySpec, TierSpec
-from workloads.spec import WorkloadSpec, arrival_only_unused
+from workloads.spec import WorkloadSpec, unused_options
 
 
 @dataclass(frozen=True)
@@ -336,7 +336,7 @@ class RunOptions:
         devices, checks, or the memory inputs whose resolved kv_tokens is hashed instead): two
         runs with the same hash give the same numbers."""
         d = {k: v for k, v in self.resolved().items() if k in OPTIONS and OPTIONS[k].hashed}
-        for k in arrival_only_unused(d):  # an option this run's arrivals never read
+        for k in unused_options(d):  # an option this run's arrivals or generator never read
             del d[k]
         if self.memory.model_config:
             d["model_config"] = hashlib.sha256(

@@ -22,7 +22,7 @@ from experiments.progress import RequestBar
 from experiments.shared import SharedWorkloads
 from reports.schema import METRICS, SUMMARY_FILE
 from simulator.config import FLAT_FIELDS
-from workloads.spec import arrival_only_unused
+from workloads.spec import unused_options
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,7 +59,7 @@ def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
     other counters; the engine's echo of its own configuration is left out)."""
     row: dict[str, Any] = {"config_hash": opts.config_hash()}
     row.update(opts.resolved())
-    for k in arrival_only_unused(row):  # a column only for the arrival process that reads it
+    for k in unused_options(row):  # a column only for the arrivals or generator that read it
         del row[k]
     trace = opts.workload.trace
     row["workload"] = workload.name if trace is None else trace

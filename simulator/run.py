@@ -128,8 +128,11 @@ def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
     start = first + cfg.engine.warmup_s
     if cfg.duration_s:
         return start, first + cfg.duration_s
-    if workload.sessions or not workload.requests or cfg.engine.max_concurrency:
-        # closed loop (sessions, or requests sent as others finish): ends with the run
+    ladder = workload.meta.get("ladder")
+    if workload.sessions or not workload.requests or cfg.engine.max_concurrency or (
+            ladder is not None and ladder.drain):
+        # closed loop (sessions, requests sent as others finish, ladder stages that wait for
+        # the one before to drain): ends with the run
         return start, np.inf
     return start, max(float(workload.open_arrivals().max()), start)
 

@@ -115,7 +115,8 @@ POSITIVE = {"rate", "cv", "rate_scale", "duration_s", "num_requests", "max_new_t
             "turn_input_min", "turn_input_max", "branching", "num_samples", "page_size",
             "gpu_mem_gib", "tp", "max_context_len", "kv_tokens", "num_pages", "kv_mem_gib",
             "mem_fraction", "max_running_requests", "max_prefill_tokens", "slo_ttft",
-            "slo_tpot"}
+            "slo_tpot", "gsp_num_groups", "gsp_prompts_per_group", "gsp_question_len",
+            "gsp_output_len"}
 words = st.text(string.ascii_letters + string.punctuation + " ", min_size=1, max_size=12)
 huge = st.sampled_from(["99999999999999999999999", "1" + "0" * 40, "1e400", "-1e400",
                         str(2**64), "1e308"])
@@ -225,6 +226,12 @@ VALID["--arrival"] = st.sampled_from(["poisson", "gamma", "fixed"])  # 'trace' n
 VALID["--max-concurrency"] = _i(1, 4)
 VALID["--latency-profile"] = st.sampled_from(["vllm-paper-2023", "vllm-hopper", "sglang-hopper"])
 VALID["--peak-to-trough"] = _f(1, 10)  # read by --arrival diurnal only
+# the grouped shared-prefix workloads' options and the ladder's (workloads/prompt_groups.py,
+# ladder.py): read by those workloads / that arrival process only (_where_used moves them)
+VALID.update({"--gsp-num-groups": _i(1, 3), "--gsp-prompts-per-group": _i(1, 3),
+              "--gsp-system-prompt-len": _i(0, 64), "--gsp-question-len": _i(1, 32),
+              "--gsp-output-len": _i(1, 8), "--ladder": st.sampled_from(["2x1", "3x1,1x2"]),
+              "--ladder-gap-s": _f(0, 5)})
 # hybrid models' options (simulator/hybrid.py): each is read on a hybrid model by the policy
 # whose layout it sizes, and is an error elsewhere; SGLang's Mamba cache runs page 1, and its
 # state pool needs a pool of a few GiB to run one request (3 slots per running request)
@@ -306,6 +313,11 @@ _READ_BY = {"--prefix-len": "kshot", "--num-prefixes": "kshot", "--question-len"
             "--branching": "tot", "--level-interval-s": "tot", "--num-samples":
             "parallel-sampling"}
 _LENGTH_FLAGS = ("--input-len", "--output-len", "--lengths", "--spread", "--sigma")
+_GROUPED = ("--gsp-num-groups", "--gsp-prompts-per-group", "--gsp-system-prompt-len",
+            "--gsp-question-len", "--gsp-output-len", "--ignore-eos", "--no-ignore-eos")
+_GROUPED_WORKLOADS = ("shared-prefix", "generated-shared-prefix", "llmd-73-capacity",
+                      "llmd-37-capacity", "sglang-v04-router")
+_LADDER = ("--ladder", "--ladder-type", "--ladder-gap-s", "--ladder-drain", "--no-ladder-drain")
 _TRACE_ONLY = ("--rate-scale", "--format", "--skip-bad-rows", "--trace")
 
 
@@ -331,6 +343,17 @@ def _where_used(option: str, value: str | None, args: list[str]) -> list[str]:
 
     if option in _READ_BY:
         return [*args, "--workload", _READ_BY[option]]
+    if option in _GROUPED or (option == "--workload" and value in _GROUPED_WORKLOADS):
+        args = drop((*_LENGTH_FLAGS, "--rate"))  # with ignore-eos no length model is read
+        if option == "--workload":
+            return args
+        eos_off = ["--lengths", "uniform", "--output-len", "8"]  # the true output lengths
+        return [*args, "--workload", "shared-prefix", "--rate", "4",
+                *(eos_off if option == "--no-ignore-eos" else [])]
+    if option in _LADDER:
+        args = drop(("--rate",))
+        return [*args, "--arrival", "ladder", *([] if option == "--ladder" else
+                                                 ["--ladder", "2x1"])]
     if option == "--cv":
         return [*args, "--arrival", "gamma"]
     if option in _TRACE_ONLY:
