@@ -265,7 +265,11 @@ class Recorder:
         """Percentiles of the pooled gaps (numpy's linear rule over the gaps listed one by
         one); equal for any grouping of the same gaps, so stretches and stepping agree."""
         if self.gap_spill is not None:
-            return self.gap_spill.percentiles(self.gaps, qs)
+            memory = None
+            if self.gaps:
+                values, counts = merge_gap_groups(self.gaps)
+                memory = (values, np.cumsum(counts))
+            return self.gap_spill.percentiles(memory, qs)
         return weighted_percentiles(self.gaps, qs)
 
     def add_request(self, row: tuple) -> None:
