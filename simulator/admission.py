@@ -163,7 +163,7 @@ class SGLangAdmission(Admission):
 
     def after_steps(self, n: int) -> None:
         p = self.params
-        if n > 0:
+        if n > 0 and self.ratio != p.new_token_ratio_min:  # at the floor no step moves it
             self.ratio = decayed_ratios(self.ratio, n, p.new_token_ratio_decay,
                                         p.new_token_ratio_min)[-1]
 

@@ -221,6 +221,8 @@ class Recorder:
         """`sample` at the start of each step of a stretch (`rows`: the breakdown after each
         step), as stepping samples each iteration: the same rows at the same instants."""
         times = starts if isinstance(starts, list) else starts.tolist()
+        if times[-1] - self._last_sample < self.timeline_interval_s:
+            return  # the starts only grow: no earlier one is due either
         for i, t in enumerate(times):
             if t - self._last_sample >= self.timeline_interval_s:
                 self.sample(t, rows[i], batch, waiting, running)

@@ -37,8 +37,7 @@ stepping (tests/simulator/test_multistep.py, test_prefill_stretch.py, the differ
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import simpy
@@ -58,8 +57,7 @@ from simulator.request import SimRequest
 from simulator.running_batch import RunningBatch
 
 
-@dataclass(frozen=True)
-class Stretch:
+class Stretch(NamedTuple):
     """n iterations planned at once, at the instant they start."""
 
     chunks: list[tuple[SimRequest, int]]  # each prefill under way, tokens per iteration
@@ -107,7 +105,7 @@ class FastForward:
             chunks = self._chunks()
             if chunks is None:
                 return None
-        elif not batch or not self._head_waits():
+        elif r.decode is None or not batch or not self._head_waits():
             return None
         else:
             chunks = []

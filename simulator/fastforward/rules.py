@@ -59,6 +59,7 @@ class StretchRules:
     """Everything fixed that plans and prices a stretch, built once when the engine starts:
     the planner reads no engine configuration."""
 
+    policy: KVPolicy  # the policy the stretches drive (under both capabilities below)
     decode: DecodeStretch | None  # the batched decode (None: no decode stretches)
     chunked: Reserving | None  # the batched chunked prefill (None: no prefill stretches)
     page_size: int
@@ -73,13 +74,6 @@ class StretchRules:
     # carries them, as the first stepped iteration would) and return the host tier's (used,
     # locked) slots the stretch holds; None without one
     charge_tiers: Callable[[], tuple[int, int]] | None = None
-
-    @property
-    def policy(self) -> KVPolicy:
-        """The policy the stretches drive (the same object under both capabilities)."""
-        policy = self.decode if self.decode is not None else self.chunked
-        assert policy is not None  # stretch_rules builds no rules without either
-        return policy
 
 
 def stretch_rules(policy: KVPolicy, config: SimConfig, latency: LatencyModel,
@@ -98,7 +92,7 @@ def stretch_rules(policy: KVPolicy, config: SimConfig, latency: LatencyModel,
         limits.append(EvictLimit(min_waiting=0, after=0))
     times = _step_times(latency, policy.page_size, tiered, tier)
     return StretchRules(
-        decode=decode, chunked=chunked, page_size=policy.page_size,
+        policy=policy, decode=decode, chunked=chunked, page_size=policy.page_size,
         max_steps=config.tuning.max_steps_per_stretch,
         max_running=config.engine.max_running_requests,
         reserving=isinstance(policy, Reserving), evict_limits=tuple(limits),
