@@ -187,17 +187,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/simulator/test_overload.py::test_sustained_overload_fires_both_signals",
          "tests/simulator/test_overload.py::test_backlog_floor_threshold_both_sides")),
     Mutation(
-        "stretch-runs-past-arrival", "simulator/stretch.py",
-        "return min(k, len(ends))",
-        "return min(k, len(ends) + 1)",  # the step after an arrival is taken blind
+        "stretch-runs-past-arrival", "simulator/fastforward/planner.py",
+        "now, due = e.env.now, e.next_arrival()",
+        "now, due = e.env.now, float('inf')",  # the steps after an arrival taken blind
         ("tests/simulator/test_multistep.py::test_stretches_equal_stepping",)),
     Mutation(
-        "prefill-stretch-completes-blind", "simulator/prefill_stretch.py",
+        "prefill-stretch-completes-blind", "simulator/fastforward/planner.py",
         "n = min(n, (s.prefill_target - s.written - 1) // room)",
         "n = min(n, (s.prefill_target - s.written) // room)",  # its last chunk in a stretch
         ("tests/simulator/test_prefill_stretch.py::test_prefill_stretches_equal_stepping",)),
     Mutation(
-        "prefill-stretch-passes-admissible-head", "simulator/prefill_stretch.py",
+        "sglang-ratio-decays-by-a-product", "simulator/admission.py",
+        "            self.ratio = decayed_ratios(self.ratio, n, p.new_token_ratio_decay,\n"
+        "                                        p.new_token_ratio_min)[-1]",
+        "            self.ratio = max(p.new_token_ratio_min,\n"
+        "                             self.ratio - p.new_token_ratio_decay * n)",
+        ("tests/simulator/test_ratio_decay.py",)),
+    Mutation(
+        "sglang-horizon-ratio-by-a-product", "simulator/admission.py",
+        "        ratio = np.array(decayed_ratios(self.ratio, k, p.new_token_ratio_decay,\n"
+        "                                        p.new_token_ratio_min))",
+        "        ratio = np.maximum(p.new_token_ratio_min,\n"
+        "                           self.ratio - p.new_token_ratio_decay * j)",
+        ("tests/simulator/test_ratio_decay.py::"
+         "test_the_horizon_is_the_step_at_which_stepping_admits",)),
+    Mutation(
+        "prefill-stretch-passes-admissible-head", "simulator/fastforward/planner.py",
         "if not plan or (e.waiting and budget > 0 and not e.admission_stops(e.waiting[0], 0)):",
         "if not plan:",  # a head that memory given back lets in waits out the stretch
         ("tests/simulator/test_prefill_stretch.py::test_prefill_stretches_equal_stepping",)),

@@ -27,7 +27,7 @@ burst out of ten do not make a trend):
   milliseconds is no user-visible overload).
 
 Both are computed from the per-request arrival and first-admission times, which are the
-same whether decode runs step by step or in multi-step stretches (simulator/stretch.py), so
+same whether decode runs step by step or in multi-step stretches (simulator/fastforward/), so
 the verdict is too (tests/simulator/test_engine_fuzz.py). A request the engine rejects
 (it can never fit) leaves the queue at once. A request not admitted by the window end waits
 at least until then: its wait is counted as that lower bound (censored), which can only
