@@ -78,8 +78,7 @@ class ReplicasAnswer:
 
 def probe_line(p: ReplicaProbe | Probe) -> str:
     """One simulated probe of a search, in a line."""
-    verdict = f"fails: {p.reason}" if (p.fails if isinstance(p, ReplicaProbe)
-                                       else p.overloaded) else "passes"
+    verdict = f"fails: {p.reason}" if p.fails else "passes"
     if isinstance(p, ReplicaProbe):
         return f"  {p.replicas} replicas at {p.rate_req_s:.3g} req/s: {verdict}"
     return f"  {p.rate_req_s:.3g} req/s: {verdict}"

@@ -22,7 +22,12 @@ happen, as it ends where its own next arrival falls. `Inbox.next_due` tells it w
 * with closed-loop sessions, a turn another replica finishes releases the next turn a think
   time later, announced only then: a stretch ends by now + (the shortest think time - d);
 * with `--max-concurrency` a request is sent when another one finishes, at any replica's
-  step end: replicas then step (a stretch of one step).
+  step end: replicas then step (a stretch of one step);
+* a QPS ladder whose stages wait for a drain (simulator/stage_gate.py): the gate counts the
+  requests of every replica (`done` hands each to the one `Arrivals`); a held stage needs no
+  bound, as it opens only once every request has ended, when no replica is in a stretch; the
+  open stream's times are the current stage's (generated + the gate's shift), so no router
+  decides ahead.
 
 At those instants a replica's queues, running batch and pool are what stepping would hold, so
 the load a router reads (`waiting`, `running`, `kv_usage`) is the same in both modes.
@@ -164,7 +169,7 @@ class Fleet:
         self.gated = bool(self.cfg.engine.max_concurrency)
         self.ahead: list[int] | None = None
         if self.n > 1 and self.router.decides_ahead and not workload.sessions \
-                and not self.gated:
+                and not self.gated and self.arrivals.gate is None:
             self._route_ahead(order)
 
     def _route_ahead(self, order) -> None:
@@ -196,11 +201,13 @@ class Fleet:
         if self.sessions and arrivals.pending():
             # a turn not announced yet is released a think time after a finish to come
             t = min(t, now + max(self.min_think - d, 0.0))
+        gate = arrivals.gate
+        shift = gate.shift if gate is not None else 0.0  # the current stage's times
         if d > 0:
-            k = max(int(np.searchsorted(self.open_times, now + d, side="left")),
+            k = max(int(np.searchsorted(self.open_times, now + d - shift, side="left")),
                     self.open_sent)
             if k < len(self.open_times):
-                t = min(t, max(float(self.open_times[k]) - d, now))
+                t = min(t, max(float(self.open_times[k]) + shift - d, now))
             releases = self.releases
             while releases and releases[0] < now:
                 releases.pop(0)
