@@ -28,6 +28,7 @@ replicas do not publish here.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,7 @@ from simulator.fleet.router import (
     setting,
 )
 
-__all__ = ["DynamoRouter", "DynamoSettings", "softmax_pick"]
+__all__ = ["DynamoRouter", "DynamoSettings", "shared_blocks", "softmax_pick"]
 
 #: approximate mode: decisions between two sweeps of the expired routed blocks
 PRUNE_EVERY = 1024
@@ -89,13 +90,28 @@ def softmax_pick(costs: list[float], temperature: float, sample: float) -> int:
     return len(costs) - 1
 
 
+def shared_blocks(hashes: list[int], blocks: dict[int, int]) -> int:
+    """How many of a request's chained block hashes `blocks` holds. The active blocks are
+    whole chains from block 0 (each request adds all of its own), and a chained hash names
+    its whole prefix, so those held are a leading run: found by bisection."""
+    lo, hi = 0, len(hashes)  # hashes[:lo] held; hashes[hi] (if any) not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if hashes[mid - 1] in blocks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class _Active:
     """The requests a worker is serving, as the router tracks them."""
 
     __slots__ = ("blocks", "prefill", "reqs")
 
     def __init__(self) -> None:
-        self.blocks: dict[int, int] = {}  # prompt block hash -> active requests holding it
+        # prompt block hash -> active requests holding it (no zero counts)
+        self.blocks: Counter[int] = Counter()
         self.prefill: dict[int, float] = {}  # rid -> prefill blocks still to compute
         self.reqs: dict[int, list[int]] = {}  # rid -> its prompt block hashes
 
@@ -153,7 +169,8 @@ class DynamoRouter(Router):
             active_prefill = sum(act.prefill.values())
             adjusted = max(active_prefill + prompt_blocks
                            - s.overlap_score_credit * overlaps[i], 0.0)
-            decode = len(act.blocks) + sum(1 for h in set(hashes) if h not in act.blocks)
+            # the worker's active blocks with this request's added, shared ones once
+            decode = len(act.blocks) + len(hashes) - shared_blocks(hashes, act.blocks)
             costs.append(s.prefill_load_scale * adjusted + decode)
         if s.router_temperature > 0:
             i = softmax_pick(costs, s.router_temperature, float(self.rng.random()))
@@ -163,8 +180,7 @@ class DynamoRouter(Router):
             i = ties[int(self.rng.integers(len(ties)))] if len(ties) > 1 else ties[0]
         act = self.active[i]
         act.reqs[req.rid] = hashes
-        for h in hashes:
-            act.blocks[h] = act.blocks.get(h, 0) + 1
+        act.blocks.update(hashes)
         act.prefill[req.rid] = max(prompt_blocks - overlaps[i], 0.0)
         if not s.kv_events:
             until = view.now + s.ttl_s

@@ -223,3 +223,27 @@ class KVIndexMachine(RuleBasedStateMachine):
 
 TestKVIndex = KVIndexMachine.TestCase
 TestKVIndex.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+# -- Dynamo's active blocks -------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2), min_size=0, max_size=10), min_size=1, max_size=6),
+       st.lists(st.integers(0, 2), min_size=0, max_size=10))
+def test_dynamo_shared_blocks_are_the_set_count(active, prompt) -> None:
+    """`shared_blocks` (a bisection over the chain) counts what a set intersection would, for any
+    requests active on a worker (whole chains from block 0) and a new prompt."""
+    from collections import Counter
+
+    from kvcore.block_hash import NONE_HASH, ChainHasher
+    from simulator.fleet.dynamo_router import shared_blocks
+
+    hasher = ChainHasher(2, 64)
+
+    def chain(tokens: list[int]) -> list[int]:
+        return [int(h) for h in hasher.chain(NONE_HASH, np.repeat(tokens, 2))]
+
+    blocks: Counter[int] = Counter()
+    for a in active:
+        blocks.update(chain(a))
+    hashes = chain(prompt)
+    assert shared_blocks(hashes, blocks) == len(set(hashes) & set(blocks))
