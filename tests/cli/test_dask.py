@@ -165,3 +165,23 @@ def _square_but_3(cell):
     if cell["x"] == 3:
         raise ValueError("bad cell 3")
     return _square(cell)
+
+
+def test_fleet_cells_on_dask_match_local(cluster, tmp_path):
+    """Sweeps over replica counts and routers run on Dask as any other axis: the same rows
+    (replica counts, routers and their figures) as run here."""
+    grid = cells(RunOptions.from_mapping(BASE), {"replicas": [1, 2],
+                                                "router": ["round-robin", "cache-aware"]})
+    ex = DaskExecutor(cluster.scheduler_address, fn=run_cell, timeout=SWEEP_TIMEOUT_S)
+    df = run_sweep(grid, tmp_path / "sw", jobs=2, progress=False, executor=ex)
+    assert sorted(df.router.dropna()) == ["cache-aware", "round-robin"]
+    assert df.config_hash.is_unique and df.replicas.isna().sum() == 1  # one replica: once
+    expected = pd.DataFrame([run_cell(c.to_dict()) for c in grid]).drop_duplicates(
+        "config_hash")
+    expected.to_csv(tmp_path / "local.csv", index=False)
+    local = pd.read_csv(tmp_path / "local.csv")
+
+    def same(d: pd.DataFrame) -> pd.DataFrame:  # the router's wall time varies too
+        return _rows(d).drop(columns=["router_us_per_request"]).sort_index(axis=1)
+
+    pd.testing.assert_frame_equal(same(df), same(local))
