@@ -21,7 +21,7 @@ was sent. Rules followed:
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 
 from kvcore.validation import InvariantError
@@ -35,51 +35,67 @@ class LRUIndex:
             raise ValueError(f"LRU capacity per server must be >= 1, got {capacity}")
         self.capacity = capacity
         self.lru: dict[int, OrderedDict[int, None]] = {}  # server -> hashes, oldest first
-        self.servers: dict[int, set[int]] = {}  # hash -> servers holding it
+        # hash -> the servers holding it, as a bit mask (bit s: server s), never 0
+        self.servers: dict[int, int] = {}
 
     def add(self, hashes: Iterable[int], server: int) -> None:
+        """Every hash to the front of `server`'s LRU in order, then the oldest entries past
+        the capacity evicted: an LRU holds its most recently added `capacity` hashes, so
+        evicting after the whole request leaves what evicting one hash at a time would."""
         lru = self.lru.setdefault(server, OrderedDict())
         servers = self.servers
+        bit = 1 << server
+        # each hash at its last occurrence (a repeated one moves again)
+        hashes = list(dict.fromkeys(reversed(list(hashes))))[::-1]
+        for h in lru.keys() & hashes:  # already held: moved to the front below
+            del lru[h]
+        lru.update(dict.fromkeys(hashes))
         for h in hashes:
-            if h in lru:
-                lru.move_to_end(h)
+            servers[h] = servers.get(h, 0) | bit
+        while len(lru) > self.capacity:
+            old, _ = lru.popitem(last=False)
+            held = servers[old] & ~bit
+            if held:
+                servers[old] = held
             else:
-                lru[h] = None
-                if len(lru) > self.capacity:
-                    old, _ = lru.popitem(last=False)
-                    held = servers[old]
-                    held.discard(server)
-                    if not held:
-                        del servers[old]
-            servers.setdefault(h, set()).add(server)
+                del servers[old]
 
     def get(self, h: int) -> set[int]:
-        return self.servers.get(h, set())
+        """The servers holding `h`."""
+        mask = self.servers.get(h, 0)
+        return {s for s in range(mask.bit_length()) if mask >> s & 1}
 
     def match(self, hashes: Iterable[int]) -> dict[int, int]:
         """server -> matched blocks (upstream's greedy walk)."""
-        out: dict[int, int] = {}
+        masks: Counter[int] = Counter()
         servers = self.servers
         for h in hashes:
             held = servers.get(h)
             if not held:
                 break
-            for s in held:
-                out[s] = out.get(s, 0) + 1
+            masks[held] += 1
+        out: dict[int, int] = {}
+        for mask, n in masks.items():
+            s = 0
+            while mask:
+                if mask & 1:
+                    out[s] = out.get(s, 0) + n
+                mask >>= 1
+                s += 1
         return out
 
     def check_invariants(self) -> None:
         """Each LRU within capacity; the map holds exactly the (hash, server) pairs of the
-        LRUs, and no empty set."""
+        LRUs, and no empty mask."""
         pairs = {(h, s) for s, lru in self.lru.items() for h in lru}
         for s, lru in self.lru.items():
             if len(lru) > self.capacity:
                 raise InvariantError(f"LRU index: server {s} holds {len(lru)} > "
                                      f"{self.capacity}")
         mapped = set()
-        for h, held in self.servers.items():
-            if not held:
+        for h, mask in self.servers.items():
+            if not mask:
                 raise InvariantError(f"LRU index: hash {h} maps to no server")
-            mapped |= {(h, s) for s in held}
+            mapped |= {(h, s) for s in self.get(h)}
         if mapped != pairs:
             raise InvariantError("LRU index: the hash map and the LRUs disagree")
