@@ -435,11 +435,11 @@ MODELS: dict[str, ModelPreset] = {p.id: p for p in [
     ModelPreset("deepseek-v3", "DeepSeek-V3", num_layers=61, num_heads=128, num_kv_heads=128, head_dim=192, hidden_size=7168, intermediate_size=18432, vocab_size=129280, max_position=163840, num_params=671e9, active_params=37e9, weight_dtype="fp8", kv_lora_rank=512, qk_rope_head_dim=64, num_experts=256, experts_per_token=8, arch="deepseek_v3", moe_intermediate_size=2048, num_shared_experts=1, first_k_dense=3, q_lora_rank=1536, v_head_dim=128, source="deepseek-ai/DeepSeek-V3 config.json; arXiv 2412.19437 (671B / 37B active, fp8 weights)"),
 ]}
 
-# -- current models, hybrids included (issue 27). Layer layouts (which layers are full, sliding,
+# -- current models, hybrids included. Layer layouts (which layers are full, sliding,
 # chunked, linear attention or Mamba) live in kvcore.hybrid_presets under the same id;
 # num_layers is the config's num_hidden_layers. Parameter counts are the published totals.
 # "verified" on a source: every field checked against a stored copy of that config.json
-# (issue 27 item 2; tests/kvcore/test_preset_configs.py holds the transcribed fields).
+# (tests/kvcore/test_preset_configs.py holds the transcribed fields).
 HYBRID_ERA_MODELS: list[ModelPreset] = [
     ModelPreset("gpt-oss-20b", "gpt-oss-20b", num_layers=24, num_heads=64, num_kv_heads=8, head_dim=64, hidden_size=2880, intermediate_size=2880, vocab_size=201088, max_position=131072, num_params=20.9e9, active_params=3.6e9, weight_dtype="mxfp4", sliding_window=128, num_experts=32, experts_per_token=4, attention_bias=True, source="openai/gpt-oss-20b config.json (layer_types 12 x [sliding, full], quant_method mxfp4; verified); gpt-oss model card (20.9B / 3.6B active)"),
     ModelPreset("gpt-oss-120b", "gpt-oss-120b", num_layers=36, num_heads=64, num_kv_heads=8, head_dim=64, hidden_size=2880, intermediate_size=2880, vocab_size=201088, max_position=131072, num_params=116.8e9, active_params=5.1e9, weight_dtype="mxfp4", sliding_window=128, num_experts=128, experts_per_token=4, attention_bias=True, source="openai/gpt-oss-120b config.json (layer_types 18 x [sliding, full], quant_method mxfp4; verified); gpt-oss model card (116.8B / 5.1B active)"),
