@@ -51,3 +51,21 @@ def test_nvfp4_bytes_match_nvidias_stated_footprint():
 def test_mxfp4_is_the_model_cards_4_25_bits():
     """The gpt-oss model card: MoE weights in MXFP4 at 4.25 bits per parameter."""
     assert weight_dtype_bytes("mxfp4") * 8 == 4.25
+
+
+def test_an_nvfp4_checkpoint_read_from_its_config_is_3_5x_smaller():
+    """nvidia/Llama-3.1-405B-Instruct-FP4's model card (Hugging Face, ModelOpt v0.23.0): the
+    FP4 checkpoint cuts disk size and GPU memory about 3.5x from the bf16 model. The
+    Llama-3.1-405B config.json fields with ModelOpt's NVFP4 quantization_config: 405.85B
+    parameters, 811.7 GB in bf16, 228.3 GB in NVFP4 (3.56x; with its embeddings and head
+    kept in bf16, as ModelOpt stores them, 3.46x: both about 3.5)."""
+    config = {"model_type": "llama", "hidden_size": 16384, "intermediate_size": 53248,
+              "num_hidden_layers": 126, "num_attention_heads": 128, "num_key_value_heads": 8,
+              "vocab_size": 128256, "max_position_embeddings": 131072,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    bf16 = ModelPreset.from_hf_config(config, id="llama-3.1-405b")
+    fp4 = ModelPreset.from_hf_config({**config, "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4"}}, id="llama-3.1-405b-fp4")
+    assert bf16.num_params == pytest.approx(405.85e9, rel=1e-3)
+    assert fp4.weight_dtype == "nvfp4"
+    assert bf16.weight_bytes() / fp4.weight_bytes() == pytest.approx(3.5, abs=0.1)
