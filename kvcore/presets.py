@@ -28,6 +28,13 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # size 128) is 4 bits plus an fp16 scale and a 4-bit zero per 128 values, 4.16 bits.
 WEIGHT_DTYPE_BYTES: dict[str, float] = {**DTYPE_BYTES, "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8,
                                         "int4": (4 + 20 / 128) / 8}
+# Formats whose MoE checkpoints quantize the routed experts only: gpt-oss's MXFP4 config.json
+# lists self_attn, mlp.router, embed_tokens and lm_head in quantization_config's
+# modules_to_not_convert, so attention, router, embeddings and head stay bf16 (with them the
+# gpt-oss model card's checkpoint sizes, 60.8 / 12.8 GiB, come out; tests/kvcore/
+# test_weight_bytes.py). A dense model in such a format counts every parameter in it.
+EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
+UNQUANTIZED_WEIGHT_BYTES = DTYPE_BYTES["bf16"]
 
 # Hugging Face dtype names -> ours
 _HF_DTYPES: dict[str, str] = {
@@ -164,13 +171,31 @@ class ModelPreset:
 
     # -- weights --------------------------------------------------------------------------
     def weight_bytes(self, tp: int = 1) -> float:
-        """Resident weight bytes on one rank (all experts; weights split evenly over tp);
+        """Resident weight bytes on one rank (all experts, each part in the format it is
+        stored in: `nonexpert_weight_bytes_per_param`; weights split evenly over tp);
         ValueError naming the missing fields for a preset whose weights are unknown."""
         if self.weights_unknown:
             raise ValueError(f"{self.weights_unknown}, which the weights need (a KV-only "
                              "config plans with a direct size: --kv-mem-gib or "
                              "--kv-cache-memory-bytes)")
-        return self.num_params * weight_dtype_bytes(self.weight_dtype) / tp
+        wb = weight_dtype_bytes(self.weight_dtype)
+        if not self.quantizes_experts_only:
+            return self.num_params * wb / tp
+        experts = self.routed_expert_params
+        return ((self.num_params - experts) * UNQUANTIZED_WEIGHT_BYTES + experts * wb) / tp
+
+    @property
+    def quantizes_experts_only(self) -> bool:
+        """An MoE model in a format whose checkpoints quantize the routed experts only
+        (EXPERTS_ONLY_FORMATS): everything else is stored in bf16."""
+        return self.is_moe and self.weight_dtype.lower() in EXPERTS_ONLY_FORMATS
+
+    @property
+    def nonexpert_weight_bytes_per_param(self) -> float:
+        """Bytes per parameter outside the routed experts."""
+        if self.quantizes_experts_only:
+            return UNQUANTIZED_WEIGHT_BYTES
+        return weight_dtype_bytes(self.weight_dtype)
 
     @property
     def expert_intermediate_size(self) -> int:
