@@ -256,6 +256,68 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
         ("tests/experiments/test_calibrate.py::"
          "test_a_constant_pushed_to_its_bound_is_held_there_and_says_so",)),
+    # -- issue 39 item 7: quantized weights, the TP all-reduce, the overload window ---------
+    Mutation(
+        "mxfp4-scales-forgotten", "kvcore/presets.py",
+        '"mxfp4": 4.25 / 8',
+        '"mxfp4": 4 / 8',  # E2M1 alone: the E8M0 scale per 32 values not counted
+        ("tests/kvcore/test_weight_bytes.py::"
+         "test_gpt_oss_weights_match_the_model_cards_checkpoint_size",)),
+    Mutation(
+        "nvfp4-scale-per-32-values", "kvcore/presets.py",
+        '"nvfp4": 4.5 / 8',
+        '"nvfp4": 4.25 / 8',  # MXFP4's block of 32 instead of NVFP4's 16
+        ("tests/kvcore/test_weight_bytes.py::test_nvfp4_bytes_match_nvidias_stated_footprint",
+         "tests/kvcore/test_weight_bytes.py::"
+         "test_an_nvfp4_checkpoint_read_from_its_config_is_3_5x_smaller")),
+    Mutation(
+        "mxfp4-quantizes-every-parameter", "kvcore/presets.py",
+        "return self.is_moe and self.weight_dtype.lower() in EXPERTS_ONLY_FORMATS",
+        "return False",  # attention, embeddings, head in MXFP4 too
+        ("tests/kvcore/test_weight_bytes.py::"
+         "test_gpt_oss_weights_match_the_model_cards_checkpoint_size",)),
+    Mutation(
+        "tp-allreduce-dropped", "simulator/latency.py",
+        '        return t + tokens * c["ar_tok"] + c["ar_fixed"]\n\n    def _hybrid_time',
+        "        return t\n\n    def _hybrid_time",  # the scalar path iteration_time takes
+        ("tests/simulator/test_latency.py::test_tp_allreduce_term_matches_nccl_on_h100",)),
+    Mutation(
+        "tp-allreduce-doubled", "simulator/latency.py",
+        'c["ar_tok"] = (0.0 if tp == 1 else 2 * m.num_layers * 2 * (tp - 1) / tp',
+        'c["ar_tok"] = (0.0 if tp == 1 else 4 * m.num_layers * 2 * (tp - 1) / tp',
+        ("tests/simulator/test_latency.py::test_tp_allreduce_term_matches_nccl_on_h100",)),
+    Mutation(
+        "tp-allreduce-message-without-act-bytes", "simulator/latency.py",
+        "* m.hidden_size * self.act_bytes / (self.tp_link_gb_s * 1e9))",
+        "* m.hidden_size / (self.tp_link_gb_s * 1e9))",  # elements, not bytes
+        ("tests/simulator/test_latency.py::test_tp_allreduce_term_matches_nccl_on_h100",)),
+    Mutation(
+        "tp-allreduce-latency-once-per-layer", "simulator/latency.py",
+        'c["ar_fixed"] = 0.0 if tp == 1 else 2 * m.num_layers * self.tp_allreduce_latency_s',
+        'c["ar_fixed"] = 0.0 if tp == 1 else m.num_layers * self.tp_allreduce_latency_s',
+        ("tests/simulator/test_latency.py::test_tp_allreduce_term_matches_nccl_on_h100",)),
+    Mutation(
+        "overload-unadmitted-wait-zero", "simulator/overload.py",
+        "wait = np.where(np.isfinite(adm), adm, np.maximum(end, arr)) - arr",
+        "wait = np.where(np.isfinite(adm), adm, arr) - arr",  # not censored: no wait at all
+        ("tests/simulator/test_overload.py::"
+         "test_a_request_never_admitted_waits_until_the_window_end",)),
+    Mutation(
+        "overload-delay-forgets-unfinished", "simulator/overload.py",
+        "    arr, adm = _queued(requests, unfinished)\n",
+        "    arr, adm = _queued(requests)\n",  # the queueing delay of the completed rows only
+        ("tests/simulator/test_overload.py::"
+         "test_a_request_never_admitted_waits_until_the_window_end",)),
+    Mutation(
+        "overload-rate-counts-all-arrivals", "simulator/overload.py",
+        "arrival_rate = window_arrivals(arrivals, start, end) / span",
+        "arrival_rate = len(arrivals) / span",  # the warmup's arrivals too
+        ("tests/simulator/test_overload.py::test_the_arrival_rate_counts_the_window_only",)),
+    Mutation(
+        "overload-window-end-excluded", "simulator/overload.py",
+        "return int(((arrivals >= start) & (arrivals <= end)).sum())",
+        "return int(((arrivals >= start) & (arrivals < end)).sum())",
+        ("tests/simulator/test_overload.py::test_the_arrival_rate_counts_the_window_only",)),
     Mutation(
         "capacity-bisection-inverted", "experiments/capacity.py",
         "            m = math.sqrt(lo * hi)\n            if probe(m):\n                hi = m",

@@ -80,10 +80,10 @@ def freeze_heap_at_exit() -> None:
 
     Why: a finished command has written its results (atomically, reports/io.py) and closed its
     files; what is left is torch's and the run's objects, which the interpreter's shutdown
-    would walk with the cyclic collector once more. With torch imported that walk takes about
-    0.7 of the 0.9 s a `kvsim` process spends exiting (docs/performance.md, "The process's
-    exit"). `gc.freeze()` from an atexit hook moves every object to the permanent generation,
-    which the shutdown collection skips; memory goes back to the OS with the process anyway.
+    would walk with the cyclic collector once more. With torch imported that walk is most of
+    the time a `kvsim` process spends exiting (docs/performance.md, "The process's exit").
+    `gc.freeze()` from an atexit hook moves every object to the permanent generation, which
+    the shutdown collection skips; memory goes back to the OS with the process anyway.
     atexit hooks run before the interpreter tears down its modules, so this one runs first.
     """
     atexit.register(gc.freeze)

@@ -143,9 +143,9 @@ def _simulate_streamed(opts: RunOptions, workload: Workload, cfg: Any, path: Pat
 def _trimming(write: Callable[[Any], None]) -> Callable[[Any], None]:
     """`write`, then the C heap's free memory handed back to the system (glibc's
     `malloc_trim`; nothing elsewhere). A long run frees a request's arrays as it finishes, and
-    glibc keeps the freed heap pages mapped: measured at 15,000 requests, 17 of the run's
-    88 MB above the imports were such pages. Once per chunk of rows (8,192 requests): a few
-    ms. Changes no result."""
+    glibc keeps the freed heap pages mapped, so without the trim they count in the run's peak
+    memory. Once per chunk of rows, so its cost is spread over thousands of requests. Changes
+    no result."""
     trim = _malloc_trim()
 
     def sink(chunk: Any) -> None:

@@ -188,9 +188,6 @@ class HybridLayout:
     def is_hybrid(self) -> bool:
         return any(g.kind != FULL for g in self.groups)
 
-    def layers_of(self, *kinds: str) -> int:
-        return sum(g.layers for g in self.groups if g.kind in kinds)
-
     def attention_groups(self) -> tuple[LayerGroup, ...]:
         return tuple(g for g in self.groups if not g.is_state)
 
@@ -219,11 +216,6 @@ class HybridLayout:
         """Bytes one request of `length` tokens holds over all layers on one rank."""
         return sum(g.bytes_for_length(length, kv_dtype, tp, step_tokens, self.model_dtype)
                    for g in self.groups)
-
-    def full_attention_bytes(self, length: int, kv_bytes_per_token_layer: int) -> int:
-        """The pre-hybrid baseline: every layer stored as full attention at the given bytes
-        per token and layer."""
-        return length * self.num_layers * kv_bytes_per_token_layer
 
     @property
     def mix(self) -> str:

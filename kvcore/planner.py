@@ -92,10 +92,6 @@ class PlanResult:
     state_bytes_per_request: int = 0
     weights_unknown: str = ""  # a KV-only config: why (its weights count as 0 here)
 
-    @property
-    def kv_budget_gib(self) -> float:
-        return self.kv_budget_bytes / GiB
-
     def to_dict(self) -> dict[str, Any]:
         """The JSON form. `kv_tokens` answers how many tokens fit: for a hybrid the engine's
         own figure ("GPU KV cache size" or SGLang's full-attention tokens), with the figures

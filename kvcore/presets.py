@@ -28,6 +28,13 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # size 128) is 4 bits plus an fp16 scale and a 4-bit zero per 128 values, 4.16 bits.
 WEIGHT_DTYPE_BYTES: dict[str, float] = {**DTYPE_BYTES, "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8,
                                         "int4": (4 + 20 / 128) / 8}
+# Formats whose MoE checkpoints quantize the routed experts only: gpt-oss's MXFP4 config.json
+# lists self_attn, mlp.router, embed_tokens and lm_head in quantization_config's
+# modules_to_not_convert, so attention, router, embeddings and head stay bf16 (with them the
+# gpt-oss model card's checkpoint sizes, 60.8 / 12.8 GiB, come out; tests/kvcore/
+# test_weight_bytes.py). A dense model in such a format counts every parameter in it.
+EXPERTS_ONLY_FORMATS = frozenset({"mxfp4"})
+UNQUANTIZED_WEIGHT_BYTES = DTYPE_BYTES["bf16"]
 
 # Hugging Face dtype names -> ours
 _HF_DTYPES: dict[str, str] = {
@@ -164,13 +171,31 @@ class ModelPreset:
 
     # -- weights --------------------------------------------------------------------------
     def weight_bytes(self, tp: int = 1) -> float:
-        """Resident weight bytes on one rank (all experts; weights split evenly over tp);
+        """Resident weight bytes on one rank (all experts, each part in the format it is
+        stored in: `nonexpert_weight_bytes_per_param`; weights split evenly over tp);
         ValueError naming the missing fields for a preset whose weights are unknown."""
         if self.weights_unknown:
             raise ValueError(f"{self.weights_unknown}, which the weights need (a KV-only "
                              "config plans with a direct size: --kv-mem-gib or "
                              "--kv-cache-memory-bytes)")
-        return self.num_params * weight_dtype_bytes(self.weight_dtype) / tp
+        wb = weight_dtype_bytes(self.weight_dtype)
+        if not self.quantizes_experts_only:
+            return self.num_params * wb / tp
+        experts = self.routed_expert_params
+        return ((self.num_params - experts) * UNQUANTIZED_WEIGHT_BYTES + experts * wb) / tp
+
+    @property
+    def quantizes_experts_only(self) -> bool:
+        """An MoE model in a format whose checkpoints quantize the routed experts only
+        (EXPERTS_ONLY_FORMATS): everything else is stored in bf16."""
+        return self.is_moe and self.weight_dtype.lower() in EXPERTS_ONLY_FORMATS
+
+    @property
+    def nonexpert_weight_bytes_per_param(self) -> float:
+        """Bytes per parameter outside the routed experts."""
+        if self.quantizes_experts_only:
+            return UNQUANTIZED_WEIGHT_BYTES
+        return weight_dtype_bytes(self.weight_dtype)
 
     @property
     def expert_intermediate_size(self) -> int:
@@ -435,11 +460,11 @@ MODELS: dict[str, ModelPreset] = {p.id: p for p in [
     ModelPreset("deepseek-v3", "DeepSeek-V3", num_layers=61, num_heads=128, num_kv_heads=128, head_dim=192, hidden_size=7168, intermediate_size=18432, vocab_size=129280, max_position=163840, num_params=671e9, active_params=37e9, weight_dtype="fp8", kv_lora_rank=512, qk_rope_head_dim=64, num_experts=256, experts_per_token=8, arch="deepseek_v3", moe_intermediate_size=2048, num_shared_experts=1, first_k_dense=3, q_lora_rank=1536, v_head_dim=128, source="deepseek-ai/DeepSeek-V3 config.json; arXiv 2412.19437 (671B / 37B active, fp8 weights)"),
 ]}
 
-# -- current models, hybrids included (issue 27). Layer layouts (which layers are full, sliding,
+# -- current models, hybrids included. Layer layouts (which layers are full, sliding,
 # chunked, linear attention or Mamba) live in kvcore.hybrid_presets under the same id;
 # num_layers is the config's num_hidden_layers. Parameter counts are the published totals.
 # "verified" on a source: every field checked against a stored copy of that config.json
-# (issue 27 item 2; tests/kvcore/test_preset_configs.py holds the transcribed fields).
+# (tests/kvcore/test_preset_configs.py holds the transcribed fields).
 HYBRID_ERA_MODELS: list[ModelPreset] = [
     ModelPreset("gpt-oss-20b", "gpt-oss-20b", num_layers=24, num_heads=64, num_kv_heads=8, head_dim=64, hidden_size=2880, intermediate_size=2880, vocab_size=201088, max_position=131072, num_params=20.9e9, active_params=3.6e9, weight_dtype="mxfp4", sliding_window=128, num_experts=32, experts_per_token=4, attention_bias=True, source="openai/gpt-oss-20b config.json (layer_types 12 x [sliding, full], quant_method mxfp4; verified); gpt-oss model card (20.9B / 3.6B active)"),
     ModelPreset("gpt-oss-120b", "gpt-oss-120b", num_layers=36, num_heads=64, num_kv_heads=8, head_dim=64, hidden_size=2880, intermediate_size=2880, vocab_size=201088, max_position=131072, num_params=116.8e9, active_params=5.1e9, weight_dtype="mxfp4", sliding_window=128, num_experts=128, experts_per_token=4, attention_bias=True, source="openai/gpt-oss-120b config.json (layer_types 18 x [sliding, full], quant_method mxfp4; verified); gpt-oss model card (116.8B / 5.1B active)"),

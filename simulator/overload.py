@@ -228,6 +228,13 @@ def ttft_halves(requests: Rows, start: float, end: float) -> tuple[float, float]
     return nan_median(early), nan_median(late)
 
 
+def window_arrivals(arrivals: np.ndarray, start: float, end: float) -> int:
+    """How many requests arrive within the measurement window, both ends included (the last
+    window is closed, as in `delay_by_window`): the arrival rate the backlog floor's growth is
+    compared with. Arrivals in the warmup, before `start`, are not the window's."""
+    return int(((arrivals >= start) & (arrivals <= end)).sum())
+
+
 def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests: Rows,
                      start: float, end: float, backlog: int,
                      latency: LatencyModel, chunk: int, page_size: int,
@@ -240,8 +247,7 @@ def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests:
     reasons: list[str] = []
     total = len(arrivals)
     span = end - start if math.isfinite(end) and end > start else 0.0
-    arrived = int(((arrivals >= start) & (arrivals <= end)).sum()) if span > 0 else 0
-    arrival_rate = arrived / span if span > 0 else 0.0
+    arrival_rate = window_arrivals(arrivals, start, end) / span if span > 0 else 0.0
     growth = queue_growth(requests, start, end, th.windows, unfinished)
     waits = delay_growth(requests, start, end, th.windows, unfinished)
     if len(requests) + unfinished.count == 0:
@@ -268,4 +274,4 @@ def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests:
 
 __all__ = ["NONE_UNFINISHED", "OVERLOAD_COLUMNS", "THRESHOLDS", "OverloadThresholds",
            "Unfinished", "backlog_floor", "delay_by_window", "delay_growth", "overload_verdict",
-           "queue_growth", "theil_sen", "ttft_halves", "unloaded_prefill_s"]
+           "queue_growth", "theil_sen", "ttft_halves", "unloaded_prefill_s", "window_arrivals"]

@@ -31,8 +31,8 @@ from workloads.request import Workload
 if TYPE_CHECKING:
     import pandas as pd
 
-# torch's intra-op threads cost more than they give on the tiny tensors of one engine step
-# (a 50k-element clone: 20 us at 1 thread, ms at 2 on a busy 2-core machine).
+# torch's intra-op threads cost more than they give on the tiny tensors of one engine step:
+# the threads' synchronisation outweighs the work (docs/performance.md, "torch threads").
 TORCH_THREADS = 1
 
 

@@ -16,11 +16,14 @@ from kvcore.presets import get_gpu, get_model
 from simulator.latency import make_latency_model
 from simulator.overload import (
     THRESHOLDS,
+    Unfinished,
     backlog_floor,
+    delay_by_window,
     overload_verdict,
     queue_growth,
     theil_sen,
     unloaded_prefill_s,
+    window_arrivals,
 )
 from tests.simulator.helpers import chat, identical, kshot, run
 from workloads.request import Workload
@@ -156,6 +159,38 @@ def test_queueing_delay_alone_decides_a_sparse_stream():
     t = np.linspace(0, 1, 20)
     assert not _verdict(t, t + 0.5 * t)["overloaded"]
     assert THRESHOLDS.delay_margin_s == 1.0
+
+
+def test_a_request_never_admitted_waits_until_the_window_end():
+    """Issue 39 item 7: the wait of a request not admitted by the window end is censored at
+    that end (not 0, not its own window's end), and the requests the run ended with count.
+    Window [0, 10): a row admitted after 0.5 s, two queued from 2 and 3 s (never admitted:
+    18 and 17 s to the end at 20) -> median 17. Window [10, 20]: one admitted after 1 s,
+    two never admitted from 14 and 16 s (6 and 4 s) -> median 4."""
+    rows = _requests(np.array([1.0]), np.array([1.5]))
+    left = Unfinished(np.array([2.0, 3.0, 12.0, 14.0, 16.0]),
+                      np.array([np.nan, np.nan, 13.0, np.nan, np.nan]))
+    edges = np.array([0.0, 10.0, 20.0])
+    assert delay_by_window(rows, edges, left).tolist() == [17.0, 4.0]
+    # without the unfinished requests only the completed row is seen
+    assert delay_by_window(rows, edges)[0] == 0.5
+
+
+def test_the_arrival_rate_counts_the_window_only():
+    """Issue 39 item 7: the backlog floor's growth is compared with the arrivals of the
+    window [start, end] (both ends in), not with the warmup's. 2 req/s over 200 s, a 100 s
+    warmup served on arrival, then 1.86 req/s served: the floor grows 0.13 req/s, 7 % of the
+    window's 2.01 req/s (over the 5 % threshold); counted over all 401 arrivals it would read
+    3 % and miss the overload."""
+    assert window_arrivals(np.array([5.0, 10.0, 15.0, 20.0, 25.0]), 10.0, 20.0) == 3
+    t = np.linspace(0, 200, 401)
+    admit = t.copy()
+    late = t > 100
+    admit[late] = np.maximum(t[late], 100 + np.arange(late.sum()) / 1.86)
+    assert window_arrivals(t, 100.0, 200.0) == 201
+    v = _verdict(t, admit, start=100.0, end=200.0)
+    assert v["queue_growth_req_s"] == pytest.approx(0.1333, rel=0.01)
+    assert "backlog floor" in v["overload_reason"] and "(7% of arrivals" in v["overload_reason"]
 
 
 @pytest.mark.parametrize("backlog, flagged", [(10, False), (11, True)])
