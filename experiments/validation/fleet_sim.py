@@ -10,8 +10,8 @@ What a row claims, and why it could have failed:
   router's knee (the first stage whose TTFT p90 passes 10 s, fleet_rows.knee_qps) on the
   stages run, against the published knee read on the same stages; the precise router's TTFT
   p90, the one router whose queue stays short, so its p90 does not grow with a stage's length.
-  The other routers' absolute TTFT p90 is not a row: past its knee a router's queue grows for
-  as long as a stage lasts, and the scaled stages are shorter than the published ones.
+  The other routers' absolute TTFT p90 is not a row: past its knee a router's p90 is set by
+  how long its overloaded stages last and how many there are, and the scaled run has fewer.
 * SGLang v0.4 blog (8 x A100, Llama-3.1-8B, dp 8): the cache hit rate with the cache-aware
   router and with round robin, their gap (direction and size), and the throughput ratio
   (the ratio holds whichever tokens the blog's "throughput" counts: both runs send the same
@@ -239,8 +239,8 @@ def llmd_rows(setup: str, outcomes: Mapping[str, RouterOutcome]) -> list[dict]:
         _order_text(sim_p90, tiers, ".3g", "<"), "order exact; random and load one tier", ok,
         difference=math.nan,
         note=f"published: the report's summary over every stage; kvsim: the p90 over the "
-             f"requests of the stages run (shorter stages: an overloaded router's queue has "
-             f"less time to grow, so only the order is compared); {scale}"))
+             f"requests of the stages run (fewer overloaded stages than the report's, which set "
+             f"an overloaded router's p90, so only the order is compared); {scale}"))
     for router, o in outcomes.items():
         pub = published_on_stages(setup, router, stages)
         k_pub = knee_qps(pub)
