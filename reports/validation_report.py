@@ -113,14 +113,14 @@ AWAITING_COLUMNS = ("setup", "router", "metric", "published", "source", "note")
 
 
 def _awaiting_section(rows: list[dict]) -> list[str]:
-    """Published fleet figures kvsim cannot simulate yet: listed with their sources, counted
+    """Published fleet figures kvsim does not simulate: listed with their sources, counted
     nowhere (their table has its own columns, so the drift check reads no row of it)."""
     if not rows:
         return []
-    out = ["", "## Fleet rows awaiting the fleet simulation", "",
-           "Published multi-replica results (routers over several engines) with their exact "
-           "sources; each becomes a paper row once kvsim simulates fleets. The per-QPS tables "
-           "and setups are in experiments/validation/fleet_rows.py.", "",
+    out = ["", "## Fleet figures not simulated", "",
+           "Published multi-replica results (routers over several engines) that kvsim does "
+           "not simulate, with their exact sources and the reason in each note; not counted. "
+           "The setups and per-QPS tables are in experiments/validation/fleet_rows.py.", "",
            "| " + " | ".join(AWAITING_COLUMNS) + " |", "|" + "---|" * len(AWAITING_COLUMNS)]
     for r in rows:
         cells = [_published(r[c]) if c == "published" else _fmt(r[c], c)

@@ -9,7 +9,9 @@ The checks, by source: vllm_paper.py (Fig. 2 memory shares, Fig. 13 batch sizes,
 block sizes, Table 1 slot counts), sharing.py (Fig. 15 sharing savings, beam search through
 beam.py), closed_form.py (prefix-cache hit rates, fragmentation and concurrency against
 formulas), hybrid_rows.py (vLLM's hybrid block sizes, RFC #11382's sliding-window waste),
-fleet_rows.py (the published fleet benchmarks' setups and figures; the per-pod KV pools);
+fleet_rows.py (the published fleet benchmarks' setups and figures; the per-pod KV pools),
+fleet_sim.py (the fleets simulated under each published router: llm-d's capacity reports,
+scaled, and SGLang v0.4's router);
 rows.py holds the row and its kinds. Every row has a kind (KINDS), because agreement
 means different things: only a `reproduced` row is a published number the simulation could
 have missed, and the counts keep the kinds apart so the headline only claims what the
@@ -29,6 +31,7 @@ import pandas as pd
 
 from experiments.validation.closed_form import analytic_rows, prefix_rows
 from experiments.validation.fleet_rows import awaiting_rows, pool_rows
+from experiments.validation.fleet_sim import NOT_SIMULATED, fleet_sim_rows
 from experiments.validation.hybrid_rows import hybrid_rows
 from experiments.validation.latency_rows import latency_rows
 from experiments.validation.rows import MAX_CONTEXT_LEN
@@ -54,9 +57,9 @@ REPO_REPORT = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
 
 def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
     """Every validation check, one row each (see COLUMNS and KINDS). `quick` uses fewer
-    requests and skips the slowest rows (Fig. 18b, Fig. 15 ShareGPT): about 30 s on 2 cores.
-    Progress goes to stderr, so stdout can carry the report. The method notes are in
-    `df.attrs["notes"]`, the wall time in `df.attrs["wall_s"]`."""
+    requests and skips the slowest rows (Fig. 18b, Fig. 15 ShareGPT, the llm-d fleets): about
+    30 s on 2 cores. Progress goes to stderr, so stdout can carry the report. The method notes
+    are in `df.attrs["notes"]`, the wall time in `df.attrs["wall_s"]`."""
     t0 = time.perf_counter()
 
     def log(msg: str) -> None:
@@ -76,11 +79,12 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
     rows += latency_rows(log)
     rows += hybrid_rows(notes)
     rows += pool_rows()
+    rows += fleet_sim_rows(quick, notes, log)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     for col in ("reference", "kvsim"):  # mixed numbers and text: keep ints as ints
         df[col] = pd.Series([r[col] for r in rows], dtype=object)
     df.attrs["notes"] = notes
-    df.attrs["awaiting"] = awaiting_rows()
+    df.attrs["awaiting"] = awaiting_rows(NOT_SIMULATED)
     df.attrs["quick"] = quick
     df.attrs["wall_s"] = time.perf_counter() - t0
     notes["Lengths"] = (
@@ -104,8 +108,7 @@ def run_validation(quick: bool = False, progress: bool = False) -> pd.DataFrame:
         "exact since vLLM prints a block count. Both reports imply about 3.14 GiB per GPU "
         "outside weights and KV where kvsim assumes 2.5; the reports name no vLLM version, "
         "utilization or max-num-batched-tokens, and no constant was changed to meet them. "
-        "The fleet figures below the tables (experiments/validation/fleet_rows.py) await "
-        "kvsim's fleet simulation.")
+        "The fleets themselves are simulated in the fleet router rows (notes below).")
     notes["Categories"] = (
         "token states = token states; reservation = reserved; internal fragmentation = "
         "over-reservation (slots reserved beyond the final length); external fragmentation & "

@@ -1,9 +1,9 @@
-"""The published fleet results the fleet validation rows will be checked against: each setup
+"""The published fleet results the fleet validation rows are checked against: each setup
 (replicas, model, GPUs, engine flags, the kvsim workload that reproduces its load, the routers
-and their configurations) and each figure with its exact source. Data only: the rows are
-simulated once kvsim runs fleets (issue 40); until then the report lists these figures as
-awaiting that simulation (`awaiting_rows`), and the per-replica KV pool sizes, which need no
-fleet, are checked against kvsim's planner now (`pool_rows`).
+and their configurations) and each figure with its exact source. Data, plus the per-replica
+KV pool rows, which need no fleet (`pool_rows`): experiments/validation/fleet_sim.py simulates
+the fleets and builds their rows; the figures of a setup it does not simulate are listed in
+the report with the reason (`awaiting_rows`).
 
 Every number here was read in its source at the version named (`Source`); none is derived
 unless `derived` says so. The knee QPS of each router is derived from the per-QPS tables by
@@ -24,6 +24,7 @@ Sources:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from experiments.validation.rows import make_row
@@ -310,17 +311,22 @@ def figures() -> list[Figure]:
     return out + list(OTHER_FIGURES)
 
 
-def awaiting_rows() -> list[dict]:
-    """The headline figures of each setup, one line each, for the report's 'awaiting the
-    fleet simulation' table (the per-QPS tables stay in this module)."""
+def awaiting_rows(skipped: Mapping[str, str] | None = None) -> list[dict]:
+    """The headline figures of each setup, one line each, for the report's table of fleet
+    figures not simulated (the per-QPS tables stay in this module). `skipped`: setup -> why
+    it is not simulated, listing only those setups (None: every setup)."""
     rows = []
     for f in figures():
         if f.qps is not None or f.metric in ("requests_s", "ttft_mean_s", "itl_mean_s"):
             continue
+        if skipped is not None and f.setup not in skipped:
+            continue
         assert f.source is not None
+        note = f.derived if skipped is None else "; ".join(
+            n for n in (skipped[f.setup], f.derived) if n)
         rows.append({"setup": f.setup, "router": f.router, "metric": f.metric,
                      "published": f.value, "source": f"{f.source.where}, {f.source.version}",
-                     "note": f.derived})
+                     "note": note})
     return rows
 
 

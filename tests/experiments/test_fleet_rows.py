@@ -91,7 +91,7 @@ def test_awaiting_rows_render_apart_from_the_counted_rows():
     df = pd.DataFrame(pool_rows(), columns=list(COLUMNS))
     df.attrs["awaiting"] = awaiting_rows()
     text = render_validation_markdown(df)
-    assert "## Fleet rows awaiting the fleet simulation" in text
+    assert "## Fleet figures not simulated" in text
     assert "| llm-d 73-capacity | load | output_tok_s | 4,266.4 |" in text
     assert "| Dynamo KV router A/B | router ON | TTFT avg (ms) | 2,586 |" in text
     # the drift check reads only the counted rows

@@ -166,8 +166,8 @@ def test_report_has_one_table_per_kind_and_the_counts(full: pd.DataFrame, tmp_pa
     text = out.read_text()
     header = "| " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |"
     assert text.count(header) == 4
-    # the counted rows' tables; the fleet figures awaiting the fleet simulation have their own
-    awaiting = text.index("## Fleet rows awaiting the fleet simulation")
+    # the counted rows' tables; the fleet figures not simulated have their own
+    awaiting = text.index("## Fleet figures not simulated")
     counted = text[:awaiting] + text[text.index("## Method notes"):]
     table = [line for line in counted.splitlines() if line.startswith("|")]
     assert len(table) == len(full) + 4 * 2
