@@ -58,20 +58,20 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     # -- kvcore ------------------------------------------------------------------------------
     Mutation(
-        "page-rounding-overshoots", "kvcore/policies/paged_radix.py",
+        "page-rounding-overshoots", "kvcore/sglang/policy.py",
         "return (x + (ps - 1)) // ps * ps",
         "return (x + ps) // ps * ps",  # a length on a page boundary rounds up a whole page
         ("tests/kvcore/test_paged_policy.py::test_worked_example_rounding",
          "tests/kvcore/test_paged_policy.py::test_lengths_on_a_page_boundary_round_to_themselves")),
     Mutation(
-        "lru-becomes-mru", "kvcore/radix_node.py",
+        "lru-becomes-mru", "kvcore/sglang/node.py",
         "def _lru(n: TreeNode) -> int:\n    return (n.last_access << 40) | n.id",
         "def _lru(n: TreeNode) -> int:\n    return ((-n.last_access) << 40) | n.id",  # newest first
         ("tests/kvcore/test_radix_cache.py::test_evict_lru_order_and_overshoot",)),
     Mutation(
-        "write-through-writes-nothing", "kvcore/policies/paged_tiers.py",
-        "if self.tiers.write_on_insert:\n            self.tiers.host.store(",
-        "if self.tiers.write_on_insert:\n            (",
+        "write-through-writes-nothing", "kvcore/sglang/hicache.py",
+        "if self.write_on_insert:\n            self.host.store(",
+        "if self.write_on_insert:\n            (",
         ("tests/kvcore/test_tiers.py::test_host_hit_is_loaded_not_prefilled",)),
     Mutation(
         "reuse-counts-from-zero", "kvcore/tier_controller.py",
@@ -79,7 +79,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return hits[pages] >= self.config.write_threshold",  # entering the cache not counted
         ("tests/kvcore/test_tier_controller.py::test_reused_is_per_page_for_both_policies",)),
     Mutation(
-        "host-evicts-whole-leaf", "kvcore/tier_tree.py",
+        "host-evicts-whole-leaf", "kvcore/sglang/tier_tree.py",
         "            keep = len(leaf) - want\n",
         "            keep = 0\n",  # not page-granular: the whole leaf goes
         ("tests/kvcore/test_tiers.py::test_host_page_granular_lru_eviction",
@@ -107,13 +107,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                    [0, 0, 0, 0, 0, 0]], dtype=np.int64)",  # the parts still sum
         ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",)),
     Mutation(
-        "plain-short-stretch-rounding-as-reserved", "kvcore/policies/paged_rows.py",
+        "plain-short-stretch-rounding-as-reserved", "kvcore/sglang/stretch.py",
         "rows.append((ts + tokens, ca, rs + slots - tokens - rounding, it + rounding, ex,",
         "rows.append((ts + tokens, ca, rs + slots - tokens, it, ex,",  # the parts still sum
         ("tests/kvcore/test_paged_fast_paths.py::test_short_stretch_equals_within_page",
          "tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping")),
     Mutation(
-        "insert-below-skips-the-path-touch", "kvcore/radix_cache.py",
+        "insert-below-skips-the-path-touch", "kvcore/sglang/radix_cache.py",
         "                above.last_access = self._clock\n",
         "                pass\n",  # the locked path keeps its old LRU clock
         ("tests/kvcore/test_radix_cache.py::"

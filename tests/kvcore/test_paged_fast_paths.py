@@ -1,8 +1,8 @@
-"""PagedPolicy's closed forms against what they replace: `steps_within` against the binary
-search over `decode_cost`, `page_growth_within_page` against `page_growth_profile` and
-`short_stretch` (its plain-int form, what decode_steps runs) against it, the
-running totals behind `breakdown` against a recomputation (check_invariants catches a drift),
-and the allocator's decode given the policy's page indices against its own mask.
+"""The full-attention manager's closed forms against what they replace: `steps_within` against
+the binary search over `decode_cost`, `page_growth_within_page` against `page_growth_profile`
+and `short_stretch` (its plain-int form, what decode_steps runs) against it, the running
+totals behind `breakdown` against a recomputation (check_invariants catches a drift), and the
+allocator's decode given the policy's page indices against its own mask.
 The stateful tests in test_paged_policy.py run check_invariants after every operation."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.allocator import PagedAllocator
 from kvcore.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.capabilities import DecodeStretch
-from kvcore.policies.paged_rows import (
+from kvcore.req_to_token_pool import step_column
+from kvcore.sglang.allocator import PagedAllocator
+from kvcore.sglang.stretch import (
     short_stretch,
     short_stretch_slots,
     stretch_pages,
 )
-from kvcore.req_to_token_pool import step_column
 from kvcore.validation import InvariantError
 
 

@@ -18,8 +18,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvcore.radix_cache import RadixCache
-from kvcore.radix_node import partial_page_hit
+from kvcore.sglang.node import partial_page_hit
+from kvcore.sglang.radix_cache import RadixCache
 from tests.kvcore.sglang_api import SGLangPagedAllocator as PagedAllocator
 
 CUDA = torch.cuda.is_available()
