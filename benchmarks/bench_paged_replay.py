@@ -72,24 +72,25 @@ def record(num_requests: int, out: str) -> None:
     print(f"{len(calls)} calls -> {out}")
 
 
-def _load_factory(tree: str) -> Any:
-    """`make_policy` from `tree`, as its own set of kvcore modules (whatever class it builds
-    `paged` from there)."""
+def _build(tree: str, path: str) -> tuple[Any, list]:
+    """The recorded run's `paged` policy built from `tree`'s own set of kvcore modules (whatever
+    class it builds `paged` from there, and whatever that class imports when first built),
+    with the recorded calls."""
     for name in [m for m in sys.modules if m == "kvcore" or m.startswith("kvcore.")]:
         del sys.modules[name]
     sys.path.insert(0, tree)
     try:
-        return importlib.import_module("kvcore.policies").make_policy
+        make_policy = importlib.import_module("kvcore.policies").make_policy
+        with open(path, "rb") as fh:
+            (config, cache_enabled), calls = pickle.load(fh)
+        return make_policy("paged" if cache_enabled else "paged-nocache", config), calls
     finally:
         sys.path.remove(tree)
 
 
 def ab(tree_a: str, tree_b: str, path: str) -> None:
-    make_a, make_b = _load_factory(tree_a), _load_factory(tree_b)
-    with open(path, "rb") as fh:
-        (config, cache_enabled), calls = pickle.load(fh)
-    name = "paged" if cache_enabled else "paged-nocache"
-    pa, pb = make_a(name, config), make_b(name, config)
+    pa, _ = _build(tree_a, path)
+    pb, calls = _build(tree_b, path)
     spent_a: collections.Counter[str] = collections.Counter()
     spent_b: collections.Counter[str] = collections.Counter()
     clock = time.perf_counter

@@ -263,7 +263,7 @@ class PagedAllocator:
         top = self._top
         self._top -= n
         stack, is_free = self._stack_np, self._is_free_np
-        if stack is not None and is_free is not None:  # CPU: numpy ops, ~5x cheaper
+        if stack is not None and is_free is not None:  # CPU: numpy ops cost less per call
             pages_np = stack[top - n : top][::-1].copy()
             is_free[pages_np] = False
             return torch.from_numpy(pages_np)

@@ -135,7 +135,7 @@ class HiCache(TierController[TierTree, TreeNode]):
         assert pages is not None
         new = page_slots(pages, ps)
         value = np.concatenate([device.cpu().numpy(), new]) if d else new
-        already, top = tree.insert_path(key[: d + room], value)
+        already, top = tree.insert(key[: d + room], value)
         if already != d:
             raise InvariantError(f"load: the device prefix changed under its lock "
                                  f"({already} != {d})")

@@ -108,7 +108,7 @@ class SGLangPolicy(PrefixCache):
         self._members = 0  # bumped when the set of admitted requests changes (keys _rows_memo)
         self._rows_memo: tuple[int, list[int], np.ndarray] | None = None
         self._epoch = 0  # bumped by every mutating call; keys the breakdown memo
-        self._breakdown_cache: tuple[int, int, int, MemoryBreakdown] | None = None
+        self._breakdown_cache: tuple[int, int, MemoryBreakdown] | None = None
         self._tot = Totals()
         self._hit = self._queried = 0  # prefix tokens admissions got and asked for
 
@@ -336,7 +336,7 @@ class SGLangPolicy(PrefixCache):
         # the int32 row itself: the tree copies (as int64) only the part it did not have
         row_slots = self.req_to_token_pool.row_prefix(row, n)
         # the walk starts at the row's locked node: its path is token_ids[:cached] already
-        already, node = self.tree.insert_path(key, row_slots, self._node[row], cached)
+        already, node = self.tree.insert(key, row_slots, self._node[row], cached)
         for kind in self.kinds:
             kind.inserted(row, node, cached, already, n)
         if self.tiers is not None:
@@ -455,14 +455,14 @@ class SGLangPolicy(PrefixCache):
 
     def breakdown(self, head_reservation: int) -> MemoryBreakdown:
         # paged breakdowns do not depend on head_reservation; memoised until the next call
-        # that changes the pool (a side pool's own eviction frees full pages too)
-        free, evictable = self.allocator.free_page_count(), self.tree.evictable_size()
+        # that changes the pool, or a side pool's own eviction (it frees full pages only by
+        # deleting cached leaves, so the evictable size tells)
+        evictable = self.tree.evictable_size()
         memo = self._breakdown_cache
-        if memo is not None and memo[0] == self._epoch and memo[1] == free \
-                and memo[2] == evictable:
-            return memo[3]
+        if memo is not None and memo[0] == self._epoch and memo[1] == evictable:
+            return memo[2]
         b = self._breakdown_of(self._tot.as_tuple())
-        self._breakdown_cache = (self._epoch, free, evictable, b)
+        self._breakdown_cache = (self._epoch, evictable, b)
         return b
 
     def _breakdown_of(self, totals: tuple[int, int, int, int]) -> MemoryBreakdown:

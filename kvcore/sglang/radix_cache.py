@@ -286,7 +286,7 @@ class RadixCache:
         if self.disable or len(key) == 0:
             return 0, 0, 0
         ps, size = self.page_size, len(key)
-        walkers = [kind.walker() for kind in self.kinds]
+        walkers = [kind.walker() for kind in self.kinds] if self.kinds else ()
         node, pos, evictable = self.root, 0, 0
         hit = hit_evictable = 0
         token = -1
@@ -319,22 +319,19 @@ class RadixCache:
         return hit, token, hit_evictable
 
     # -- insertion -------------------------------------------------------------------------
-    def insert(self, key: object, value: torch.Tensor | np.ndarray) -> int:
-        """Cache `value[i]` as the slot of token key[i] (both floored to whole pages).
-
-        Returns how many leading tokens were already cached: the caller still owns its slots
-        for that range and must free them (they duplicate the tree's). The rest of `value`
-        now belongs to the tree."""
-        return self.insert_path(key, value)[0]
-
-    def insert_path(
+    def insert(
         self, key: object, value: torch.Tensor | np.ndarray, below: TreeNode | None = None,
         depth: int = 0,
     ) -> tuple[int, TreeNode]:
-        """`insert`, also returning the node whose path ends exactly at the inserted length
-        (what a request that keeps running locks instead of matching again). `below`: a
-        node `depth` deep on key's path (a request's locked match): the walk starts there,
-        touching root..below as the full walk would, without comparing those keys again."""
+        """Cache `value[i]` as the slot of token key[i] (both floored to whole pages).
+
+        Returns how many leading tokens were already cached, and the node whose path ends
+        exactly at the inserted length (what a request that keeps running locks instead of
+        matching again). The caller still owns its slots for the cached range and must free
+        them (they duplicate the tree's); the rest of `value` now belongs to the tree.
+        `below`: a node `depth` deep on key's path (a request's locked match): the walk starts
+        there, touching root..below as the full walk would, without comparing those keys
+        again."""
         key = as_key(key)
         if len(value) < len(key):
             raise ValueError(f"value has {len(value)} slots for {len(key)} tokens")
