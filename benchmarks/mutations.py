@@ -119,6 +119,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_radix_cache.py::"
          "test_insert_below_a_locked_node_equals_insert_from_the_root",)),
     Mutation(
+        "swa-match-ignores-tombstones", "kvcore/sglang/sliding_window.py",
+        "since = 0 if node in tombs else since + matched",
+        "since = since + matched",  # a hit through a tombstone without its last window
+        ("tests/kvcore/test_paged_hybrid.py::test_tombstone_match_needs_the_last_window",)),
+    Mutation(
+        "swa-window-freed-a-step-late", "kvcore/sglang/sliding_window.py",
+        "np.flatnonzero((steps - 1) % self.window == 0)",
+        "np.flatnonzero(steps % self.window == 0)",  # SGLang frees on the first step
+        ("tests/kvcore/test_paged_hybrid.py::test_decode_frees_swa_out_of_window_by_hand",)),
+    Mutation(
+        "mamba-hit-not-copied", "kvcore/sglang/mamba_state.py",
+        "        if hit:  # copy on write",
+        "        if False:  # copy on write",  # a hit runs on a fresh, empty state
+        ("tests/kvcore/test_paged_hybrid.py::test_mamba_hit_copies_the_state_and_caps_running",)),
+    Mutation(
+        "dead-leaves-kept-after-eviction", "kvcore/sglang/radix_cache.py",
+        "            evicted += self.drop_dead_leaves(parent)\n",
+        "            pass\n",  # tombstone / stateless leaves stay after a full eviction
+        ("tests/kvcore/test_paged_hybrid.py::"
+         "test_full_eviction_deletes_the_tombstone_it_leaves_as_a_leaf",)),
+    Mutation(
         "best-fit-takes-largest-hole", "kvcore/policies/placement.py",
         "        return self._by_size[i][1] if i < len(self._by_size) else None",
         "        return self._by_size[-1][1] if i < len(self._by_size) else None",  # worst fit

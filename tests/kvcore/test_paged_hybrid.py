@@ -148,6 +148,29 @@ def test_tombstone_match_needs_the_last_window() -> None:
     pol.check_invariants()
 
 
+def test_full_eviction_deletes_the_tombstone_it_leaves_as_a_leaf() -> None:
+    # the tombstoned inner node [0, 8) of the example above, its two 16-token leaves unlocked:
+    # evicting 32 tokens takes both leaves and stops; the tombstone is then a leaf no match
+    # can use and goes too (SGLang `_iteratively_delete_tombstone_leaf`): 40 tokens, nothing
+    # left, every full and SWA page free
+    pol = make_policy("paged", cfg(swa_layout(8), 576, page_size=4))
+    a, b = ids((100, 24)), np.concatenate([ids((100, 8)), ids((500, 16))])
+    for rid, t in ((1, a), (2, b)):
+        pol.admit(rid, t, 24, 1)
+        assert pol.extend([rid], [24])
+        pol.finish(rid, t)
+    for rid, t in ((3, a), (4, b)):
+        assert pol.admit(rid, np.append(t, 7), 25, 1).cached_len == 24
+    sw = window(pol)
+    assert sw is not None and sw.evict(1) == 2 and sw.tomb_tokens == 8
+    for rid in (3, 4):
+        pol.release(rid)
+    assert pol.tree.evict(32) == 40 and not pol.tree.nodes() and not sw.tombs
+    assert pol.allocator.free_page_count() == pol.allocator.num_pages
+    assert pol.allocator.swa_used_pages() == 0
+    pol.check_invariants()
+
+
 def test_mamba_hit_copies_the_state_and_caps_running() -> None:
     pol = make_policy("paged", cfg(GDN, 400))  # 9 slots, 3 running
     t = ids((100, 12))
