@@ -39,12 +39,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from kvcore.breakdown import (
-    PARTS,
-    MemoryBreakdown,
-    page_growth_profile,
-    page_growth_within_page,
-)
+from kvcore.breakdown import PARTS, MemoryBreakdown
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import (
     DecodeStretch,
@@ -58,7 +53,7 @@ from kvcore.sglang.hicache import HiCache
 from kvcore.sglang.node import TreeNode, as_key
 from kvcore.sglang.pools import layout_pools
 from kvcore.sglang.radix_cache import RadixCache
-from kvcore.sglang.stretch import short_stretch, short_stretch_slots, steps_within, stretch_pages
+from kvcore.sglang.stretch import plan_stretch, steps_within, stretch_profile, stretch_slots
 from kvcore.sglang.totals import Totals, grow_totals, recount_totals
 from kvcore.tiers import TierHit, TierState
 from kvcore.validation import InvariantError
@@ -66,7 +61,7 @@ from kvcore.validation import InvariantError
 __all__ = ["FullAttentionPolicy", "PoolKindsPolicy", "SGLangPolicy", "TieredPolicy"]
 
 _I64 = torch.int64
-_CACHED, _INTERNAL, _FREE = (PARTS.index(p) for p in ("cached", "internal", "free"))
+_CACHED, _FREE = PARTS.index("cached"), PARTS.index("free")
 _Len = TypeVar("_Len", int, np.ndarray)
 
 
@@ -301,15 +296,12 @@ class SGLangPolicy(PrefixCache):
         for kind in self.kinds:
             kind.before_decode(rows, w, self._cached[rows])
         ps = self.page_size
-        # a request needs a new page when its last one is full (or it has none): a batch
-        # index each (a few per step, so the totals below take them one by one)
-        need = list(range(len(wl))) if ps == 1 else [i for i, x in enumerate(wl) if not x % ps]
+        # the requests whose next token starts a new page (a few per step, so the totals
+        # below take them one by one)
+        need = self.allocator.fresh_page_rows(wl)
         n_new, w1 = len(need), w + 1
         self._make_room(n_new * ps)
-        if ps == 1:
-            out = self.allocator.pop_host(n_new)
-        else:
-            out = self.allocator.alloc_decode_host(w1, self._last_loc(rows, w), need, n_new)
+        out = self.allocator.alloc_decode_rows(need, len(wl), lambda: self._last_loc(rows, w))
         if out is None:
             return False
         self.req_to_token_pool.write_run(rows, w, 1, out, max(wl, default=0))
@@ -571,20 +563,11 @@ class FullAttentionPolicy(SGLangPolicy, DecodeStretch):
         at the step where stepping would have evicted it."""
         rows = self._rows(rids, "decode")
         w = self._written[rows]
-        wl = w.tolist()  # Python ints: the short stretch below and the check work on them
+        wl = w.tolist()  # Python ints: the short stretch and the check work on them
         self.check_decode_args(rids, wl, self.req_to_token_pool.max_context_len, steps=n)
         ps = self.page_size
-        base = self.breakdown(head_reservation)
-        short = 0 < n <= ps  # at most one new page each (the usual stretch): closed form
-        if short:
-            profile, taken, order, rounding = short_stretch(
-                base.as_tuple(), wl, self._final[rows].tolist(), ps, n)
-            n_new = len(order)
-        else:
-            have = w + (-w) % ps  # where each request's last page ends
-            profile, taken_a = page_growth_profile(base, w, self._final[rows], have, ps, n)
-            n_new = int(taken_a[-1]) // ps if n else 0  # taken: new slots through each step
-            rounding = int(profile[-1, _INTERNAL]) - base.internal if n else 0
+        plan = plan_stretch(self.breakdown(head_reservation), w, wl, self._final[rows], ps, n)
+        profile, n_new = plan.profile, plan.new_pages
         self._epoch += 1
         if n_new * ps > self.available_tokens():  # before anything changes: no half step
             raise ValueError("decode_steps needs decode_cost <= available_tokens")
@@ -593,7 +576,7 @@ class FullAttentionPolicy(SGLangPolicy, DecodeStretch):
             sizes: list[int] = []
             self.tree.evict(n_new * ps - free0, sizes)
             # slots stepping would be short of through each step
-            shortfall = (np.array(taken) if short else taken_a) - free0
+            shortfall = np.asarray(plan.taken) - free0
             cum = np.cumsum(sizes)
             idx = np.minimum(np.searchsorted(cum, np.maximum(shortfall, 1)), len(cum) - 1)
             evicted = np.where(shortfall > 0, cum[idx], 0)
@@ -601,32 +584,20 @@ class FullAttentionPolicy(SGLangPolicy, DecodeStretch):
             profile[:, _FREE] += evicted
         pages = self.allocator.pop_host(n_new)
         assert pages is not None
-        steps = step_column(n)
-        if ps == 1:  # a new page every step, step-major: exactly the pop order
-            slots = pages.reshape(n, len(rows))
-        elif short:
-            slots = short_stretch_slots(self._last_loc(rows, w) + 1, (-w) % ps, order, pages,
-                                        steps, ps)
-        else:
-            pos = w + steps  # (n, batch) positions
-            last_page = self._last_loc(rows, w) // ps
-            slots = stretch_pages(pos, pages, last_page, ps) * ps + pos % ps
+        slots = stretch_slots(plan, w, lambda: self._last_loc(rows, w), pages, step_column(n), ps)
         self.req_to_token_pool.write_run(rows, w, n, slots, max(wl, default=0))
         self._written[rows] = w + n
         if n:
             tot = self._tot
             tot.written += n * len(rows)
             tot.end += n_new * ps
-            tot.rounding += rounding
+            tot.rounding += plan.rounding
         return profile
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
         rows = self._rows(rids, "decode")
-        w, ps = self._written[rows], self.page_size
-        have, base, final = _ceil_to(w, ps), self.breakdown(head_reservation), self._final[rows]
-        if 0 < n <= ps:
-            return page_growth_within_page(base, have - w, final, have, ps, n)[0]
-        return page_growth_profile(base, w, final, have, ps, n)[0]
+        return stretch_profile(self.breakdown(head_reservation), self._written[rows],
+                               self._final[rows], self.page_size, n)
 
 
 class TieredPolicy(FullAttentionPolicy, LowerTiers):

@@ -1,14 +1,29 @@
 """The closed forms of a full-attention decode stretch (kvcore/sglang/policy.py
-`FullAttentionPolicy`): how many steps fit, the breakdown after each step of a stretch of at
-most a page, and where every step's token lands. Plain functions of the row arrays, so each can
-be checked against what it replaces (tests/kvcore/test_paged_fast_paths.py).
+`FullAttentionPolicy`): how many steps fit, the breakdown after each step, and where every
+step's token lands. A stretch has three forms by its length against the page: at page size 1
+every step pops one page per request, a stretch of at most a page takes at most one page per
+request (plain-int sums, `short_stretch`), a longer one takes several (the (steps x batch)
+arrays of kvcore/breakdown.py). `plan_stretch`, `stretch_slots` and `stretch_profile` pick the
+form, so the manager has one decode stretch. Plain functions of the row arrays, so each form
+can be checked against what it replaces (tests/kvcore/test_paged_fast_paths.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
-from kvcore.breakdown import pages_at_steps
+from kvcore.breakdown import (
+    PARTS,
+    MemoryBreakdown,
+    page_growth_profile,
+    page_growth_within_page,
+    pages_at_steps,
+)
+
+_INTERNAL = PARTS.index("internal")
 
 #: a short stretch's profile rows, the new slots through each step, the requests taking a
 #: page (batch indices, in the order stepping pops their pages) and the rounding it adds
@@ -94,3 +109,61 @@ def stretch_pages(pos: np.ndarray, pages: np.ndarray, last_page: np.ndarray,
     if not len(pages):
         return np.broadcast_to(last_page, pos.shape)
     return pages_at_steps(pos, pages, last_page, page_size)
+
+
+@dataclass(frozen=True)
+class StretchPlan:
+    """What n decode steps of a batch take, before any page is popped: the breakdown parts
+    after each step (free memory only; the manager moves evicted cache over), the new slots
+    taken through each step, the new pages in all, the rounding they add, and for a short
+    stretch the requests taking a page in pop order (`short_stretch`)."""
+
+    profile: np.ndarray
+    taken: np.ndarray | list[int]
+    new_pages: int
+    rounding: int
+    order: list[int] | None
+
+
+def plan_stretch(base: MemoryBreakdown, written: np.ndarray, written_list: list[int],
+                 final: np.ndarray, page_size: int, n: int) -> StretchPlan:
+    """The plan of n >= 0 steps of requests with `written` tokens (also as `written_list`)
+    and final lengths `final`, from the breakdown `base` before them."""
+    ps = page_size
+    if 0 < n <= ps:  # at most one new page each (the usual stretch): plain ints
+        profile, taken, order, rounding = short_stretch(base.as_tuple(), written_list,
+                                                        final.tolist(), ps, n)
+        return StretchPlan(profile, taken, len(order), rounding, order)
+    have = written + (-written) % ps  # where each request's last page ends
+    profile, taken_a = page_growth_profile(base, written, final, have, ps, n)
+    if not n:
+        return StretchPlan(profile, taken_a, 0, 0, None)
+    return StretchPlan(profile, taken_a, int(taken_a[-1]) // ps,
+                       int(profile[-1, _INTERNAL]) - base.internal, None)
+
+
+def stretch_slots(plan: StretchPlan, written: np.ndarray, last_slots: Callable[[], np.ndarray],
+                  pages: np.ndarray, steps: np.ndarray, page_size: int) -> np.ndarray:
+    """The (steps x batch) slots of the plan's tokens, from the new `pages` in pop order (step
+    by step, then batch order) and `last_slots()`, each request's last written slot (read only
+    where a last page may still have room: never at page size 1). `steps` is the column
+    0..n-1."""
+    ps = page_size
+    if ps == 1:  # a new page every step, step-major: exactly the pop order
+        return pages.reshape(len(steps), len(written))
+    if plan.order is not None:
+        return short_stretch_slots(last_slots() + 1, (-written) % ps, plan.order, pages,
+                                   steps, ps)
+    pos = written + steps  # (n, batch) positions
+    return stretch_pages(pos, pages, last_slots() // ps, ps) * ps + pos % ps
+
+
+def stretch_profile(base: MemoryBreakdown, written: np.ndarray, final: np.ndarray,
+                    page_size: int, n: int) -> np.ndarray:
+    """The breakdown parts after each of n steps (taking free memory only), without the
+    plan's slots: a stretch of at most a page by counts over the rooms."""
+    ps = page_size
+    have = written + (-written) % ps
+    if 0 < n <= ps:
+        return page_growth_within_page(base, have - written, final, have, ps, n)[0]
+    return page_growth_profile(base, written, final, have, ps, n)[0]
