@@ -130,6 +130,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_paged_fast_paths.py::test_short_stretch_equals_within_page",
          "tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping")),
     Mutation(
+        "page1-stretch-pops-batch-major", "kvcore/sglang/stretch.py",
+        "return pages.reshape(len(steps), len(written))",
+        "return pages.reshape(len(written), len(steps)).T",  # request by request, not step
+        ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",)),
+    Mutation(
+        "decode-fresh-page-a-token-late", "kvcore/sglang/allocator.py",
+        "return [i for i, x in enumerate(written) if not x % ps]",
+        "return [i for i, x in enumerate(written) if not (x + 1) % ps]",  # the next token's
+        ("tests/kvcore/test_paged_fast_paths.py::"
+         "test_fresh_page_rows_and_decode_rows_equal_the_mask",)),
+    Mutation(
         "insert-below-skips-the-path-touch", "kvcore/sglang/radix_cache.py",
         "                above.last_access = self._clock\n",
         "                pass\n",  # the locked path keeps its old LRU clock
