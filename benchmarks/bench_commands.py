@@ -4,7 +4,7 @@ Azure conversation trace (`paged`, page 16, the `sglang` budget and the `sglang-
 latency profile: the options a user does not give), and two SGLang hybrid runs of the same
 trace's first 1,000 requests under `paged`: `swa` (gpt-oss-20b, sliding-window layers beside
 full attention, page 16) and `mamba` (qwen3.5-4b, gated-delta-net state beside full
-attention, page 1, the only page SGLang's Mamba radix cache runs).
+attention, page 1, the only page SGLang's Mamba radix cache runs), named with `--commands`.
 
 With `--base DIR` (another checkout, e.g. `git worktree add ../base 2436db8`) each command runs
 in pairs, base then this tree, the order swapped every other pair so both sides see the same
@@ -12,7 +12,7 @@ machine load; each pair's ratio (this / base) and the median of the pairs are pr
 wall seconds and for CPU seconds (user + system of the process), the steadier figure on a
 shared machine.
 
-    python benchmarks/bench_commands.py [--commands main,quick,azure,swa,mamba] [--pairs 5]
+    python benchmarks/bench_commands.py [--commands main,quick,azure] [--pairs 5]
                                         [--base DIR]
 """
 
@@ -61,8 +61,8 @@ def run_once(tree: Path, args: list[str]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--commands", default=",".join(COMMANDS),
-                    help=f"comma-separated, of {', '.join(COMMANDS)}")
+    ap.add_argument("--commands", default="main,quick,azure",
+                    help=f"comma-separated, of {', '.join(COMMANDS)} (default: the README's)")
     ap.add_argument("--pairs", type=int, default=3, help="runs (pairs with --base) each")
     ap.add_argument("--base", type=Path, default=None, help="a checkout to compare against")
     args = ap.parse_args()
