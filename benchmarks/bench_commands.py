@@ -1,7 +1,10 @@
 """The commands users run, with their defaults, timed as whole processes: the README's main
 command (`kvsim run`), its quick start's first line, and the default run on the whole bundled
 Azure conversation trace (`paged`, page 16, the `sglang` budget and the `sglang-hopper`
-latency profile: the options a user does not give).
+latency profile: the options a user does not give), and two SGLang hybrid runs of the same
+trace's first 1,000 requests under `paged`: `swa` (gpt-oss-20b, sliding-window layers beside
+full attention, page 16) and `mamba` (qwen3.5-4b, gated-delta-net state beside full
+attention, page 1, the only page SGLang's Mamba radix cache runs), named with `--commands`.
 
 With `--base DIR` (another checkout, e.g. `git worktree add ../base 2436db8`) each command runs
 in pairs, base then this tree, the order swapped every other pair so both sides see the same
@@ -31,6 +34,10 @@ COMMANDS: dict[str, list[str]] = {
     "main": ["run"],
     "quick": ["run", "--workload", "azure-conv", "--num-requests", "500", "--out", "{out}"],
     "azure": ["run", "--workload", "azure-conv"],
+    "swa": ["run", "--model", "gpt-oss-20b", "--policy", "paged", "--workload", "azure-conv",
+            "--num-requests", "1000", "--out", "{out}"],
+    "mamba": ["run", "--model", "qwen3.5-4b", "--policy", "paged", "--page-size", "1",
+              "--workload", "azure-conv", "--num-requests", "1000", "--out", "{out}"],
 }
 
 
@@ -54,8 +61,8 @@ def run_once(tree: Path, args: list[str]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--commands", default=",".join(COMMANDS),
-                    help=f"comma-separated, of {', '.join(COMMANDS)}")
+    ap.add_argument("--commands", default="main,quick,azure",
+                    help=f"comma-separated, of {', '.join(COMMANDS)} (default: the README's)")
     ap.add_argument("--pairs", type=int, default=3, help="runs (pairs with --base) each")
     ap.add_argument("--base", type=Path, default=None, help="a checkout to compare against")
     args = ap.parse_args()

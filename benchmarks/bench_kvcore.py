@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kvcore.radix_cache import RadixCache
+from kvcore.sglang.radix_cache import RadixCache
 
 # SGLang's tensor-shaped allocator calls (alloc_extend / alloc_decode / free by slots) live
 # beside the tests that alone call them (tests/kvcore/sglang_api.py); the allocator rows time

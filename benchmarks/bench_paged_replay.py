@@ -1,7 +1,8 @@
-"""`paged`'s calls, A/B in one process: record every `PagedPolicy` call the engine makes on the
-first N requests of the Azure trace, then drive the same calls on two trees' kvcore side by
-side, each call timed on one tree and then the other (alternating which goes first), so the
-drift of a shared machine hits both alike. Prints seconds per method and the ratio B/A.
+"""`paged`'s calls, A/B in one process: record every call the engine makes on the `paged`
+policy on the first N requests of the Azure trace, then drive the same calls on two trees'
+kvcore side by side, each call timed on one tree and then the other (alternating which goes
+first), so the drift of a shared machine hits both alike. Prints seconds per method and the
+ratio B/A.
 
     python benchmarks/bench_paged_replay.py record --num-requests 4000 --out calls.pkl
     python benchmarks/bench_paged_replay.py ab TREE_A TREE_B calls.pkl
@@ -36,9 +37,9 @@ def record(num_requests: int, out: str) -> None:
     """Run bench_e2e's workload with every `METHODS` call of the policy recorded."""
     import bench_e2e
 
-    from kvcore.policies import paged_radix
+    from kvcore.policies import PolicyConfig, make_policy
 
-    cls = paged_radix.PagedPolicy
+    cls = type(make_policy("paged", PolicyConfig(kv_tokens=16)))  # the class a run builds
     calls: list[tuple[str, tuple, Any]] = []
     configs: list[tuple] = []
     depth = [0]
@@ -71,22 +72,25 @@ def record(num_requests: int, out: str) -> None:
     print(f"{len(calls)} calls -> {out}")
 
 
-def _load_policy_class(tree: str) -> type:
-    """`PagedPolicy` from `tree`, as its own set of kvcore modules."""
+def _build(tree: str, path: str) -> tuple[Any, list]:
+    """The recorded run's `paged` policy built from `tree`'s own set of kvcore modules (whatever
+    class it builds `paged` from there, and whatever that class imports when first built),
+    with the recorded calls."""
     for name in [m for m in sys.modules if m == "kvcore" or m.startswith("kvcore.")]:
         del sys.modules[name]
     sys.path.insert(0, tree)
     try:
-        return importlib.import_module("kvcore.policies.paged_radix").PagedPolicy
+        make_policy = importlib.import_module("kvcore.policies").make_policy
+        with open(path, "rb") as fh:
+            (config, cache_enabled), calls = pickle.load(fh)
+        return make_policy("paged" if cache_enabled else "paged-nocache", config), calls
     finally:
         sys.path.remove(tree)
 
 
 def ab(tree_a: str, tree_b: str, path: str) -> None:
-    cls_a, cls_b = _load_policy_class(tree_a), _load_policy_class(tree_b)
-    with open(path, "rb") as fh:
-        (config, cache_enabled), calls = pickle.load(fh)
-    pa, pb = cls_a(config, cache_enabled), cls_b(config, cache_enabled)
+    pa, _ = _build(tree_a, path)
+    pb, calls = _build(tree_b, path)
     spent_a: collections.Counter[str] = collections.Counter()
     spent_b: collections.Counter[str] = collections.Counter()
     clock = time.perf_counter

@@ -75,20 +75,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_vllm_rules.py::test_mamba_cache_mode_and_state_pages_by_version",
          "tests/kvcore/test_hybrid_plan.py::test_qwen35_4b_current_and_legacy_report")),
     Mutation(
-        "page-rounding-overshoots", "kvcore/policies/paged_radix.py",
+        "page-rounding-overshoots", "kvcore/sglang/policy.py",
         "return (x + (ps - 1)) // ps * ps",
         "return (x + ps) // ps * ps",  # a length on a page boundary rounds up a whole page
         ("tests/kvcore/test_paged_policy.py::test_worked_example_rounding",
          "tests/kvcore/test_paged_policy.py::test_lengths_on_a_page_boundary_round_to_themselves")),
     Mutation(
-        "lru-becomes-mru", "kvcore/radix_node.py",
+        "lru-becomes-mru", "kvcore/sglang/node.py",
         "def _lru(n: TreeNode) -> int:\n    return (n.last_access << 40) | n.id",
         "def _lru(n: TreeNode) -> int:\n    return ((-n.last_access) << 40) | n.id",  # newest first
         ("tests/kvcore/test_radix_cache.py::test_evict_lru_order_and_overshoot",)),
     Mutation(
-        "write-through-writes-nothing", "kvcore/policies/paged_tiers.py",
-        "if self.tiers.write_on_insert:\n            self.tiers.host.store(",
-        "if self.tiers.write_on_insert:\n            (",
+        "write-through-writes-nothing", "kvcore/sglang/hicache.py",
+        "if self.write_on_insert:\n            self.host.store(",
+        "if self.write_on_insert:\n            (",
         ("tests/kvcore/test_tiers.py::test_host_hit_is_loaded_not_prefilled",)),
     Mutation(
         "reuse-counts-from-zero", "kvcore/tier_controller.py",
@@ -96,7 +96,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return hits[pages] >= self.config.write_threshold",  # entering the cache not counted
         ("tests/kvcore/test_tier_controller.py::test_reused_is_per_page_for_both_policies",)),
     Mutation(
-        "host-evicts-whole-leaf", "kvcore/tier_tree.py",
+        "host-evicts-whole-leaf", "kvcore/sglang/tier_tree.py",
         "            keep = len(leaf) - want\n",
         "            keep = 0\n",  # not page-granular: the whole leaf goes
         ("tests/kvcore/test_tiers.py::test_host_page_granular_lru_eviction",
@@ -124,17 +124,49 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                    [0, 0, 0, 0, 0, 0]], dtype=np.int64)",  # the parts still sum
         ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",)),
     Mutation(
-        "plain-short-stretch-rounding-as-reserved", "kvcore/policies/paged_rows.py",
+        "plain-short-stretch-rounding-as-reserved", "kvcore/sglang/stretch.py",
         "rows.append((ts + tokens, ca, rs + slots - tokens - rounding, it + rounding, ex,",
         "rows.append((ts + tokens, ca, rs + slots - tokens, it, ex,",  # the parts still sum
         ("tests/kvcore/test_paged_fast_paths.py::test_short_stretch_equals_within_page",
          "tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping")),
     Mutation(
-        "insert-below-skips-the-path-touch", "kvcore/radix_cache.py",
+        "page1-stretch-pops-batch-major", "kvcore/sglang/stretch.py",
+        "return pages.reshape(len(steps), len(written))",
+        "return pages.reshape(len(written), len(steps)).T",  # request by request, not step
+        ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",)),
+    Mutation(
+        "decode-fresh-page-a-token-late", "kvcore/sglang/allocator.py",
+        "return [i for i, x in enumerate(written) if not x % ps]",
+        "return [i for i, x in enumerate(written) if not (x + 1) % ps]",  # the next token's
+        ("tests/kvcore/test_paged_fast_paths.py::"
+         "test_fresh_page_rows_and_decode_rows_equal_the_mask",)),
+    Mutation(
+        "insert-below-skips-the-path-touch", "kvcore/sglang/radix_cache.py",
         "                above.last_access = self._clock\n",
         "                pass\n",  # the locked path keeps its old LRU clock
         ("tests/kvcore/test_radix_cache.py::"
          "test_insert_below_a_locked_node_equals_insert_from_the_root",)),
+    Mutation(
+        "swa-match-ignores-tombstones", "kvcore/sglang/sliding_window.py",
+        "since = 0 if node in tombs else since + matched",
+        "since = since + matched",  # a hit through a tombstone without its last window
+        ("tests/kvcore/test_paged_hybrid.py::test_tombstone_match_needs_the_last_window",)),
+    Mutation(
+        "swa-window-freed-a-step-late", "kvcore/sglang/sliding_window.py",
+        "np.flatnonzero((steps - 1) % self.window == 0)",
+        "np.flatnonzero(steps % self.window == 0)",  # SGLang frees on the first step
+        ("tests/kvcore/test_paged_hybrid.py::test_decode_frees_swa_out_of_window_by_hand",)),
+    Mutation(
+        "mamba-hit-not-copied", "kvcore/sglang/mamba_state.py",
+        "        if hit:  # copy on write",
+        "        if False:  # copy on write",  # a hit runs on a fresh, empty state
+        ("tests/kvcore/test_paged_hybrid.py::test_mamba_hit_copies_the_state_and_caps_running",)),
+    Mutation(
+        "dead-leaves-kept-after-eviction", "kvcore/sglang/radix_cache.py",
+        "            evicted += self.drop_dead_leaves(parent)\n",
+        "            pass\n",  # tombstone / stateless leaves stay after a full eviction
+        ("tests/kvcore/test_paged_hybrid.py::"
+         "test_full_eviction_deletes_the_tombstone_it_leaves_as_a_leaf",)),
     Mutation(
         "best-fit-takes-largest-hole", "kvcore/policies/placement.py",
         "        return self._by_size[i][1] if i < len(self._by_size) else None",

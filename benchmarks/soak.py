@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvcore.policies.paged import PagedPolicy
+from kvcore.sglang.policy import SGLangPolicy
 from kvcore.validation import InvariantError
 from simulator.config import SimConfig
 from simulator.request_table import COLUMN_KINDS, REQUEST_COLUMNS
@@ -143,7 +143,7 @@ class CountingChecks:
     def __init__(self) -> None:
         self.checks = 0
         self.violations: list[str] = []
-        self.original = PagedPolicy.check_invariants
+        self.original = SGLangPolicy.check_invariants
 
     def install(self) -> None:
         original = self.original
@@ -157,10 +157,10 @@ class CountingChecks:
                 counter.violations.append(str(e))
                 raise
 
-        PagedPolicy.check_invariants = check  # type: ignore[method-assign]
+        SGLangPolicy.check_invariants = check  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
-        PagedPolicy.check_invariants = self.original  # type: ignore[method-assign]
+        SGLangPolicy.check_invariants = self.original  # type: ignore[method-assign]
 
 
 def growth_per_100k(samples: list[tuple[float, int, float, str]], warmup: int) -> float:

@@ -304,7 +304,7 @@ def plan(
         else:
             # SGLang v0.5 runs a model with Mamba / linear-attention layers at page size 1:
             # its Mamba radix cache (mem_cache/mamba_radix_cache.py, the default no_buffer
-            # strategy) supports no other, as kvcore/hybrid_radix_cache.py enforces
+            # strategy) supports no other, as kvcore/sglang/mamba_state.py enforces
             sg_ps = 1 if layout.state_groups() else ps
             hybrid = sglang_plan(layout, b.per_rank, ctx, kv_dtype=memory.kv_dtype, tp=tp,
                                  page_size=sg_ps, max_running_requests=mrr)

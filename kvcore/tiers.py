@@ -7,11 +7,12 @@ Who does what:
   keyed by: which write policy is on and when a page counts as reused, the loads in flight
   and what they hold, the storage prefetch allowance, the traffic counters, the tier state and
   the host breakdown.
-* The stores (one per tier, the host spilling into storage): kvcore/tier_tree.py `TierTree`,
-  keyed by radix-tree path (`paged`), and kvcore/block_tiers.py `BlockTier`, keyed by block
-  hash chain (`vllm`).
-* The policies (kvcore/policies/paged_tiers.py, vllm_tiers.py) find a prefix in their stores
-  and load it into device pages: the only part keyed by how the policy names a prefix.
+* The stores (one per tier, the host spilling into storage): kvcore/sglang/tier_tree.py
+  `TierTree`, keyed by radix-tree path (`paged`), and kvcore/block_tiers.py `BlockTier`, keyed
+  by block hash chain (`vllm`).
+* The policies (kvcore/sglang/hicache.py, kvcore/policies/vllm_tiers.py) find a prefix in
+  their stores and load it into device pages: the only part keyed by how the policy names a
+  prefix.
 """
 
 from __future__ import annotations

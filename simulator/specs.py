@@ -60,7 +60,7 @@ def _placements() -> list[str]:
 
 
 def _evictions() -> list[str]:
-    from kvcore.radix_node import EVICTION_PRIORITIES
+    from kvcore.sglang.node import EVICTION_PRIORITIES
 
     return list(EVICTION_PRIORITIES)
 

@@ -9,7 +9,7 @@ needs no latency, admission or preemption, only block tables, so this module mod
 that and nothing else.
 
 What is modelled, as vLLM (v0, the paper's version) does it:
-* pages come from the project's `kvcore.allocator.PagedAllocator`; the reference count per
+* pages come from the project's `kvcore.sglang.allocator.PagedAllocator`; the reference count per
   page lives here (the allocator only knows free versus taken);
 * the prompt is prefilled once; its last-token logits give the first k beams, which share the
   prompt's pages;
@@ -51,7 +51,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from kvcore.allocator import PagedAllocator
+from kvcore.sglang.allocator import PagedAllocator
 from kvcore.validation import InvariantError, cdiv
 
 Survivors = Literal["top-k", "uniform", "coalesced", "independent"]

@@ -1,10 +1,9 @@
 """KV allocation policies behind one interface, registered by name."""
 
-from kvcore.policies import (  # noqa: F401  (registration)
-    contiguous,
-    paged,
-    vllm,
-)
+# registration, in the order `kvsim policies` lists them
+from kvcore.policies import contiguous  # noqa: I001, F401
+from kvcore.sglang import registered  # noqa: F401
+from kvcore.policies import vllm  # noqa: F401
 from kvcore.policies.base import (
     POLICIES,
     AdmitResult,

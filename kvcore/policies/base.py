@@ -360,7 +360,7 @@ class PolicyKind:
     supports_hybrid: bool = False  # builds a hybrid policy when PolicyConfig.layout is hybrid
 
 
-#: every policy, registered in the module named after it (kvcore/policies/paged.py, vllm.py,
+#: every policy, registered by its family (kvcore/sglang/registered.py, kvcore/policies/vllm.py,
 #: contiguous.py)
 POLICIES: Registry[PolicyKind] = Registry("policy")
 

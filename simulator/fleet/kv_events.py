@@ -9,7 +9,7 @@ enter or leave the cache):
   router's block size must be the replica's page size, as llm-d requires of its precise
   scorer (`tokenProcessorConfig.blockSize` equal to vLLM's block size) and Dynamo of its
   `--kv-cache-block-size`.
-* SGLang's radix tree (`kvcore.radix_cache`): the leaf whose tokens just entered the tree, or
+* SGLang's radix tree (`kvcore.sglang.radix_cache`): the leaf whose tokens just entered the tree, or
   which is about to be evicted. A router block (`block` tokens, chained hashes of the path
   from the root) is cached when every one of its tokens is in the tree, so a leaf covering
   path positions [a, b) brings (or takes) the blocks that end within (a, b]. Any block size
@@ -27,7 +27,7 @@ from kvcore.block_hash import NONE_HASH, ChainHasher
 from kvcore.block_pool import BlockPool
 from kvcore.policies.base import KVPolicy
 from kvcore.policies.capabilities import PoolKinds, PrefixCache
-from kvcore.radix_cache import RadixCache
+from kvcore.sglang.radix_cache import RadixCache
 from simulator.fleet.kv_index import KVEventIndex
 
 __all__ = ["attach_kv_events", "event_block", "publishes_kv_events"]
@@ -36,7 +36,7 @@ __all__ = ["attach_kv_events", "event_block", "publishes_kv_events"]
 def _cache_of(policy: KVPolicy) -> RadixCache | BlockPool | None:
     if not isinstance(policy, PrefixCache) or isinstance(policy, PoolKinds):
         return None
-    for name in ("tree", "pool"):  # PagedPolicy's radix tree, VLLMBlockPolicy's block pool
+    for name in ("tree", "pool"):  # SGLangPolicy's radix tree, VLLMBlockPolicy's block pool
         cache = getattr(policy, name, None)
         if isinstance(cache, (RadixCache, BlockPool)):
             return cache

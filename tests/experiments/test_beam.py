@@ -16,7 +16,7 @@ from experiments.validation.beam import (
     sharing_bounds,
     top_logits,
 )
-from kvcore.allocator import PagedAllocator
+from kvcore.sglang.allocator import PagedAllocator
 
 
 def _group(prompt: int, width: int, ps: int, longest: int):

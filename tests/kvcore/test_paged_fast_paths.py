@@ -1,8 +1,9 @@
-"""PagedPolicy's closed forms against what they replace: `steps_within` against the binary
-search over `decode_cost`, `page_growth_within_page` against `page_growth_profile` and
-`short_stretch` (its plain-int form, what decode_steps runs) against it, the
-running totals behind `breakdown` against a recomputation (check_invariants catches a drift),
-and the allocator's decode given the policy's page indices against its own mask.
+"""The full-attention manager's closed forms against what they replace: `steps_within` against
+the binary search over `decode_cost`, `page_growth_within_page` against `page_growth_profile`
+and `short_stretch` (its plain-int form, what decode_steps runs) against it, the running
+totals behind `breakdown` against a recomputation (check_invariants catches a drift), and the
+allocator's decode given the policy's page indices (and the manager's `fresh_page_rows` /
+`alloc_decode_rows`, page size 1 included) against its own mask.
 The stateful tests in test_paged_policy.py run check_invariants after every operation."""
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.allocator import PagedAllocator
 from kvcore.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.capabilities import DecodeStretch
-from kvcore.policies.paged_rows import (
+from kvcore.req_to_token_pool import step_column
+from kvcore.sglang.allocator import PagedAllocator
+from kvcore.sglang.stretch import (
     short_stretch,
     short_stretch_slots,
     stretch_pages,
 )
-from kvcore.req_to_token_pool import step_column
 from kvcore.validation import InvariantError
 
 
@@ -136,3 +137,28 @@ def test_alloc_decode_given_indices_equals_its_own_mask(ps: int, data) -> None:
     assert got is not None and want is not None
     assert got.tolist() == want.tolist()
     assert a.free_pages_view().tolist() == b.free_pages_view().tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ps=st.sampled_from([1, 2, 4, 16]), data=st.data())
+def test_fresh_page_rows_and_decode_rows_equal_the_mask(ps: int, data) -> None:
+    """The manager's decode (which requests start a page, then their slots, the last slots
+    read only where a page has room) hands out what `alloc_decode_host` finds by itself."""
+    a, b = PagedAllocator(64, ps), PagedAllocator(64, ps)
+    written = data.draw(st.lists(st.integers(0, 3 * ps), min_size=1, max_size=8))
+    seq = np.array(written, dtype=np.int64) + 1
+    last = np.arange(len(seq), dtype=np.int64) * ps * 8 + (seq - 2) % ps  # its page offset
+    need = a.fresh_page_rows(written)
+    assert need == np.flatnonzero((seq - 1) % ps == 0).tolist()
+    reads: list[int] = []
+
+    def last_slots() -> np.ndarray:
+        reads.append(1)
+        return last.copy()
+
+    got = a.alloc_decode_rows(need, len(written), last_slots)
+    want = b.alloc_decode_host(seq, last.copy())
+    assert got is not None and want is not None
+    assert got.tolist() == want.tolist()
+    assert a.free_pages_view().tolist() == b.free_pages_view().tolist()
+    assert not reads if len(need) == len(written) else reads == [1]

@@ -1,8 +1,8 @@
-"""SGLang's hybrid pools as the `paged` policy (kvcore/policies/paged_hybrid.py): worked
-examples by hand, the sizes against the planner, the running-request cap, the dispatch and its
-errors, a differential test against full-attention `paged`, and a stateful machine over the
-policy (and so the hybrid radix cache, the SWA pool and the state pool) checking every
-invariant after every step."""
+"""SGLang's manager on hybrid layouts (`paged` with side pools: kvcore/sglang/pools.py,
+sliding_window.py, mamba_state.py): worked examples by hand, the sizes against the planner, the
+running-request cap, the dispatch and its errors, a differential test against full-attention
+`paged`, and a stateful machine over the policy (and so the radix cache with its side pools'
+data, the SWA pool and the state pool) checking every invariant after every step."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from kvcore.hybrid_presets import LAYOUTS
 from kvcore.layers import CHUNKED, FULL, LINEAR, SLIDING, HybridLayout, LayerGroup
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.capabilities import PoolKinds, PrefixCache
-from kvcore.policies.paged_hybrid import HybridPagedPolicy
-from kvcore.policies.paged_radix import PagedPolicy
+from kvcore.sglang.mamba_state import MambaStates
+from kvcore.sglang.policy import FullAttentionPolicy, PoolKindsPolicy, SGLangPolicy
+from kvcore.sglang.sliding_window import SlidingWindow
 from tests.kvcore.draws import draw_extend
 
 GIB10 = 10 * 2**30
@@ -37,6 +38,14 @@ GDN = HybridLayout((LayerGroup(LINEAR, 1, num_k_heads=1, num_v_heads=1, k_head_d
                     LayerGroup(FULL, 1, kv_heads=1, head_dim=1)))
 
 
+def window(pol: SGLangPolicy) -> SlidingWindow | None:
+    return next((k for k in pol.kinds if isinstance(k, SlidingWindow)), None)
+
+
+def states(pol: SGLangPolicy) -> MambaStates | None:
+    return next((k for k in pol.kinds if isinstance(k, MambaStates)), None)
+
+
 def cfg(layout: HybridLayout, kv_bytes: int, page_size: int = 1, **kw) -> PolicyConfig:
     base = {"max_context_len": 64, "max_requests": 8}
     return PolicyConfig(kv_tokens=0, page_size=page_size, layout=layout, kv_bytes=kv_bytes,
@@ -52,14 +61,14 @@ def test_pools_sized_by_hand() -> None:
     # 4 B/token in each layer; budget 560 B, ratio 0.75: 560 // (4 + 0.75 x 4) = 80 full
     # tokens, 60 SWA tokens; pages of 4: 20 full and 15 SWA pages
     pol = make_policy("paged", cfg(swa_layout(8), 560, page_size=4, swa_full_tokens_ratio=0.75))
-    assert isinstance(pol, HybridPagedPolicy) and isinstance(pol, PrefixCache | PoolKinds)
-    assert (pol.capacity, pol.pool.full.num_pages, pol.pool.swa.num_pages) == (80, 20, 15)
+    assert isinstance(pol, PoolKindsPolicy) and isinstance(pol, PrefixCache | PoolKinds)
+    assert (pol.capacity, pol.allocator.num_pages, pol.allocator.swa.num_pages) == (80, 20, 15)
     use = pol.pool_usage()
     assert use["full"].capacity_bytes == 320 and use["swa"].capacity_bytes == 240
     # GDN: 20 B of state; 400 B, ratio 0.9: 400 x 0.9 / 1.9 = 189.47 -> 9 slots (180 B), the
     # other 220 B hold 55 full tokens; with the cache a request needs 3 slots: 3 run at once
     g = make_policy("paged", cfg(GDN, 400))
-    assert (g.capacity, g.states.size, g.max_running) == (55, 9, 3)
+    assert (g.capacity, states(g).pool.size, g.max_running) == (55, 9, 3)
     assert make_policy("paged-nocache", cfg(GDN, 400)).max_running == 8  # 9 // 1, rows 8
 
 
@@ -74,11 +83,11 @@ def test_pool_sizes_equal_the_planners(model: str) -> None:
     assert pol.capacity == plan.kv_cache_tokens
     for p in plan.pools:
         if p.note == "state slots":
-            assert pol.states.size == p.pages
+            assert states(pol).pool.size == p.pages
         elif p.kind == FULL:
-            assert pol.pool.full.num_pages == p.pages
+            assert pol.allocator.num_pages == p.pages
         else:
-            assert pol.pool.swa.num_pages * ps == p.tokens
+            assert pol.allocator.swa.num_pages * ps == p.tokens
     if layout.state_groups():  # the running cap: slots // 3 (SGLang v0.5, radix cache)
         assert pol.max_running == min(64, plan.running_request_cap)  # plan and policy agree
 
@@ -93,18 +102,18 @@ def test_decode_frees_swa_out_of_window_by_hand() -> None:
     toks = ids((100, 40))
     pol.admit(1, toks[:20], 40, 21)
     assert pol.extend([1], [20])
-    assert pol.pool.swa_used_pages() == 5
+    assert pol.allocator.swa_used_pages() == 5
     assert pol.decode([1])
-    assert pol.pool.swa_used_pages() == 6 - 3 and pol._reqs[1].swa_evicted == 12
+    assert pol.allocator.swa_used_pages() == 6 - 3 and window(pol).evicted[pol.row_of(1)] == 12
     for _ in range(7):
         assert pol.decode([1])
-    assert pol._reqs[1].swa_evicted == 12 and pol.pool.swa_used_pages() == 4
+    assert window(pol).evicted[pol.row_of(1)] == 12 and pol.allocator.swa_used_pages() == 4
     assert pol.decode([1])  # the 9th step: written 28 before it
-    assert pol._reqs[1].swa_evicted == 20 and pol.pool.swa_used_pages() == 3
+    assert window(pol).evicted[pol.row_of(1)] == 20 and pol.allocator.swa_used_pages() == 3
     pol.check_invariants()
-    assert pol.pool.full.num_pages - pol.pool.full.free_page_count() == 8  # full KV stays
+    assert pol.allocator.num_pages - pol.allocator.free_page_count() == 8  # full KV stays
     pol.finish(1, toks[:29])
-    assert pol.pool.swa_used_pages() == 0 and pol.pool.full.free_page_count() == 19
+    assert pol.allocator.swa_used_pages() == 0 and pol.allocator.free_page_count() == 19
 
 
 def test_tombstone_match_needs_the_last_window() -> None:
@@ -123,10 +132,10 @@ def test_tombstone_match_needs_the_last_window() -> None:
     assert pol.peek_prefix(b[:16]) == 16 and pol.peek_prefix(a[:8]) == 8
     for rid, t in ((3, a), (4, b)):
         assert pol.admit(rid, np.append(t, 7), 25, 1).cached_len == 24
-    assert pol.tree.swa_sizes() == (8, 32)
-    assert pol.tree.evict_swa(1) == 2  # the inner node [0, 8): two pages
+    assert window(pol).sizes() == (8, 32)
+    assert window(pol).evict(1) == 2  # the inner node [0, 8): two pages
     pol.check_invariants()
-    assert pol.tree.swa_sizes() == (0, 32) and pol.pool.swa_used_pages() == 8
+    assert window(pol).sizes() == (0, 32) and pol.allocator.swa_used_pages() == 8
     assert pol.peek_prefix(b[:16]) == 16 and pol.peek_prefix(b[:12]) == 0
     assert pol.peek_prefix(a[:8]) == 0 and pol.peek_prefix(a) == 24
     # a hit on B[:16] splits B's leaf and locks SWA over [8, 16) only
@@ -135,7 +144,30 @@ def test_tombstone_match_needs_the_last_window() -> None:
     pol.check_invariants()
     for rid in (3, 4, 5):
         pol.release(rid)
-    assert pol.tree.swa_sizes() == (32, 0)
+    assert window(pol).sizes() == (32, 0)
+    pol.check_invariants()
+
+
+def test_full_eviction_deletes_the_tombstone_it_leaves_as_a_leaf() -> None:
+    # the tombstoned inner node [0, 8) of the example above, its two 16-token leaves unlocked:
+    # evicting 32 tokens takes both leaves and stops; the tombstone is then a leaf no match
+    # can use and goes too (SGLang `_iteratively_delete_tombstone_leaf`): 40 tokens, nothing
+    # left, every full and SWA page free
+    pol = make_policy("paged", cfg(swa_layout(8), 576, page_size=4))
+    a, b = ids((100, 24)), np.concatenate([ids((100, 8)), ids((500, 16))])
+    for rid, t in ((1, a), (2, b)):
+        pol.admit(rid, t, 24, 1)
+        assert pol.extend([rid], [24])
+        pol.finish(rid, t)
+    for rid, t in ((3, a), (4, b)):
+        assert pol.admit(rid, np.append(t, 7), 25, 1).cached_len == 24
+    sw = window(pol)
+    assert sw is not None and sw.evict(1) == 2 and sw.tomb_tokens == 8
+    for rid in (3, 4):
+        pol.release(rid)
+    assert pol.tree.evict(32) == 40 and not pol.tree.nodes() and not sw.tombs
+    assert pol.allocator.free_page_count() == pol.allocator.num_pages
+    assert pol.allocator.swa_used_pages() == 0
     pol.check_invariants()
 
 
@@ -144,20 +176,20 @@ def test_mamba_hit_copies_the_state_and_caps_running() -> None:
     t = ids((100, 12))
     assert pol.admit(1, t[:10], 12, 3) is not None and pol.extend([1], [10])
     pol.cache_prefix(1, t[:10])  # forks a slot for the tree: 2 in use
-    assert pol.states.used_size() == 2 and pol.states.copies == 1
+    assert states(pol).pool.used_size() == 2 and states(pol).pool.copies == 1
     for _ in range(2):
         assert pol.decode([1])
     pol.finish(1, t)  # its own slot goes to the tree at 12 tokens
-    assert pol.states.used_size() == 2 and sorted(pol.tree.state_sizes()) == [0, 2]
+    assert states(pol).pool.used_size() == 2 and sorted(states(pol).sizes()) == [0, 2]
     res = pol.admit(2, np.concatenate([t, ids((700, 2))]), 15, 2)
-    assert res is not None and res.cached_len == 12 and pol.states.copies == 2
+    assert res is not None and res.cached_len == 12 and states(pol).pool.copies == 2
     assert pol.admit(3, t, 13, 2) is not None and pol.admit(4, t, 13, 2) is not None
     assert pol.admit(5, t, 13, 2) is None  # 9 // 3 = 3 running
     pol.check_invariants()
 
 
 def test_dispatch_and_errors() -> None:
-    assert type(make_policy("paged-nocache", cfg(swa_layout(8), 576))) is HybridPagedPolicy
+    assert type(make_policy("paged-nocache", cfg(swa_layout(8), 576))) is PoolKindsPolicy
     for name in ("contiguous-max", "contiguous-pow2"):  # vllm has its own hybrid form
         with pytest.raises(ValueError, match=f"policy '{name}' does not support hybrid"):
             make_policy(name, cfg(swa_layout(8), 576))
@@ -172,7 +204,7 @@ def test_dispatch_and_errors() -> None:
     # a layout with no layer other than full attention is today's path, unchanged
     full = HybridLayout((LayerGroup(FULL, 2, kv_heads=1, head_dim=1),))
     plain = PolicyConfig(kv_tokens=64, page_size=4, layout=full)
-    assert type(make_policy("paged", plain)) is PagedPolicy
+    assert type(make_policy("paged", plain)) is FullAttentionPolicy
 
 
 # -- differential: a window no request outgrows is full attention --------------------------------
@@ -223,7 +255,8 @@ def test_window_longer_than_every_request_is_full_attention(ps, pages, chunked, 
         assert hyb.available_tokens() == ref.available_tokens()
         assert hyb.page_table_entries() == ref.page_table_entries()
     hyb.check_invariants()
-    assert hyb.pool.swa_used_pages() == hyb.pool.full.num_pages - hyb.pool.full.free_page_count()
+    full = hyb.allocator
+    assert full.swa_used_pages() == full.num_pages - full.free_page_count()
 
 
 # -- the stateful machine ------------------------------------------------------------------------
@@ -237,7 +270,7 @@ class HybridMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pol: HybridPagedPolicy | None = None
+        self.pol: SGLangPolicy | None = None
         self.live: dict[int, tuple[np.ndarray, int]] = {}
         self.next_rid = 0
         self.slot_token: dict[int, tuple[int, int]] = {}  # full slot -> (position, token)
@@ -247,7 +280,7 @@ class HybridMachine(RuleBasedStateMachine):
         return np.concatenate([p, out_ids(rid, len(p), fin)])
 
     def record(self, rid: int) -> None:
-        row, w = self.pol._reqs[rid].row, self.pol.written(rid)
+        row, w = self.pol.row_of(rid), self.pol.written(rid)
         toks = self.all_ids(rid)
         for pos, slot in enumerate(self.pol.req_to_token_pool.read_at(row, slice(0, w))):
             self.slot_token[int(slot)] = (pos, int(toks[pos]))
@@ -279,8 +312,7 @@ class HybridMachine(RuleBasedStateMachine):
         peek = self.pol.peek_prefix(toks[:-1])
         res = self.pol.admit(rid, toks, fin, out)
         if res is None:
-            assert len(self.pol._reqs) == self.pol.max_running or \
-                self.pol.states is not None
+            assert len(self.live) == self.pol.max_running or states(self.pol) is not None
             return
         assert res.cached_len == peek and res.cached_len % self.pol.page_size == 0
         event(f"hit={res.cached_len > 0}")
@@ -332,9 +364,9 @@ class HybridMachine(RuleBasedStateMachine):
 
     @rule(n=st.integers(1, 6))
     def evict_swa_or_states(self, n) -> None:
-        freed = self.pol.tree.evict_swa(n) + self.pol.tree.evict_states(n)
+        freed = sum(k.evict(n) for k in self.pol.kinds)  # type: ignore[attr-defined]
         event(f"evicted={freed > 0}")
-        event(f"tombstones={any(getattr(x, 'tomb', False) for x in self.pol.tree.nodes())}")
+        event(f"tombstones={bool(window(self.pol) and window(self.pol).tombs)}")
 
     @invariant()
     def invariants(self) -> None:
@@ -348,9 +380,10 @@ class HybridMachine(RuleBasedStateMachine):
         use = pol.pool_usage()
         for u in use.values():
             assert 0 <= u.cached_bytes <= u.used_bytes <= u.capacity_bytes
-        if pol.states is not None:
-            assert use["mamba"].used_bytes == pol.state_bytes * (
-                len(self.live) + len(pol.tree.node_states()))
+        st = states(pol)
+        if st is not None:
+            assert use["mamba"].used_bytes == st.pool.state_bytes * (
+                len(self.live) + len(st.slots))
 
 
 TestHybridMachine = HybridMachine.TestCase

@@ -1,5 +1,6 @@
-"""PagedPolicy (`paged`, `paged-nocache`): worked examples, decode_steps / decode_profile against
-stepping, bad input, and a stateful test against a reference count of slots."""
+"""SGLang's manager on full attention (`paged`, `paged-nocache`): worked examples, decode_steps
+/ decode_profile against stepping, bad input, and a stateful test against a reference count of
+slots."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from hypothesis.stateful import (
 
 from kvcore.breakdown import PARTS
 from kvcore.policies import PolicyConfig, make_policy
-from kvcore.policies.paged import PagedPolicy
+from kvcore.sglang.policy import SGLangPolicy
 
 
 def _policy(ps: int, pages: int = 32, cache: bool = True, rows: int = 8, ctx: int = 256):
@@ -109,11 +110,11 @@ def test_cache_prefix_moves_lock_and_shares() -> None:
 
 def test_bad_input() -> None:
     with pytest.raises(ValueError, match="page_size must be a positive integer, got 0"):
-        PagedPolicy(PolicyConfig(kv_tokens=16, page_size=0))
+        make_policy("paged", PolicyConfig(kv_tokens=16, page_size=0))
     with pytest.raises(ValueError, match="kv_tokens 3 is smaller than one page"):
-        PagedPolicy(PolicyConfig(kv_tokens=3, page_size=4))
+        make_policy("paged", PolicyConfig(kv_tokens=3, page_size=4))
     with pytest.raises(ValueError, match="unknown eviction policy 'x'"):
-        PagedPolicy(PolicyConfig(kv_tokens=16, page_size=4, eviction="x"))
+        make_policy("paged", PolicyConfig(kv_tokens=16, page_size=4, eviction="x"))
     p = _policy(4, ctx=32)
     with pytest.raises(ValueError, match="final length 40 exceeds max_context_len 32"):
         p.admit(1, np.arange(8), final_len=40, max_new_tokens=1)
@@ -155,7 +156,7 @@ def test_decode_steps_and_profile_equal_stepping(ps: int, data) -> None:
         assert b.decode(rids)
         assert _parts(b.breakdown(ps)) == profile[step].tolist()
     for rid in rids:  # the written part of each page-table row is identical
-        ra, rb = a._row_of[rid], b._row_of[rid]
+        ra, rb = a.row_of(rid), b.row_of(rid)
         w = a.written(rid)
         assert w == b.written(rid) == prompts[rid] + n
         assert np.array_equal(a.req_to_token_pool.read_at(ra, slice(0, w)),
@@ -352,7 +353,7 @@ def test_refused_decode_steps_evict_nothing() -> None:
     p.check_invariants()
 
 
-def force_device_paths(p: PagedPolicy) -> None:
+def force_device_paths(p: SGLangPolicy) -> None:
     """Make a CPU policy take the code paths a CUDA policy takes (torch indexing of the page
     table, the allocator's tensor stack, tensor frees in eviction) instead of the numpy views
     that CPU runs use, so those paths are tested on machines without a GPU."""

@@ -18,8 +18,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvcore.radix_cache import RadixCache
-from kvcore.radix_node import partial_page_hit
+from kvcore.sglang.node import partial_page_hit
+from kvcore.sglang.radix_cache import RadixCache
 from tests.kvcore.sglang_api import SGLangPagedAllocator as PagedAllocator
 
 CUDA = torch.cuda.is_available()
@@ -34,7 +34,7 @@ def _insert_fresh(alloc: PagedAllocator, tree: RadixCache, key: list[int]) -> to
     """Insert `key` (page-aligned length) with freshly allocated slots; free duplicates."""
     slots = alloc.alloc(len(key))
     assert slots is not None
-    already = tree.insert(key, slots)
+    already = tree.insert(key, slots)[0]
     if already:
         alloc.free(slots[:already])
     return slots
@@ -58,7 +58,7 @@ def test_insert_match_split(ps: int, device: str) -> None:
     assert torch.equal(m.indices.cpu(), sa[: 2 * ps].cpu())
     assert len(tree.nodes()) == 2 and tree.total_size() == 4 * ps
     sb = alloc.alloc(4 * ps)
-    assert tree.insert(b, sb) == 2 * ps  # b's first two pages were cached already
+    assert tree.insert(b, sb)[0] == 2 * ps  # b's first two pages were cached already
     alloc.free(sb[: 2 * ps])
     tree.check_invariants()
     # a key shorter than a page matches nothing; a partial last page is rounded down
@@ -72,12 +72,12 @@ def test_insert_returns_cached_length_and_is_idempotent() -> None:
     _insert_fresh(alloc, tree, key)
     before = (tree.total_size(), tree.evictable_size(), alloc.available_size())
     dup = alloc.alloc(12)
-    assert tree.insert(key, dup) == 12
+    assert tree.insert(key, dup)[0] == 12
     alloc.free(dup)
     assert (tree.total_size(), tree.evictable_size(), alloc.available_size()) == before
     # a 14-token key: only the whole pages are inserted
     slots = alloc.alloc(16)
-    assert tree.insert([*key, 50, 51], slots[:14]) == 12
+    assert tree.insert([*key, 50, 51], slots[:14])[0] == 12
     assert tree.total_size() == 12
     assert len(tree.match_prefix([*key, 50, 51, 52, 53]).indices) == 12
     tree.check_invariants()
@@ -131,7 +131,7 @@ def test_other_eviction_policies(eviction: str) -> None:
 def test_disabled_cache_holds_nothing() -> None:
     alloc, tree = _tree(1, disable=True)
     slots = alloc.alloc(3)
-    assert tree.insert([1, 2, 3], slots) == 0
+    assert tree.insert([1, 2, 3], slots)[0] == 0
     m = tree.match_prefix([1, 2, 3])
     assert len(m.indices) == 0 and m.last_node is tree.root
     assert tree.total_size() == 0 and tree.evict(10) == 0
@@ -323,7 +323,7 @@ class RawMachine(RuleBasedStateMachine):
             n = w - w % ps
             key = r["tokens"][:n]
             ref_already = len(self.ref_match(key))
-            already = self.tree.insert(key, self.slots_t(slots[:n]) if n else self.slots_t([]))
+            already = self.tree.insert(key, self.slots_t(slots[:n]) if n else self.slots_t([]))[0]
             assert already == ref_already
             event("insert found cached" if already else "insert new")
             for k in range(already // ps, n // ps):
@@ -452,7 +452,7 @@ def test_evict_all_after_insert_splits_an_evictable_leaf() -> None:
     alloc, tree = _tree(1, pages=16)
     tree.insert([1, 2, 3, 4], alloc.alloc(4))
     s2 = alloc.alloc(3)
-    already = tree.insert([1, 2, 9], s2)
+    already = tree.insert([1, 2, 9], s2)[0]
     alloc.free(s2[:already])
     assert tree.evictable_size() == 5
     assert tree.evict(100) == 5 and tree.evictable_size() == 0
@@ -461,8 +461,8 @@ def test_evict_all_after_insert_splits_an_evictable_leaf() -> None:
 
 
 @pytest.mark.parametrize("eviction", ["lru", "lfu"])
-def test_insert_path_then_touch_path_equals_insert_then_match(eviction: str) -> None:
-    """The paged policy locks the node insert_path returns and touches its path instead of
+def test_insert_then_touch_path_equals_insert_then_match(eviction: str) -> None:
+    """The paged policy locks the node insert returns and touches its path instead of
     matching again; both trees must then agree on every node's clock and hit count, and so
     on the eviction order."""
     trees = [RadixCache(4, eviction=eviction) for _ in range(2)]
@@ -472,7 +472,7 @@ def test_insert_path_then_touch_path_equals_insert_then_match(eviction: str) -> 
         value = torch.arange(len(key)) + 100 * k
         trees[0].insert(key, value)
         node = trees[0].match_prefix(key).last_node
-        _, node1 = trees[1].insert_path(key, value)
+        _, node1 = trees[1].insert(key, value)
         trees[1].touch_path(node1)
         assert [len(n.key) for n in _path(node1)] == [len(n.key) for n in _path(node)]
 
@@ -514,8 +514,8 @@ def test_insert_below_a_locked_node_equals_insert_from_the_root(ps: int, data) -
         for t, node in zip(trees, nodes, strict=True):
             t.inc_lock_ref(node)
         value = torch.arange(len(key)) + 1000 * k
-        got = trees[0].insert_path(key, value, nodes[0], depth)
-        want = trees[1].insert_path(key, value)
+        got = trees[0].insert(key, value, nodes[0], depth)
+        want = trees[1].insert(key, value)
         assert got[0] == want[0] and len(_path(got[1])) == len(_path(want[1]))
         if data.draw(st.booleans()):
             for t, node in zip(trees, nodes, strict=True):
@@ -542,7 +542,7 @@ def test_insert_below_needs_a_whole_page_depth_within_the_key() -> None:
     node = tree.match_prefix(np.arange(8)).last_node
     for bad in (0, 6, 12):
         with pytest.raises(ValueError, match=f"insert below depth {bad} of a 8-token key"):
-            tree.insert_path(np.arange(8), torch.arange(8), node, bad)
+            tree.insert(np.arange(8), torch.arange(8), node, bad)
 
 
 @settings(max_examples=40, deadline=None)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from kvcore.policies import POLICIES, PolicyConfig, make_policy, policy_kind
-from kvcore.policies.paged import PagedNoCachePolicy, PagedPolicy
 from kvcore.policies.placement import PLACEMENTS
-from kvcore.radix_node import EVICTION_PRIORITIES
 from kvcore.registry import Registry
+from kvcore.sglang.node import EVICTION_PRIORITIES
+from kvcore.sglang.policy import FullAttentionPolicy
 from kvcore.tiers import WRITES
 
 
@@ -63,6 +63,6 @@ def test_policy_capabilities_are_declared_on_the_entries() -> None:
 def test_paged_nocache_is_a_configuration_of_paged_with_its_own_name() -> None:
     cfg = PolicyConfig(kv_tokens=64, page_size=4)
     nocache, paged = make_policy("paged-nocache", cfg), make_policy("paged", cfg)
-    assert type(nocache) is PagedNoCachePolicy and isinstance(nocache, PagedPolicy)
+    assert type(nocache) is type(paged) is FullAttentionPolicy
     assert nocache.name == "paged-nocache" and paged.name == "paged"
     assert nocache.tree.disable and not paged.tree.disable

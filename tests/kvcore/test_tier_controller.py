@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from kvcore.block_tiers import BlockTier
+from kvcore.sglang.tier_tree import TierTree
 from kvcore.tier_controller import TierController
-from kvcore.tier_tree import TierTree
 from kvcore.tiers import TierConfig
 from kvcore.validation import InvariantError
 from tests.kvcore.tier_machine import serve_alone, tiered_policy

@@ -1,4 +1,4 @@
-"""Hierarchical KV cache (kvcore/tiers.py, kvcore/policies/paged_tiers.py): worked examples, a
+"""Hierarchical KV cache (kvcore/tiers.py, kvcore/sglang/hicache.py): worked examples, a
 stateful test with every tier checking the invariants after every operation, and the host tier
 against an independent LRU model over page-aligned prefix keys."""
 
@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from kvcore.policies.capabilities import LowerTiers
-from kvcore.policies.paged import PagedPolicy
-from kvcore.policies.paged_tiers import TieredPagedPolicy
+from kvcore.sglang.policy import FullAttentionPolicy, TieredPolicy
+from kvcore.sglang.tier_tree import TierTree
 from kvcore.tier_controller import TierController
-from kvcore.tier_tree import TierTree
 from kvcore.tiers import WRITE_POLICIES, TierConfig
 from tests.kvcore.tier_machine import (
     TieredPolicyMachine,
@@ -31,7 +30,8 @@ _serve = serve_alone
 
 def test_no_tier_is_the_plain_policy() -> None:
     p = _policy(4, 16, host=0)
-    assert type(p) is PagedPolicy and not isinstance(p, LowerTiers)
+    assert type(p) is FullAttentionPolicy and not isinstance(p, LowerTiers)
+    assert p.tiers is None
 
 
 def test_bad_tier_config() -> None:
@@ -128,7 +128,7 @@ class TierMachine(TieredPolicyMachine):
     def build(self, write: str, host: int, storage: int) -> None:
         ps = self.PS
         p = _policy(ps, pages=14, host=host * ps, storage=storage * ps, write=write, ctx=16 * ps)
-        assert isinstance(p, TieredPagedPolicy)
+        assert isinstance(p, TieredPolicy)
         self.p = p
 
     def check_tiers(self) -> None:

@@ -57,10 +57,10 @@ def test_livelock_guard_names_the_requests(monkeypatch) -> None:
     """With the double count put back, the engine stops with an error naming the victims and
     the memory state instead of looping."""
     from kvcore.policies.base import PrefixPeek
-    from kvcore.policies.paged import PagedPolicy
+    from kvcore.sglang.policy import SGLangPolicy
     from simulator.guard import LivelockError
 
-    monkeypatch.setattr(PagedPolicy, "peek_admission",
+    monkeypatch.setattr(SGLangPolicy, "peek_admission",
                         lambda self, ids: PrefixPeek(self.peek_prefix(ids), 0))
     w = _workload([(2, 0.0, 257, 194), (0, 0.1, 229, 178), (1, 0.1, 44, 191),
                    (3, 0.5, 218, 244)])

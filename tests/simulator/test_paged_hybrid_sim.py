@@ -11,7 +11,7 @@ import pytest
 import simulator.run as run
 from kvcore.hybrid_presets import LAYOUTS
 from kvcore.layers import FULL, SLIDING, HybridLayout, LayerGroup
-from kvcore.policies.paged_hybrid import HybridPagedPolicy
+from kvcore.sglang.policy import PoolKindsPolicy
 from simulator.pool_columns import pool_column_names
 from tests.simulator.helpers import NON_DETERMINISTIC_KEYS, chat, config, kshot
 
@@ -48,7 +48,7 @@ def test_long_window_runs_like_full_attention(monkeypatch, policy) -> None:
                            LayerGroup(FULL, 1, kv_heads=1, head_dim=1)))
     _with_layout(monkeypatch, layout, 8 * 2048, swa_full_tokens_ratio=1.0)
     built = run.build_policy(config(policy=policy), 512)
-    assert isinstance(built, HybridPagedPolicy)
+    assert isinstance(built, PoolKindsPolicy)
     assert _summary(run.simulate(wl, config(policy=policy))) == _summary(ref)
 
 

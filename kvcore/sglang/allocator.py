@@ -27,7 +27,7 @@ Invariants (`check_invariants`): 0 <= top <= num_pages; stack[:top] holds distin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -158,6 +158,29 @@ class PagedAllocator:
             out[need] = pages * ps
         return out
 
+    def fresh_page_rows(self, written: list[int]) -> list[int]:
+        """Batch indices, in batch order, of the requests (with `written` tokens each) whose
+        next token starts a new page: the last page is full, or there is none."""
+        ps = self.page_size
+        if ps == 1:
+            return list(range(len(written)))
+        return [i for i, x in enumerate(written) if not x % ps]
+
+    def alloc_decode_rows(self, need: list[int], batch: int,
+                          last_slots: Callable[[], np.ndarray]) -> np.ndarray | None:
+        """`alloc_decode_host` for a batch of `batch` requests whose fresh-page requests are
+        known (`need`, from `fresh_page_rows`): the first slot of a new page for those, the
+        slot after their last written one (`last_slots()`, read only when some request's
+        page has room, never at page size 1) for the others. None when short."""
+        pages = self.pop_host(len(need))
+        if pages is None:
+            return None
+        if len(need) == batch:  # every request starts a page (always at page size 1)
+            return pages * self.page_size
+        out = last_slots() + 1
+        out[need] = pages * self.page_size
+        return out
+
     def pop_host(self, n: int) -> np.ndarray | None:
         """`n` page ids in pop order as a host array, or None with nothing changed."""
         if n > self._top:
@@ -263,7 +286,7 @@ class PagedAllocator:
         top = self._top
         self._top -= n
         stack, is_free = self._stack_np, self._is_free_np
-        if stack is not None and is_free is not None:  # CPU: numpy ops, ~5x cheaper
+        if stack is not None and is_free is not None:  # CPU: numpy ops cost less per call
             pages_np = stack[top - n : top][::-1].copy()
             is_free[pages_np] = False
             return torch.from_numpy(pages_np)

@@ -1,13 +1,13 @@
 """A lower KV tier keyed by radix-tree path (SGLang HiCache's host / storage tiers behind the
-`paged` policy's device tree): `TierTree`, one of the two stores the tier controller drives
-(kvcore/tier_controller.py; the other is kvcore/block_tiers.py `BlockTier`).
+`paged` policy's device tree): `TierTree`, the store kvcore/sglang/hicache.py drives through
+the tier controller (kvcore/tier_controller.py; vLLM's is kvcore/block_tiers.py `BlockTier`).
 
 Why it is built this way:
 * A tier is a `RadixCache` over its own `PagedAllocator` (the same page allocator class as the
   device pool, host page ids, host capacity). A prefix's tier state is which trees hold it:
   the device tree, the host tree, the storage tree; evicted from every tier, it is gone.
-  Composing trees keeps the device tree (kvcore/radix_cache.py) exactly as it was, so a run
-  without a tier is the same code path.
+  Composing trees keeps the device tree (kvcore/sglang/radix_cache.py) exactly as it was, so
+  a run without a tier is the same code path.
 * Lower tiers evict LRU, page-granular: the least recently used unlocked leaf loses only the
   pages needed, deepest first (a leaf is split). A parent is touched whenever a child is, so
   this is exactly an LRU over page-aligned prefixes with the tier's capacity: the property the
@@ -28,9 +28,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kvcore.allocator import PagedAllocator
-from kvcore.radix_cache import RadixCache, TreeNode
-from kvcore.radix_node import frozen
+from kvcore.sglang.allocator import PagedAllocator
+from kvcore.sglang.node import TreeNode, frozen
+from kvcore.sglang.radix_cache import RadixCache
 from kvcore.tiers import tier_pages
 from kvcore.validation import InvariantError
 
@@ -107,7 +107,7 @@ class TierTree(RadixCache):
                 break
             m = self._match_len(child.key, key[pos:n])
             if m < len(child.key):  # the lower part keeps its priority: its heap entry holds
-                child = self._split(child, m)
+                child = self.split(child, m)
             child.last_access = self._clock
             child.hit_count += 1
             node, pos = child, pos + m

@@ -2,7 +2,7 @@
 
 Every request running on such a model holds one slot (its conv + recurrent state over all
 state layers: `HybridLayout.state_bytes_per_request`), whatever its length, and the prefix
-cache keeps more slots as snapshots on radix nodes (kvcore/hybrid_radix_cache.py). A prefix
+cache keeps more slots as snapshots on radix nodes (kvcore/sglang/mamba_state.py). A prefix
 hit copies the cached snapshot into the request's own slot (copy on write), so a cached
 state is never written by a running request.
 

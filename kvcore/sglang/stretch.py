@@ -1,52 +1,33 @@
-"""`PagedPolicy`'s per-row arithmetic (kvcore/policies/paged_radix.py): the running totals
-behind its breakdown and the closed forms of a decode stretch. Plain functions of the row
-arrays, so each can be checked against what it replaces (tests/kvcore/test_paged_fast_paths.py).
+"""The closed forms of a full-attention decode stretch (kvcore/sglang/policy.py
+`FullAttentionPolicy`): how many steps fit, the breakdown after each step, and where every
+step's token lands. A stretch has three forms by its length against the page: at page size 1
+every step pops one page per request, a stretch of at most a page takes at most one page per
+request (plain-int sums, `short_stretch`), a longer one takes several (the (steps x batch)
+arrays of kvcore/breakdown.py). `plan_stretch`, `stretch_slots` and `stretch_profile` pick the
+form, so the manager has one decode stretch. Plain functions of the row arrays, so each form
+can be checked against what it replaces (tests/kvcore/test_paged_fast_paths.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
-from kvcore.breakdown import pages_at_steps
+from kvcore.breakdown import (
+    PARTS,
+    MemoryBreakdown,
+    page_growth_profile,
+    page_growth_within_page,
+    pages_at_steps,
+)
+
+_INTERNAL = PARTS.index("internal")
 
 #: a short stretch's profile rows, the new slots through each step, the requests taking a
 #: page (batch indices, in the order stepping pops their pages) and the rounding it adds
 ShortStretch = tuple[np.ndarray, list[int], list[int], int]
-
-
-class Totals:
-    """Running sums over the live rows of what the breakdown needs: written tokens, cached
-    (tree-owned) tokens, the ends of their last pages (`end` = ceil_ps(written)) and the
-    rounding beyond their final lengths (sum of max(end - final, 0)). Free rows hold zeros and
-    add nothing, so these equal the sums over the whole arrays."""
-
-    __slots__ = ("cached", "end", "rounding", "written")
-
-    def __init__(self) -> None:
-        self.written = self.cached = self.end = self.rounding = 0
-
-    def as_tuple(self) -> tuple[int, int, int, int]:
-        return self.written, self.cached, self.end, self.rounding
-
-
-def recount_totals(written: np.ndarray, cached: np.ndarray, final: np.ndarray,
-                   page_size: int) -> tuple[int, int, int, int]:
-    """`Totals` recomputed over every row (a free row holds zeros and adds nothing): what
-    check_invariants compares the running totals with."""
-    end = (written + (page_size - 1)) // page_size * page_size
-    return (int(written.sum()), int(cached.sum()), int(end.sum()),
-            int(np.maximum(end - final, 0).sum()))
-
-
-def grow_totals(tot: Totals, page_size: int, final: np.ndarray, w: np.ndarray,
-                target: np.ndarray) -> None:
-    """Rows with final lengths `final` went from `w` to `target` written tokens (a batched
-    extend): update the running totals."""
-    ps = page_size
-    e0, e1 = (w + (ps - 1)) // ps * ps, (target + (ps - 1)) // ps * ps
-    tot.written += int((target - w).sum())
-    tot.end += int((e1 - e0).sum())
-    tot.rounding += int((np.maximum(e1 - final, 0) - np.maximum(e0 - final, 0)).sum())
 
 
 def steps_within(written: np.ndarray, page_size: int, k: int, slots: int) -> int:
@@ -128,3 +109,61 @@ def stretch_pages(pos: np.ndarray, pages: np.ndarray, last_page: np.ndarray,
     if not len(pages):
         return np.broadcast_to(last_page, pos.shape)
     return pages_at_steps(pos, pages, last_page, page_size)
+
+
+@dataclass(frozen=True)
+class StretchPlan:
+    """What n decode steps of a batch take, before any page is popped: the breakdown parts
+    after each step (free memory only; the manager moves evicted cache over), the new slots
+    taken through each step, the new pages in all, the rounding they add, and for a short
+    stretch the requests taking a page in pop order (`short_stretch`)."""
+
+    profile: np.ndarray
+    taken: np.ndarray | list[int]
+    new_pages: int
+    rounding: int
+    order: list[int] | None
+
+
+def plan_stretch(base: MemoryBreakdown, written: np.ndarray, written_list: list[int],
+                 final: np.ndarray, page_size: int, n: int) -> StretchPlan:
+    """The plan of n >= 0 steps of requests with `written` tokens (also as `written_list`)
+    and final lengths `final`, from the breakdown `base` before them."""
+    ps = page_size
+    if 0 < n <= ps:  # at most one new page each (the usual stretch): plain ints
+        profile, taken, order, rounding = short_stretch(base.as_tuple(), written_list,
+                                                        final.tolist(), ps, n)
+        return StretchPlan(profile, taken, len(order), rounding, order)
+    have = written + (-written) % ps  # where each request's last page ends
+    profile, taken_a = page_growth_profile(base, written, final, have, ps, n)
+    if not n:
+        return StretchPlan(profile, taken_a, 0, 0, None)
+    return StretchPlan(profile, taken_a, int(taken_a[-1]) // ps,
+                       int(profile[-1, _INTERNAL]) - base.internal, None)
+
+
+def stretch_slots(plan: StretchPlan, written: np.ndarray, last_slots: Callable[[], np.ndarray],
+                  pages: np.ndarray, steps: np.ndarray, page_size: int) -> np.ndarray:
+    """The (steps x batch) slots of the plan's tokens, from the new `pages` in pop order (step
+    by step, then batch order) and `last_slots()`, each request's last written slot (read only
+    where a last page may still have room: never at page size 1). `steps` is the column
+    0..n-1."""
+    ps = page_size
+    if ps == 1:  # a new page every step, step-major: exactly the pop order
+        return pages.reshape(len(steps), len(written))
+    if plan.order is not None:
+        return short_stretch_slots(last_slots() + 1, (-written) % ps, plan.order, pages,
+                                   steps, ps)
+    pos = written + steps  # (n, batch) positions
+    return stretch_pages(pos, pages, last_slots() // ps, ps) * ps + pos % ps
+
+
+def stretch_profile(base: MemoryBreakdown, written: np.ndarray, final: np.ndarray,
+                    page_size: int, n: int) -> np.ndarray:
+    """The breakdown parts after each of n steps (taking free memory only), without the
+    plan's slots: a stretch of at most a page by counts over the rooms."""
+    ps = page_size
+    have = written + (-written) % ps
+    if 0 < n <= ps:
+        return page_growth_within_page(base, have - written, final, have, ps, n)[0]
+    return page_growth_profile(base, written, final, have, ps, n)[0]

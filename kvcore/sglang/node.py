@@ -1,4 +1,4 @@
-"""The radix tree's node, its eviction priorities and key helpers (used by kvcore/radix_cache.py).
+"""The radix tree's node, its eviction priorities and key helpers (kvcore/sglang/radix_cache.py).
 
 Why a node looks as it does:
 * `__slots__` and no per-node containers until needed: most nodes are leaves, so `children`
@@ -100,6 +100,10 @@ class TreeNode:
         """The children (none for a leaf), in insertion order."""
         return iter(()) if self.children is None else iter(self.children.values())
 
+    def offset(self) -> int:
+        """Tokens above this node: where its key starts in every key through it."""
+        return sum(len(n.key) for n in self.path_to_root()) - len(self.key)
+
     def path_to_root(self) -> Iterator[TreeNode]:
         """This node, its parent, ... up to the root (excluded): what a lock or a touch of
         a match ending here covers."""
@@ -117,10 +121,12 @@ class TreeNode:
 
 class MatchResult(NamedTuple):
     """`indices`: the slots of the matched prefix (page-aligned); `last_node`: where it ends
-    (lock it while the request runs)."""
+    (lock it while the request runs); `token_hit`: the tokens a token-granular cache holding
+    the same content would match, whatever a side pool's rule cut off (>= len(indices))."""
 
     indices: torch.Tensor
     last_node: TreeNode
+    token_hit: int = 0
 
 
 # Each priority is one int (lower goes first), the node id in the low bits breaking ties, so
@@ -162,7 +168,8 @@ def frozen(key: np.ndarray) -> np.ndarray:
 def partial_page_hit(node: TreeNode, key: np.ndarray, pos: int) -> int:
     """The tokens of key[pos:] that the best child of `node` starts with: at the end of a
     page-aligned match (node `pos` deep), what the token-level hit adds inside the next
-    stored page (`RadixCache.peek`'s second answer is pos + this). Children by first token
+    stored page (`RadixCache.peek`'s second answer is pos + this, when no rule cut the
+    match). Children by first token
     are only kept for page_size > 1; at page size 1 a match is already token-level."""
     by_first = node.by_first_token
     if by_first is None or pos >= len(key):

@@ -1,4 +1,5 @@
-"""RadixCache: a radix tree over token ids whose nodes own the KV slots of those tokens.
+"""RadixCache: a radix tree over token ids whose nodes own the KV slots of those tokens: the one
+prefix cache of SGLang's manager (kvcore/sglang/policy.py), for every layout.
 
 Why it looks the way it does:
 * Keys are numpy int64 arrays (token ids are host data) and values torch int64 tensors of
@@ -11,9 +12,16 @@ Why it looks the way it does:
   node with lock_ref 0 is evictable; only unlocked *leaves* are actually evicted, so shared
   ancestors stay until nothing below them is left.
 * The LRU clock is a counter, not wall time, so runs are deterministic.
-* The node, the eviction priorities and the key helpers live in kvcore/radix_node.py.
+* Side pools (`kinds`: sliding-window KV, Mamba state; kvcore/sglang/pool_kind.py) keep their
+  own per-node data and hook the tree's steps (`TreeHooks`), as the components of SGLang's
+  unified radix cache do: a kind's walker may end a match early (a match needs the last
+  window's SWA KV, a state at its end), a split hands a kind's data to both halves, a leaf
+  leaving the tree gives its data back, and after a full eviction the leaves no kind can use
+  any more are deleted. With no kind (full attention) each hook is an empty loop and a match
+  needs no walk first.
+* The node, the eviction priorities and the key helpers live in kvcore/sglang/node.py.
 
-Invariants (`check_invariants`), besides the nodes' own (kvcore/radix_node.py):
+Invariants (`check_invariants`), besides the nodes' own (kvcore/sglang/node.py):
 
     evictable_size() == sum of len(n) over nodes with lock_ref == 0
     protected_size() == sum of len(n) over nodes with lock_ref > 0
@@ -24,13 +32,14 @@ Invariants (`check_invariants`), besides the nodes' own (kvcore/radix_node.py):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
 
-from kvcore.allocator import PagedAllocator
-from kvcore.radix_node import (
+from kvcore.sglang.allocator import PagedAllocator
+from kvcore.sglang.node import (
     EVICTION_PRIORITIES,
     ChildKey,
     MatchResult,
@@ -38,19 +47,31 @@ from kvcore.radix_node import (
     as_key,
     common_prefix_len,
     frozen,
+    partial_page_hit,
 )
 from kvcore.validation import InvariantError, positive_int
 
-__all__ = ["RadixCache"]
+__all__ = ["RadixCache", "TreeHooks", "Walker"]
+
+#: a match's step through one node: (node, tokens of it matched (whole pages), whether all of
+#: it matched) -> may the match end here
+Walker = Callable[[TreeNode, int, bool], bool]
+
+
+class TreeHooks(Protocol):
+    """What the tree asks of a side pool (kvcore/sglang/pool_kind.py `PoolKind`)."""
+
+    def walker(self) -> Walker: ...
+    def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
+    def removed(self, leaf: TreeNode) -> None: ...
+    def dead(self, leaf: TreeNode) -> bool: ...
 
 _EMPTY_KEY = np.zeros(0, dtype=np.int64)
 
 
 class RadixCache:
-    """Prefix cache over token ids. `allocator` receives the pages of evicted nodes."""
-
-    #: the node type (a subclass may carry more per-node state: kvcore/hybrid_radix_cache.py)
-    node_class: type[TreeNode] = TreeNode
+    """Prefix cache over token ids. `allocator` receives the pages of evicted nodes; `kinds`
+    are the layout's side pools (none: full attention)."""
 
     def __init__(
         self,
@@ -59,6 +80,7 @@ class RadixCache:
         eviction: str = "lru",
         disable: bool = False,
         device: str | torch.device | None = None,
+        kinds: Sequence[TreeHooks] = (),
     ) -> None:
         self.page_size = positive_int("page_size", page_size)
         if allocator is not None and allocator.page_size != self.page_size:
@@ -69,6 +91,7 @@ class RadixCache:
         self.allocator = allocator
         self.disable = disable
         self.eviction = eviction
+        self.kinds = tuple(kinds)
         self._priority = priority
         # called with each leaf about to be evicted, still linked (kvcore/tiers.py backs it
         # up into a lower tier); None costs one attribute test per evicted leaf
@@ -112,7 +135,7 @@ class RadixCache:
                   host: np.ndarray | None = None) -> TreeNode:
         """`host`: the slots as a numpy array, when the caller has them (CPU); `value` may
         then be None (the node makes its tensor from `host` when first asked)."""
-        node = self.node_class(key, value, parent, self._next_id)
+        node = TreeNode(key, value, parent, self._next_id)
         self._next_id += 1
         node.created = node.last_access = self._clock
         if len(key):
@@ -159,9 +182,10 @@ class RadixCache:
                 if not by_first:
                     parent.by_first_token = None
 
-    def _split(self, child: TreeNode, m: int) -> TreeNode:
+    def split(self, child: TreeNode, m: int) -> TreeNode:
         """Cut `child` after m tokens; the new upper node takes its place under the parent.
-        Sizes, locks and evictability are unchanged (the new node inherits child's lock_ref)."""
+        Sizes, locks and evictability are unchanged (the new node inherits child's lock_ref);
+        each side pool hands its data to the halves."""
         parent = child.parent
         assert parent is not None
         self._remove_child(parent, child)
@@ -176,6 +200,8 @@ class RadixCache:
         child.parent = upper
         self._add_child(upper, child)
         self._add_child(parent, upper)
+        for kind in self.kinds:
+            kind.split(upper, child)
         return upper
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
@@ -191,15 +217,21 @@ class RadixCache:
 
     # -- matching --------------------------------------------------------------------------
     def match_prefix(self, key: object) -> MatchResult:
-        """The longest cached prefix of `key`, rounded down to whole pages.
+        """The longest cached prefix of `key` a request may reuse: whole pages, and with side
+        pools only as far as every kind's walker accepts (their rules).
 
         Touches the matched path (LRU/LFU) and splits a node when the match ends inside it,
-        so that `last_node` ends exactly at the match and can be locked."""
+        so that `last_node` ends exactly at the match and can be locked. With side pools a
+        read-only walk first finds where the rules let the match end; the match is then the
+        full-attention one of the key cut there, so a layout whose rules cut nothing matches,
+        splits and touches exactly as full attention does."""
         key = as_key(key)
-        empty = MatchResult(self._empty_value, self.root)
         if self.disable:
-            return empty
-        n = len(key) - len(key) % self.page_size
+            return MatchResult(self._empty_value, self.root, 0)
+        if self.kinds:
+            n, token, _ = self._walk(key)
+        else:
+            n, token = len(key) - len(key) % self.page_size, -1
         self._clock += 1
         node, pos, path = self.root, 0, []
         while pos < n:
@@ -211,7 +243,7 @@ class RadixCache:
             child.last_access = self._clock
             child.hit_count += 1
             if m < len(child.key):  # ends inside: split, and the lower part is touched too
-                upper = self._split(child, m)
+                upper = self.split(child, m)
                 path.append(upper)
                 node, pos = upper, pos + m
                 if self._is_evictable_leaf(child):
@@ -221,78 +253,88 @@ class RadixCache:
             node, pos = child, pos + m
         if self._is_evictable_leaf(node):
             self._mark_leaf(node)
+        if token < 0:  # no rule cut the match: the token-level hit continues from its end
+            token = pos + partial_page_hit(node, key, pos)
         if not path:
-            return empty
+            return MatchResult(self._empty_value, self.root, token)
         if len(path) == 1:
-            return MatchResult(node.value, node)
+            return MatchResult(node.value, node, token)
         if self._on_cpu:  # numpy's concatenate costs a fraction of torch.cat's here
-            return MatchResult(torch.from_numpy(np.concatenate([p.host for p in path])), node)
-        return MatchResult(torch.cat([p.value for p in path]), node)
+            return MatchResult(torch.from_numpy(np.concatenate([p.host for p in path])), node,
+                               token)
+        return MatchResult(torch.cat([p.value for p in path]), node, token)
 
     def peek(self, key: object) -> tuple[int, int]:
-        """(page-aligned hit, token-level hit) for `key` without touching or splitting anything.
+        """(hit, token-level hit) for `key` without touching or splitting anything: the hit
+        `match_prefix` would give now, and what a token-granular cache holding the same
+        content would match (no rule of a side pool applied).
 
         The token-level hit also counts the tokens that match inside the next stored page,
         which the page-aligned match must give up: their difference is the reuse this page
         size misses."""
-        aligned, token_hit, _ = self._walk(key)
-        return aligned, token_hit
+        hit, token_hit, _ = self._walk(as_key(key))
+        return hit, token_hit
 
     def peek_evictable(self, key: object) -> tuple[int, int]:
-        """(page-aligned hit, the part of it that is evictable now). Locking the match moves
-        that part out of `evictable_size()`: admission must not count it as memory it can
-        free and as prefix it already has (SGLang re-checks its budget after locking)."""
-        aligned, _, evictable = self._walk(key)
-        return aligned, evictable
+        """(hit, the part of it that is evictable now). Locking the match moves that part out
+        of `evictable_size()`: admission must not count it as memory it can free and as
+        prefix it already has (SGLang re-checks its budget after locking)."""
+        hit, _, evictable = self._walk(as_key(key))
+        return hit, evictable
 
-    def _walk(self, key: object) -> tuple[int, int, int]:
-        """(page-aligned hit, token-level hit, evictable part of the aligned hit). Locks cover
-        root paths, so the unlocked nodes of a match are a suffix of it."""
-        key = as_key(key)
+    def _walk(self, key: np.ndarray) -> tuple[int, int, int]:
+        """(hit, token-level hit, evictable part of the hit), read-only. Locks cover root
+        paths, so the unlocked nodes of a match are a suffix of it. The hit is page-aligned
+        and, with side pools, ends at the last node every kind's walker accepted."""
         if self.disable or len(key) == 0:
             return 0, 0, 0
+        ps, size = self.page_size, len(key)
+        walkers = [kind.walker() for kind in self.kinds] if self.kinds else ()
         node, pos, evictable = self.root, 0, 0
-        while pos < len(key):
+        hit = hit_evictable = 0
+        token = -1
+        while pos < size:
             children = node.children
             child = children.get(self._child_key(key, pos)) if children is not None and (
-                self.page_size == 1 or pos + self.page_size <= len(key)
-            ) else None
-            if child is None:
-                # no whole-page match: the best partial first page among the children
-                best = 0
-                by_first = node.by_first_token
-                if by_first is not None:  # only kept for page_size > 1
-                    for cand in by_first.get(int(key[pos]), ()):
-                        best = max(best, common_prefix_len(cand.key, key[pos:]))
-                return pos, pos + best, evictable
+                ps == 1 or pos + ps <= size) else None
+            if child is None:  # no whole-page match: the best partial first page
+                token = pos + partial_page_hit(node, key, pos)
+                break
             m = common_prefix_len(child.key, key[pos:])
-            if m < len(child.key):
-                aligned = m - m % self.page_size
-                if child.lock_ref == 0:
-                    evictable += aligned
-                return pos + aligned, pos + m, evictable
+            whole = m == len(child.key)
+            aligned = m if whole else m - m % ps
             if child.lock_ref == 0:
-                evictable += m
+                evictable += aligned
+            if walkers:
+                ok = True
+                for accept in walkers:  # each walker sees every node (they count along)
+                    ok = accept(child, aligned, whole) and ok
+                if ok:
+                    hit, hit_evictable = pos + aligned, evictable
+            if not whole:
+                token, pos = pos + m, pos + aligned
+                break
             node, pos = child, pos + m
-        return pos, pos, evictable
+        if token < 0:
+            token = pos
+        if not walkers:
+            return pos, token, evictable
+        return hit, token, hit_evictable
 
     # -- insertion -------------------------------------------------------------------------
-    def insert(self, key: object, value: torch.Tensor | np.ndarray) -> int:
-        """Cache `value[i]` as the slot of token key[i] (both floored to whole pages).
-
-        Returns how many leading tokens were already cached: the caller still owns its slots
-        for that range and must free them (they duplicate the tree's). The rest of `value`
-        now belongs to the tree."""
-        return self.insert_path(key, value)[0]
-
-    def insert_path(
+    def insert(
         self, key: object, value: torch.Tensor | np.ndarray, below: TreeNode | None = None,
         depth: int = 0,
     ) -> tuple[int, TreeNode]:
-        """`insert`, also returning the node whose path ends exactly at the inserted length
-        (what a request that keeps running locks instead of matching again). `below`: a
-        node `depth` deep on key's path (a request's locked match): the walk starts there,
-        touching root..below as the full walk would, without comparing those keys again."""
+        """Cache `value[i]` as the slot of token key[i] (both floored to whole pages).
+
+        Returns how many leading tokens were already cached, and the node whose path ends
+        exactly at the inserted length (what a request that keeps running locks instead of
+        matching again). The caller still owns its slots for the cached range and must free
+        them (they duplicate the tree's); the rest of `value` now belongs to the tree.
+        `below`: a node `depth` deep on key's path (a request's locked match): the walk starts
+        there, touching root..below as the full walk would, without comparing those keys
+        again."""
         key = as_key(key)
         if len(value) < len(key):
             raise ValueError(f"value has {len(value)} slots for {len(key)} tokens")
@@ -324,7 +366,7 @@ class RadixCache:
             m = self._match_len(child.key, key[pos:n])
             child.last_access = self._clock
             if m < len(child.key):
-                upper = self._split(child, m)
+                upper = self.split(child, m)
                 if self._is_evictable_leaf(child):  # touched too: re-key its heap entry
                     self._mark_leaf(child)
                 child = upper
@@ -394,11 +436,14 @@ class RadixCache:
         """Evict unlocked leaves (by the eviction priority) until `num_tokens` are freed or
         nothing evictable is left; whole nodes go, so it may free more. Returns tokens freed;
         their pages go back to the allocator. `sizes`, if given, receives each evicted node's
-        length in eviction order."""
+        length in eviction order. With side pools each evicted leaf gives back their data too,
+        and then the leaves left behind that no kind can use are deleted (counted in the
+        return, not in `sizes`)."""
         if self.disable or num_tokens <= 0 or not self._evictable_leaves:
             return 0
-        prio = self._priority
+        prio, kinds = self._priority, self.kinds
         heap = self._heap
+        parents: list[TreeNode] = []
         on_cpu, ps = self._on_cpu, self.page_size
         freed_host: list[np.ndarray] = []  # on CPU: the first slot of each page
         freed: list[torch.Tensor] = []  # on a device: the slots
@@ -411,6 +456,8 @@ class RadixCache:
                 self.on_evict(leaf)
             if self.kv_events is not None:
                 self.kv_events(False, leaf)
+            for kind in kinds:
+                kind.removed(leaf)
             # each page_size-th slot starts one of the node's whole pages
             if on_cpu and leaf.host is not None:
                 freed_host.append(leaf.host[::ps])
@@ -424,6 +471,8 @@ class RadixCache:
             self._remove_child(parent, leaf)
             self._evictable_leaves.discard(leaf)
             self._evictable -= len(leaf.key)
+            if kinds:
+                parents.append(parent)
             if self._is_evictable_leaf(parent):
                 self._mark_leaf(parent)
         if self.allocator is not None:
@@ -433,7 +482,53 @@ class RadixCache:
                 self.allocator.push_host(starts // ps if ps > 1 else starts)
             if freed:
                 self.allocator.free_segments(torch.cat(freed))
+        for parent in parents:
+            evicted += self.drop_dead_leaves(parent)
         return evicted
+
+    # -- what side pools' evictions use ---------------------------------------------------------
+    def attached(self, node: TreeNode) -> bool:
+        """Whether `node` is still linked under its parent (not the root, not removed)."""
+        parent = node.parent
+        return parent is not None and parent.children is not None \
+            and parent.children.get(node.ckey) is node
+
+    def dead(self, node: TreeNode) -> bool:
+        """An unlocked leaf that some side pool can no longer use (see `PoolKind.dead`)."""
+        return (node is not self.root and not node.children and node.lock_ref == 0
+                and any(kind.dead(node) for kind in self.kinds))
+
+    def drop_dead_leaves(self, node: TreeNode) -> int:
+        """Delete `node` if it is a dead leaf, then its parent if that is one now, and so on
+        up. Returns tokens freed."""
+        freed = 0
+        while self.attached(node) and self.dead(node):
+            parent = node.parent
+            assert parent is not None
+            freed += self.delete_leaf(node)
+            node = parent
+        return freed
+
+    def delete_leaf(self, leaf: TreeNode) -> int:
+        """Remove an unlocked leaf now: its side pools' data, then its pages. Returns its
+        length."""
+        if leaf.lock_ref or leaf.children:
+            raise ValueError(f"delete_leaf on {leaf!r}, which is locked or has children")
+        for kind in self.kinds:
+            kind.removed(leaf)
+        if self.allocator is not None:
+            ps = self.page_size
+            slots = leaf.host if leaf.host is not None else leaf.value.cpu().numpy()
+            self.allocator.push_host(slots[::ps] // ps if ps > 1 else slots)
+        parent = leaf.parent
+        assert parent is not None
+        self._remove_child(parent, leaf)
+        self._evictable_leaves.discard(leaf)
+        self._evictable -= len(leaf.key)
+        leaf.parent = None
+        if self._is_evictable_leaf(parent):
+            self._mark_leaf(parent)
+        return len(leaf.key)
 
     # -- introspection -----------------------------------------------------------------------
     def nodes(self) -> list[TreeNode]:
