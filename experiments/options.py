@@ -51,6 +51,7 @@ from kvcore.memory import MemorySpec
 from kvcore.planner import resolve_kv_bytes, resolve_kv_tokens
 from simulator.config import PoolSpec, SimConfig
 from simulator.fleet.spec import FleetSpec
+from simulator.shared_tier import SHARED_OPTIONS, check_shared_tier
 from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout
 from simulator.latency_profiles import is_profile_file, profile_for_rule
 from simulator.specs import EngineSpec, PolicySpec, TierSpec, caching_policies
@@ -288,6 +289,9 @@ class RunOptions:
         model = self.memory.model_preset().id
         for name in HYBRID_OPTIONS:
             del d[name]
+        if not self.tier.shared_tier_size:  # no shared tier: none of its columns
+            for name in SHARED_OPTIONS:
+                del d[name]
         fleet = self.fleet.resolved()  # one replica: none of the fleet's columns
         for name in ("replicas", "router", "router_args", "kv_event_delay_s"):
             if name in fleet:
@@ -317,6 +321,7 @@ class RunOptions:
         window ends at the last arrival); the engines' constants at their defaults."""
         m = self.memory
         self.fleet.check(self.policy.policy, caching_policies())
+        check_shared_tier(self.tier, self.fleet.replicas)
         model = m.model_preset().id
         hybrid = run_layout(self.policy, model) is not None
         pool = PoolSpec(model=model, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,

@@ -38,6 +38,7 @@ from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
 from simulator.request_table import RequestColumns, column
 from simulator.reuse_gap import reuse_gap
+from simulator.shared_tier import SHARED_COLUMNS, shared_columns
 from simulator.run import (
     TORCH_THREADS,
     SimResult,
@@ -194,8 +195,12 @@ def simulate_fleet(workload: Workload, cfg: SimConfig, setup: FleetSetup,
                                     [p.policy.capacity for p in parts])
     wall = time.perf_counter() - wall0
     summary["sim_wall_s"] = wall
+    if fleet.shared is not None:  # the shared tier's figures; its capacity counted once
+        summary.update(shared_columns(fleet.shared, summary))
     outcome = _outcome(fleet, summaries, tables, summary, which, setup, requests)
     outcome.columns.update(p90)
+    if fleet.shared is not None:
+        outcome.columns.update({c: summary[c] for c in SHARED_COLUMNS})
     result = SimResult(summary, requests, timeline, cfg,
                        {"latency": parts[0].latency.describe(), "fleet": outcome})
     return result
