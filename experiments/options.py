@@ -51,9 +51,9 @@ from kvcore.memory import MemorySpec
 from kvcore.planner import resolve_kv_bytes, resolve_kv_tokens
 from simulator.config import PoolSpec, SimConfig
 from simulator.fleet.spec import FleetSpec
-from simulator.shared_tier import SHARED_OPTIONS, check_shared_tier
 from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout
 from simulator.latency_profiles import is_profile_file, profile_for_rule
+from simulator.shared_tier import SHARED_OPTIONS, check_shared_tier
 from simulator.specs import EngineSpec, PolicySpec, TierSpec, caching_policies
 from workloads.spec import WorkloadSpec, arrival_only_unused
 

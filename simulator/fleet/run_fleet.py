@@ -38,7 +38,6 @@ from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import overload_verdict
 from simulator.request_table import RequestColumns, column
 from simulator.reuse_gap import reuse_gap
-from simulator.shared_tier import SHARED_COLUMNS, shared_columns
 from simulator.run import (
     TORCH_THREADS,
     SimResult,
@@ -48,6 +47,7 @@ from simulator.run import (
     prefix_block,
     summarize,
 )
+from simulator.shared_tier import SHARED_COLUMNS, shared_columns
 from workloads.request import Workload
 
 __all__ = ["FleetOutcome", "FleetSetup", "simulate_fleet"]
