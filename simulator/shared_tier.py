@@ -13,9 +13,11 @@ The model (kvcore/shared_tier.py, docs/fleet.md "A shared KV tier"):
   hit for all;
 * each replica's link is its own (a NIC per node): the bandwidth is not divided between
   replicas reading at once.
-A replica's stretch of decode steps could write into the store (spills) while another
-replica admits; the fleet therefore steps every replica one iteration at a time
-(`Fleet.due`), so stepping and fast-forward see the store in the same state.
+Stepping and fast-forward stay identical with no rule of their own: a replica writes into
+the store only from its host, and its host is written only when a prefill completes, a
+request finishes, or (write_back) the device evicts; a decode stretch ends before any of them
+(simulator/stretch.py), so the store changes at the same instants in both modes, and another
+replica reads it only at its own admissions.
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ class Fleet:
         if self.n == 1:
             return arrivals.next_due()
         now = self.env.now
-        if self.gated or self.shared is not None:  # any step may change what another reads
+        if self.gated:
             return now
         if self.ahead is not None:
             k = self.own_next[i]

@@ -66,17 +66,31 @@ def test_the_shared_tiers_transfers_cost_time() -> None:
     assert p90[0] > p90[1], p90
 
 
-def test_stepping_and_fast_forward_agree_with_a_shared_tier() -> None:
-    w = kshot(n=60, rate=10.0, prefix=200, question=24, num_prefixes=6, seed=2)
-    cfg = _cfg(shared_tier_size=0.5, hicache_prefetch_policy="best_effort")
-    setup = FleetSetup(3, "round-robin")
-    a = simulate_fleet(w, cfg, setup)
+@pytest.mark.parametrize("policy", ["paged", "vllm"])
+@pytest.mark.parametrize("write", ["write_back", "write_through", "write_through_selective"])
+def test_stepping_and_fast_forward_agree_with_a_shared_tier(policy: str, write: str) -> None:
+    """The store changes only where a stretch ends (a prefill done, a finish, a write-back
+    eviction), so the fast-forward needs no rule of its own for it."""
+    w = kshot(n=80, rate=10.0, prefix=200, question=24, num_prefixes=8, seed=2)
+    cfg = _cfg(policy=policy, kv_tokens=1024, shared_tier_size=0.05,
+               hicache_write_policy=write, hicache_prefetch_policy="best_effort")
+    setup = FleetSetup(3, "random")
+    stretches = [0]
+
+    def count(t0: float, t1: float, chunks: object, rids: object, steps: int) -> None:
+        stretches[0] += steps >= 2
+
+    a = simulate_fleet(w, cfg, setup, event_sink=count)
     b = simulate_fleet(w, cfg.replace(max_steps_per_stretch=1), setup)
+    assert stretches[0] > 10 and a.summary["shared_tier_hit_rate"] > 0
     skip = {"sim_wall_s", "max_steps_per_stretch"}
     diff = [k for k in a.summary if k not in skip and a.summary[k] != b.summary[k]
             and not (isinstance(a.summary[k], float) and math.isnan(a.summary[k]))]
     assert not diff, diff
     assert a.requests.reset_index(drop=True).equals(b.requests.reset_index(drop=True))
+    for x, y in zip(a.extra["fleet"].replica_rows, b.extra["fleet"].replica_rows,
+                    strict=True):
+        assert {k: v for k, v in x.items() if v == v} == {k: v for k, v in y.items() if v == v}
 
 
 def test_no_shared_tier_keeps_the_columns_and_hash() -> None:
