@@ -80,7 +80,7 @@ class SharedTier:
         view = SharedView(self.store, len(self.views))
         self.views.append(view)
         # the view stands in for the store class by delegation (same attributes)
-        tiers.storage = view  # type: ignore[assignment]
+        tiers.storage = view
         tiers.host.lower = view
         tiers.host.through = True
         return view
