@@ -35,7 +35,7 @@ from simulator.fleet.summary import (
     replica_columns,
 )
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
-from simulator.overload import overload_verdict
+from simulator.overload import Unfinished, overload_verdict
 from simulator.request_table import RequestColumns, column
 from simulator.reuse_gap import reuse_gap
 from simulator.run import (
@@ -46,6 +46,7 @@ from simulator.run import (
     overload_columns,
     prefix_block,
     summarize,
+    unfinished_requests,
 )
 from simulator.shared_tier import SHARED_COLUMNS, shared_columns
 from workloads.request import Workload
@@ -160,7 +161,8 @@ def simulate_fleet(workload: Workload, cfg: SimConfig, setup: FleetSetup,
         s = summarize(p.engine, p.rec, cfg, p.policy, requests, backlog[i])
         s.update(latency_columns(cfg, p.latency))
         if n == 1:
-            s.update(overload_columns(workload, cfg, p.latency, p.rec, requests, s))
+            s.update(overload_columns(workload, cfg, p.latency, p.rec, requests, s,
+                                      unfinished_requests(p.engine)))
             s.update(reuse_gap(workload, requests, prefix_block(cfg, p.policy)))
         else:
             s["requests_total"] = int(fleet.routed[i])
@@ -187,7 +189,8 @@ def simulate_fleet(workload: Workload, cfg: SimConfig, setup: FleetSetup,
         recomputed.update(overload_verdict(
             **_arrivals(workload), requests=requests, start=p0.rec.window_start,
             end=p0.rec.window_end, backlog=sum(backlog), latency=p0.latency,
-            chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size))
+            chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size,
+            unfinished=_unfinished([p.engine for p in parts])))
         recomputed.update(reuse_gap(workload, requests, prefix_block(cfg, p0.policy)))
         summary = combine(summaries, recomputed)
         p90 = {f"{m}_p90_s": recomputed[f"{m}_p90_s"] for m in ("ttft", "tpot", "itl")}
@@ -231,7 +234,15 @@ def _replica_overload(cfg: SimConfig, p, requests, backlog: int) -> dict:
     return overload_verdict(arrivals=arrivals, prompt_lens=prompts, requests=requests,
                             start=p.rec.window_start, end=p.rec.window_end, backlog=backlog,
                             latency=p.latency, chunk=cfg.engine.chunked_prefill_size,
-                            page_size=cfg.policy.page_size)
+                            page_size=cfg.policy.page_size,
+                            unfinished=unfinished_requests(p.engine))
+
+
+def _unfinished(engines) -> Unfinished:
+    """The requests every replica ended with (the cluster's verdict counts them)."""
+    each = [unfinished_requests(e) for e in engines]
+    return Unfinished(np.concatenate([u.arrival_s for u in each]),
+                      np.concatenate([u.admit_s for u in each]))
 
 
 def _summed_timeline(timelines: list[list[tuple]], capacities: list[int]) -> list[tuple]:
