@@ -16,8 +16,8 @@ The model (kvcore/shared_tier.py, docs/fleet.md "A shared KV tier"):
 Stepping and fast-forward stay identical with no rule of their own: a replica writes into
 the store only from its host, and its host is written only when a prefill completes, a
 request finishes, or (write_back) the device evicts; a decode stretch ends before any of them
-(simulator/fastforward/planner.py), so the store changes at the same instants in both modes, and another
-replica reads it only at its own admissions.
+(simulator/fastforward/planner.py), so the store changes at the same instants in both modes,
+and another replica reads it only at its own admissions.
 """
 
 from __future__ import annotations
