@@ -49,7 +49,8 @@ RULES: dict[str, str] = {
     **dict.fromkeys(("peak_token_states_pct", "peak_batch_size"), MAX),
     **dict.fromkeys(("requests_total", "prefix_hit_rate", "missed_reuse_pct",
                      "avg_batch_size", "throughput_tok_s", "normalized_latency_s",
-                     "normalized_latency_se_s", "prefix_hit_rate_se", "ttft_p50_s",
+                     "normalized_latency_se_s", "prefix_hit_rate_se",
+                     "normalized_latency_batches_s", "prefix_hit_rate_batches", "ttft_p50_s",
                      "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "itl_p50_s", "itl_p99_s",
                      "device_hit_rate", "host_hit_rate", "storage_hit_rate", "overloaded",
                      "overload_reason", "queue_growth_req_s", "queue_delay_growth",
@@ -159,8 +160,8 @@ def recompute(requests: RequestColumns, engines: Sequence[Any], recorders: Seque
     verdict and the reuse gap are added by the caller)."""
     done = _completed(requests)
     f = {c: (column(requests, c)[done].astype(float) if len(requests) else np.zeros(0))
-         for c in ("arrival_s", "ttft_s", "tpot_s", "normalized_latency_s", "cached_tokens",
-                   "prompt_len")}
+         for c in ("request_id", "arrival_s", "ttft_s", "tpot_s", "normalized_latency_s",
+                   "cached_tokens", "prompt_len")}
     hit = sum(e.hit_tokens for e in engines)
     token_hit = sum(e.token_hit_tokens for e in engines)
     prompt = sum(e.prompt_tokens for e in engines)
