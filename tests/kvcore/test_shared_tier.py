@@ -146,7 +146,8 @@ class SharedPoliciesMachine(RuleBasedStateMachine):
           host=st.integers(2, 10), shared=st.integers(1, 30),
           write=st.sampled_from(["write_through", "write_back", "write_through_selective"]))
     def build(self, policy: str, replicas: int, host: int, shared: int, write: str) -> None:
-        self.ps = [tiered_policy(policy, PS, 12, host * PS, shared * PS, write=write, ctx=64)
+        # 16 device pages: the longest request (47 prompt + 3 decoded tokens) fits alone
+        self.ps = [tiered_policy(policy, PS, 16, host * PS, shared * PS, write=write, ctx=64)
                    for _ in range(replicas)]
         first = self.ps[0].tiers.storage
         self.shared = SharedTier(first)
