@@ -185,6 +185,11 @@ def _why(row: dict[str, Any]) -> str:
     return "; ".join(r for r in reasons if r)
 
 
+def _fails(row: dict[str, Any]) -> tuple[bool, str]:
+    """Whether a probe fails (overloaded, or it misses the SLO when one is given) and why."""
+    return bool(row["overloaded"]) or row.get("slo_met") is False, _why(row)
+
+
 def _mean_lengths(opts: RunOptions) -> tuple[float, float]:
     """Mean prompt and output tokens per request of the workload the options build."""
     from workloads import build_workload

@@ -54,6 +54,7 @@ from simulator.config import PoolSpec, SimConfig
 from simulator.fleet.spec import FleetSpec
 from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout
 from simulator.latency_profiles import is_profile_file, profile_for_rule
+from simulator.shared_tier import SHARED_OPTIONS, check_shared_tier
 from simulator.specs import EngineSpec, PolicySpec, TierSpec, caching_policies
 from workloads.spec import WorkloadSpec, unused_options
 
@@ -291,6 +292,9 @@ class RunOptions:
         model = m.model_preset().id
         for name in (*HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS):
             del d[name]
+        if not self.tier.shared_tier_size:  # no shared tier: none of its columns
+            for name in SHARED_OPTIONS:
+                del d[name]
         fleet = self.fleet.resolved()  # one replica: none of the fleet's columns
         for name in ("replicas", "router", "router_args", "kv_event_delay_s"):
             if name in fleet:
@@ -332,6 +336,7 @@ class RunOptions:
         model = m.model_preset().id
         hybrid = run_layout(self.policy, model) is not None
         self.fleet.check(self.policy.policy, caching_policies(), model if hybrid else None)
+        check_shared_tier(self.tier, self.fleet.replicas)
         pool = PoolSpec(model=model, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
                         kv_tokens=self.resolved_kv_tokens(),
                         max_context_len=m.resolved_max_context_len(),

@@ -110,6 +110,9 @@ class BlockTier:
         self.pool = TierPool(blocks, page_size)
         self.lower = lower
         self.pages_in = 0  # blocks written into this tier (what the link into it carried)
+        #: also write the blocks this tier writes into `lower` (a shared tier below the host:
+        #: kvcore/shared_tier.py); otherwise `lower` takes only what this tier evicts
+        self.through = False
         if lower is not None:
             self.pool.on_evict = self._spill
 
@@ -225,6 +228,9 @@ class BlockTier:
         if len(order):
             pool.free_blocks(order)
         self.pages_in += len(missing)
+        if self.through and self.lower is not None and len(missing):
+            self.lower.store(hashes[missing], np.ascontiguousarray(parents[missing], dtype=_U64),
+                             tokens[missing], distinct=True)
         return Stored(np.maximum(heads, 0), len(missing))
 
     def still_held(self, blocks: np.ndarray, gens: np.ndarray) -> np.ndarray:

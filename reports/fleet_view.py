@@ -105,6 +105,12 @@ def fleet_lines(row: Mapping[str, Any]) -> list[str]:
     if isinstance(fill, (int, float)) and not math.isnan(fill):
         lines.append(f"working set {fmt_number(row.get('working_set_tokens'))} tokens = "
                      f"{fill:.1f} % of the cluster's KV (fill)")
+    shared = row.get("shared_tier_hit_rate")
+    if isinstance(shared, (int, float)) and not math.isnan(shared):
+        lines.append(f"shared tier: {shared:.1%} of prompt tokens read from it; read "
+                     f"{fmt_number(row.get('shared_tier_read_bytes', 0) / 2**30)} GiB, "
+                     f"written {fmt_number(row.get('shared_tier_write_bytes', 0) / 2**30)} "
+                     f"GiB; {fmt_number(row.get('shared_tier_used_pct'))} % full")
     share = row.get("hot_replica_share")
     if isinstance(share, (int, float)) and not math.isnan(share) and n > 1 and (
             share * n > HOT_SHARE or row.get("hot_replica_overloaded")):

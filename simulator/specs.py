@@ -265,6 +265,15 @@ class TierSpec:
                                      domain=Domain(0, 1e6, lo_inclusive=False))
     storage_latency_us: float = spec_field(100.0, "storage tier latency per operation in us",
                                            domain=Domain(0, 1e9))
+    shared_tier_size: float = spec_field(
+        0.0, "a KV tier in GiB per rank shared by every replica of a fleet (Mooncake Store / "
+        "LMCache server style), in place of --storage-size below each host tier (0: none; "
+        "docs/fleet.md)", domain=Domain(0, 1 << 20))
+    shared_tier_gbps: float = spec_field(
+        25.0, "each replica's link to the shared tier in GB/s (default: one 200 Gb/s RDMA "
+        "NIC)", domain=Domain(0, 1e6, lo_inclusive=False))
+    shared_tier_latency_us: float = spec_field(
+        100.0, "shared tier latency per operation in us", domain=Domain(0, 1e9))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -274,6 +283,14 @@ class TierSpec:
         if self.storage_size and not (self.hicache_size or self.hicache_ratio):
             raise ValueError(f"--storage-size {self.storage_size} needs a host tier "
                              "(--hicache-size or --hicache-ratio)")
+        if self.shared_tier_size and not self.enabled:
+            raise ValueError(f"--shared-tier-size {self.shared_tier_size} needs a host tier "
+                             "on each replica (--hicache-size or --hicache-ratio): its reads "
+                             "go through the host")
+        if self.shared_tier_size and self.storage_size:
+            raise ValueError(f"give one of --storage-size ({self.storage_size}) and "
+                             f"--shared-tier-size ({self.shared_tier_size}): the shared tier "
+                             "is the level below each host tier")
 
     @property
     def enabled(self) -> bool:

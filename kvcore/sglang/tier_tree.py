@@ -59,6 +59,9 @@ class TierTree(RadixCache):
         self.name = name
         self.lower = lower
         self.pages_in = 0  # pages written into this tier (what the link into it carried)
+        #: also write what this tier writes into `lower` (a shared tier below the host:
+        #: kvcore/shared_tier.py); otherwise `lower` takes only what this tier evicts
+        self.through = False
         if lower is not None:
             self.on_evict = self._spill
 
@@ -189,6 +192,8 @@ class TierTree(RadixCache):
         assert pages is not None  # room is free
         self._attach(node, key, m, m + room, page_slots(pages, ps))
         self.pages_in += room // ps
+        if self.through and self.lower is not None:
+            self.lower.store(key[: m + room])
         return room // ps
 
     def _attach(self, node: TreeNode, key: np.ndarray, start: int, end: int,

@@ -38,11 +38,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import simpy
 
+from kvcore.shared_tier import SharedTier
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
 from simulator.fleet.kv_events import attach_kv_events, event_block
@@ -56,6 +58,7 @@ from simulator.fleet.router import (
 )
 from simulator.request import SimRequest
 from simulator.run import EngineParts, build_engine
+from simulator.shared_tier import attach_shared, check_shared_tier, replica_tier
 from workloads.columns import arrival_column, arrival_order, id_column
 from workloads.request import Request, Workload
 
@@ -120,8 +123,12 @@ class Fleet:
         self.workload = workload
         self.cfg = cfg
         self.n = replicas
-        self.parts: list[EngineParts] = [build_engine(env, workload, cfg, tick)
+        check_shared_tier(cfg.tier, replicas)
+        each = replace(cfg, tier=replica_tier(cfg.tier))  # a shared tier: each one's storage
+        self.parts: list[EngineParts] = [build_engine(env, workload, each, tick)
                                          for _ in range(replicas)]
+        self.shared: SharedTier | None = (attach_shared([p.policy for p in self.parts])
+                                          if cfg.tier.shared_tier_size else None)
         self.engines = [p.engine for p in self.parts]
         self.arrivals = Arrivals(env, workload, self.dispatch, cfg.engine.max_concurrency)
         # each engine's own arrivals hold its enqueue (a public attribute): the router's
@@ -307,5 +314,7 @@ class Fleet:
 
     def check_invariants(self) -> None:
         self.router.check_invariants()
+        if self.shared is not None:
+            self.shared.check_invariants()
         if self.kv_index is not None:
             self.kv_index.check_invariants()

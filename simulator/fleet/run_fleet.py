@@ -48,6 +48,7 @@ from simulator.run import (
     summarize,
     unfinished_requests,
 )
+from simulator.shared_tier import SHARED_COLUMNS, shared_columns
 from workloads.request import Workload
 
 __all__ = ["FleetOutcome", "FleetSetup", "simulate_fleet"]
@@ -197,8 +198,12 @@ def simulate_fleet(workload: Workload, cfg: SimConfig, setup: FleetSetup,
                                     [p.policy.capacity for p in parts])
     wall = time.perf_counter() - wall0
     summary["sim_wall_s"] = wall
+    if fleet.shared is not None:  # the shared tier's figures; its capacity counted once
+        summary.update(shared_columns(fleet.shared, summary))
     outcome = _outcome(fleet, summaries, tables, summary, which, setup, requests)
     outcome.columns.update(p90)
+    if fleet.shared is not None:
+        outcome.columns.update({c: summary[c] for c in SHARED_COLUMNS})
     result = SimResult(summary, requests, timeline, cfg,
                        {"latency": parts[0].latency.describe(), "fleet": outcome})
     return result

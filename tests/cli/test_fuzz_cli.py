@@ -257,10 +257,17 @@ VALID["--replicas"] = _i(1, 3)
 VALID["--router-args"] = st.sampled_from(["cache-threshold=0.5", "balance-abs-threshold=8",
                                           "cache-threshold=0.1,max-tree-size=64"])
 VALID["--kv-event-delay-s"] = _f(0, 1)
+# a fleet's shared KV tier (docs/fleet.md): FLEET_CONTEXT gives it two replicas, each with a
+# host tier
+VALID["--shared-tier-size"] = st.sampled_from(["0", "0.5", "4"])
+VALID["--shared-tier-gbps"] = _f(0.1, 100)
+VALID["--shared-tier-latency-us"] = _f(0, 1e4)
 FLEET_CONTEXT = {
     "--router": ["--replicas", "2"],
     "--router-args": ["--replicas", "2", "--router", "cache-aware"],
     "--kv-event-delay-s": ["--replicas", "2", "--router", "llm-d-precise"],
+    # a shared KV tier: two replicas or more, each with a host tier
+    "--shared-tier-size": ["--replicas", "2", "--hicache-ratio", "1"],
 }
 
 

@@ -14,6 +14,7 @@ from kvcore.planner import resolve_kv_tokens
 from kvcore.presets import MODELS, get_model
 from simulator.config import FLAT_FIELDS
 from simulator.hybrid import HYBRID_OPTIONS
+from simulator.shared_tier import SHARED_OPTIONS
 from simulator.specs import EngineSpec, PolicySpec
 from workloads.spec import WorkloadSpec
 
@@ -116,9 +117,11 @@ def test_sim_config_is_built_from_the_options_by_name():
     sim = set(FLAT_FIELDS)
     # kv_bytes: the pool's budget in bytes, resolved from the memory options (hybrids only)
     assert sim - set(OPTIONS) == ENGINE_INTERNALS | {"kv_bytes"}
-    # a full-attention model's columns have no hybrid option
-    sim -= {"kv_bytes", *HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS}
-    assert not {*HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS} & set(opts().resolved())
+    # a full-attention model's columns have no hybrid option, a run without a shared tier
+    # none of its options (simulator/shared_tier.py)
+    sim -= {"kv_bytes", *HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS, *SHARED_OPTIONS}
+    assert not {*HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS, *SHARED_OPTIONS} & set(
+        opts().resolved())
     o = opts(kv_tokens=4096, warmup_s=3.0, duration_s=50.0, timeline_interval_s=0.25,
              admission="vllm", eviction="lfu", seed=9)
     flat = o.sim_config().to_dict()

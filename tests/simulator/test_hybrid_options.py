@@ -24,6 +24,7 @@ from simulator.hybrid import HYBRID_OPTIONS
 from simulator.metrics import Recorder
 from simulator.pool_columns import pool_column_names, pool_columns
 from simulator.run import policy_config
+from simulator.shared_tier import SHARED_OPTIONS
 
 
 def _pc(**flat) -> PolicyConfig:
@@ -100,8 +101,9 @@ def test_full_attention_columns_and_hash_leave_the_hybrid_options_out() -> None:
     llama = RunOptions.from_mapping({"model": "llama-3.1-8b", "kv_tokens": 4096})
     cols = llama.resolved()
     assert not set(HYBRID_OPTIONS) & set(cols)
-    # one replica: the fleet's options stay out too (simulator/fleet/spec.py)
-    fleet = {"replicas", *ROUTER_OPTIONS}
+    # one replica: the fleet's options stay out too (simulator/fleet/spec.py), and so do the
+    # shared tier's without one (simulator/shared_tier.py)
+    fleet = {"replicas", *ROUTER_OPTIONS, *SHARED_OPTIONS}
     assert set(cols) >= (set(OPTIONS) - set(HYBRID_OPTIONS) - set(HYBRID_MEMORY_OPTIONS)
                          - {"kv_cache_memory_bytes"} - fleet)
     assert not {*HYBRID_MEMORY_OPTIONS, "kv_cache_memory_bytes"} & set(cols)
