@@ -327,25 +327,30 @@ def plan(
     """Static memory plan; with --trace or --workload also simulate across page sizes and
     recommend one (never from an overloaded run); with --target-hit-rate, size the host KV
     tier instead."""
-    if target_hit_rate is not None:
-        from experiments.host_sizing import plan_host_tier
-
-        sizing = plan_host_tier(opts, target_hit_rate, from_user(ctx, "workload"))
-        if sizing.overloaded:
-            warn_overload(list(sizing.rows))
-        echo_lines([json.dumps(sizing.to_dict(), indent=2)] if as_json
-                    else sizing.report_lines(opts.output.out))
-        return
     from experiments.plan_modes import PlanRequest, make_plan
 
     study = from_user(ctx, "workload") or opts.workload.trace is not None
     bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
     seeds = parse_list(lists["seed"], int, "--seeds")
+    mine = {"context_len": context_len, "tolerance": tolerance, "page_sizes":
+            lists["page_size"], "seeds": lists["seed"], "jobs": jobs, "find_rate": find_rate,
+            "at_sustainable_rate": at_sustainable_rate, "steps": steps, "progress": progress}
     req = PlanRequest(context_len, tolerance, lists["page_size"],
                       None if seeds is None else tuple(seeds), jobs, find_rate,
-                      at_sustainable_rate, steps, study, bar)
-    answer = make_plan(opts, req, on_probe=None if as_json else echo_probe,
-                       announce=None if as_json else lambda m: typer.echo(m, err=True))
+                      at_sustainable_rate, steps, study, bar, target_hit_rate,
+                      frozenset(n for n, v in mine.items() if v != PLAN_DEFAULTS[n]))
+    on_probe = None if as_json else echo_probe
+    announce = None if as_json else lambda m: typer.echo(m, err=True)
+    if target_hit_rate is not None:
+        from experiments.host_sizing import plan_host_tier
+
+        sizing = plan_host_tier(opts, req, on_probe, announce)
+        if sizing.overloaded:
+            warn_overload(list(sizing.rows))
+        echo_lines([json.dumps(sizing.to_dict(), indent=2, default=str)] if as_json
+                   else sizing.report_lines(opts.output.out))
+        return
+    answer = make_plan(opts, req, on_probe=on_probe, announce=announce)
     if answer.study is not None and answer.study.recommendation.overloaded:
         warn_overload(list(answer.study.rows))
     if as_json:
@@ -359,6 +364,12 @@ def plan(
         con.print(render_recommendation(answer.study.recommendation))
     for line in answer.lines():
         con.print(line, markup=False, highlight=False)
+
+
+# plan's own flags at their defaults (a flag away from it was given: PlanRequest.check)
+PLAN_DEFAULTS = {"context_len": None, "tolerance": 0.02, "page_sizes": DEFAULT_PAGE_SIZES,
+                 "seeds": None, "jobs": None, "find_rate": False, "at_sustainable_rate": False,
+                 "steps": 4, "progress": None}
 
 
 @app.command()

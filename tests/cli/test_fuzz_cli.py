@@ -436,7 +436,10 @@ def test_plan_options(option, ok, data):
         PLAN_INVALID[option]))
     args = ["plan", f"{option}={value}", "--json"]
     r = invoke(*args)
-    if ok:
+    if ok and option != "--context-len":  # the page-size study's flags, with no study
+        assert_user_error(r, args, option)
+        assert "silent no-op" in r.stderr
+    elif ok:
         assert_ok(r, args)
         json.loads(r.stdout)
     else:
