@@ -62,6 +62,16 @@ def _root(
     STATE["debug"] = debug
 
 
+def _engine_header(opts: RunOptions, err: bool = False) -> None:
+    """`--engine`'s line, first (on stderr under --json, which keeps stdout JSON)."""
+    from experiments.engines import engine_header
+
+    line = engine_header(opts.to_dict())
+    if line is not None:
+        opts.sim_config()  # a user mistake is the only line, not after the header
+        typer.echo(line, err=err)
+
+
 # -- run ------------------------------------------------------------------------------------------
 @app.command(epilog=epilog("run"))
 @with_options()
@@ -80,6 +90,7 @@ def run(
 
     if progress is None:  # long runs show a bar when someone is watching
         progress = sys.stderr.isatty()
+    _engine_header(opts)
     one = simulate_one(opts, events=events, progress=progress)
     con = console()
     for table in run_tables(one.row):  # a hybrid run's pools per layer kind come last
@@ -119,6 +130,7 @@ def sweep(
     from experiments.sweep import run_grid
     from reports.plots import plot_dir
 
+    _engine_header(opts)
     out, df = run_grid(opts, lists, jobs=jobs, executor=executor,
                        scheduler_address=scheduler_address, progress=progress, say=typer.echo)
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
@@ -149,6 +161,7 @@ def compare(
     from reports.deltas import admission_notes, delta_table
     from reports.tables import breakdown_table, latency_table
 
+    _engine_header(opts)
     c = compare_policies(opts, lists["policy"], baseline,
                          sys.stderr.isatty() if progress is None else progress)
     con = console()
@@ -341,6 +354,7 @@ def plan(
                       frozenset(n for n, v in mine.items() if v != PLAN_DEFAULTS[n]))
     on_probe = None if as_json else echo_probe
     announce = None if as_json else lambda m: typer.echo(m, err=True)
+    _engine_header(opts, err=as_json)
     if target_hit_rate is not None:
         from experiments.host_sizing import plan_host_tier
 
@@ -393,6 +407,7 @@ def capacity(
 
     check_steps(steps)
     opts.sim_config()  # a user mistake before the first simulation
+    _engine_header(opts, err=as_json)
     bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
     cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else echo_probe,
                                 simulate=lambda o: simulate_options(o, progress=bar)[0])

@@ -116,6 +116,8 @@ def test_sim_config_is_built_from_the_options_by_name():
     assert sim - set(OPTIONS) == ENGINE_INTERNALS | {"kv_bytes"}
     sim -= {"kv_bytes", *HYBRID_OPTIONS}  # a full-attention model's columns have no hybrid
     assert not set(HYBRID_OPTIONS) & set(opts().resolved())
+    sim -= {"engine"}  # a column only under --engine (experiments/engines.py)
+    assert "engine" not in opts().resolved() and opts(engine="vllm").resolved()["engine"]
     o = opts(kv_tokens=4096, warmup_s=3.0, duration_s=50.0, timeline_interval_s=0.25,
              admission="vllm", eviction="lfu", seed=9)
     flat = o.sim_config().to_dict()
