@@ -2,8 +2,9 @@
 
 The keys are the option names (`page_size = 16` or `page-size = 16`, old spellings accepted);
 a list value for a sweep axis (`page_size = [1, 16]`) is a grid axis. Precedence: defaults <
-file < command line (`--engine` at the level it is given: experiments/engines.py). A saved config.json holds the options under `options` and is re-run as
-it is (its `out` is left out, so a re-run does not write over the original).
+file < command line (`--engine` at the level it is given: experiments/engines.py). A saved
+config.json holds the options under `options` and is re-run as it is (its `out` is left
+out, so a re-run does not write over the original).
 """
 
 from __future__ import annotations

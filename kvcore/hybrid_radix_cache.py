@@ -24,7 +24,8 @@ the "v1" cache of the default `no_buffer` strategy, which asserts page size 1):
   request's slot: copy on write); a split leaves the state on the lower part. A request
   locks the state of the node its match ended at (`state_lock`, SGLang `mamba_lock_ref`).
   State eviction takes unlocked states least recently used first: an inner (or locked) node
-  loses its state, an unlocked leaf is evicted whole.
+  loses its state (marked `STATE_EVICTED`, so the reuse accounting tells a state the pool
+  evicted from one never kept there), an unlocked leaf is evicted whole.
 
 Full eviction (`evict`) is the base class's, which frees each evicted leaf's SWA page and
 state too (through `on_evict`), then deletes tombstone / stateless leaves left behind.
@@ -49,7 +50,27 @@ from kvcore.radix_node import TreeNode, as_key
 from kvcore.swa_pool import SWAPagePool
 from kvcore.validation import InvariantError
 
-__all__ = ["HybridLock", "HybridNode", "HybridRadixCache"]
+__all__ = ["NO_STATE", "STATE_EVICTED", "HybridLock", "HybridNode", "HybridRadixCache",
+           "ReuseCuts"]
+
+#: a node's `state` without a slot: never kept there (the state after a node's last token is
+#: kept only at the end of an inserted sequence), or kept and then evicted from the state pool
+NO_STATE = -1
+STATE_EVICTED = -2
+
+
+@dataclass(frozen=True)
+class ReuseCuts:
+    """Where a hybrid prefix match was cut, in tokens of the key (each <= the one before):
+    `content`, the page-aligned prefix whose full-attention KV the cache holds; `windowed`,
+    the longest prefix of it whose last sliding window still has its SWA KV (no window:
+    `content`); `boundary`, the longest of those that ends where the cache kept a state
+    (no state layers: `windowed`). The hit itself is <= `boundary`: a state kept and then
+    evicted from its pool counts in `boundary` and not in the hit."""
+
+    content: int
+    windowed: int
+    boundary: int
 
 
 class HybridNode(TreeNode):
@@ -63,7 +84,7 @@ class HybridNode(TreeNode):
         self.tomb = False
         self.swa_lock = 0
         self.swa_uuid = 0
-        self.state = -1
+        self.state = NO_STATE
         self.state_lock = 0
 
 
@@ -125,13 +146,15 @@ class HybridRadixCache(RadixCache):
         return upper  # the state (after the last token) stays on the lower part
 
     # -- matching --------------------------------------------------------------------------
-    def _walk_hybrid(self, key: np.ndarray) -> tuple[int, int]:
-        """(hit, the part of it that is unlocked: evictable), read-only. Locks cover root
-        paths, so the unlocked nodes of a match are a suffix of it."""
+    def _walk_hybrid(self, key: np.ndarray) -> tuple[int, int, ReuseCuts]:
+        """(hit, the part of it that is unlocked: evictable, where each rule cut the match),
+        read-only. Locks cover root paths, so the unlocked nodes of a match are a suffix of
+        it."""
         n = len(key) - len(key) % self.page_size
         best = (0, 0)
         node, pos, since, evictable = self.root, 0, 1 << 62, 0
         window, states = self.window, self.states is not None
+        content = windowed = boundary = 0
         while pos < n:
             children = node.children
             child = children.get(self._child_key(key, pos)) if children is not None else None
@@ -141,23 +164,36 @@ class HybridRadixCache(RadixCache):
             m = self._match_len(child.key, key[pos:n])
             if m == 0:
                 break
+            content = pos + m
             since = 0 if child.tomb else since + m
             if child.lock_ref == 0:
                 evictable += m
             whole = m == len(child.key)
-            if (window is None or since >= window) and (not states or (whole and
-                                                                       child.state >= 0)):
-                best = (pos + m, evictable)
+            if window is None or since >= window:
+                windowed = pos + m
+                if not states or (whole and child.state != NO_STATE):
+                    boundary = pos + m
+                if not states or (whole and child.state >= 0):
+                    best = (pos + m, evictable)
             if not whole:
                 break
             node, pos = child, pos + m
-        return best
+        return (*best, ReuseCuts(content, windowed, boundary))
+
+    def reuse_cuts(self, key: object) -> ReuseCuts:
+        """Where the match rules cut a match of `key` (read-only; all 0 with the cache
+        off): the full-attention KV the tree holds, the part whose window still has SWA KV,
+        and the part ending where a state was kept (now, or until the state pool evicted
+        it)."""
+        if self.disable:
+            return ReuseCuts(0, 0, 0)
+        return self._walk_hybrid(as_key(key))[2]
 
     def peek_hybrid(self, key: object) -> tuple[int, int]:
         """(hit a match would give now, the part of it that is evictable), read-only."""
         if self.disable:
             return 0, 0
-        return self._walk_hybrid(as_key(key))
+        return self._walk_hybrid(as_key(key))[:2]
 
     def match(self, key: object) -> tuple[torch.Tensor, HybridNode]:
         """The usable prefix of `key` (see the match rule): its slots and the node it ends at.
@@ -361,7 +397,7 @@ class HybridRadixCache(RadixCache):
             freed += 1
             if x.children or x.lock_ref:
                 self.states.free(x.state)
-                x.state = -1
+                x.state = STATE_EVICTED
             else:
                 parent = x.parent
                 self._delete_leaf(x)

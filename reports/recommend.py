@@ -43,7 +43,7 @@ import numpy as np
 RULES = ("servable", "latency", "hit rate")
 # summary columns averaged per page size when present (the reuse split, the overload detail)
 _EXTRA = ("ideal_hit_rate", "reuse_gap_alignment", "reuse_gap_not_arrived",
-          "reuse_gap_capacity", "rate_req_s")
+          "reuse_gap_capacity", "reuse_gap_window", "reuse_gap_state", "rate_req_s")
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,11 @@ class AdmitResult:
     `cached_len` tokens of the prompt were found in the prefix cache (page-aligned, at most
     prompt - 1); the request's `written` starts there. `token_hit` is the match a token-granular
     cache holding the same content would give (>= cached_len): the difference is the reuse
-    lost to page alignment.
+    lost to page alignment. A hybrid policy also says which of its other layer kinds' rules
+    refused cached full-attention KV: `window_lost` tokens because the sliding window's KV at
+    the match's end was gone, then `state_lost` tokens because no state was kept where the
+    match could end (the Mamba cache mode keeps states only at some positions); a state
+    kept there and then evicted from its pool is capacity, in neither.
     """
 
     row: int
@@ -79,6 +83,8 @@ class AdmitResult:
     token_hit: int = -1
     host_hit: int = 0  # of cached_len: tokens loaded from the host tier (kvcore/tiers.py)
     storage_hit: int = 0  # of cached_len: tokens loaded from the storage tier
+    window_lost: int = 0
+    state_lost: int = 0
 
     @property
     def unaligned_hit(self) -> int:

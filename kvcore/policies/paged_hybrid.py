@@ -234,6 +234,7 @@ class HybridPagedPolicy(PrefixCache, PoolKinds):
             return None
         key = as_key(token_ids)[: max(len(token_ids) - 1, 0)]
         token_hit = 0 if self.tree.disable else self.tree.peek(key)[1]
+        cuts = self.tree.reuse_cuts(key)
         indices, node = self.tree.match(key)
         lock = self.tree.lock(node)
         state = -1
@@ -252,7 +253,10 @@ class HybridPagedPolicy(PrefixCache, PoolKinds):
         self._queried += len(key)
         self._hit += cached
         self._reqs[rid] = _Req(row, cached, cached, final_len, cached, lock, state)
-        return AdmitResult(row, cached, max(token_hit, cached))
+        # past a page-aligned match only where the page was the cut, not a window or state
+        token_hit = max(token_hit, cached) if cached == cuts.content else cached
+        return AdmitResult(row, cached, token_hit, window_lost=cuts.content - cuts.windowed,
+                           state_lost=cuts.windowed - cuts.boundary)
 
     # -- growth ----------------------------------------------------------------------------
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
