@@ -71,7 +71,8 @@ def options_from(config: str | Path | None, given: Mapping[str, Any],
             else:
                 from_file[key] = value
     # an --engine's defaults at the level it was given: the options given there or above win
-    merged = apply_engine([normalize(from_file, where=f"key in {config}"), normalize(given)])
+    merged = apply_engine([normalize(from_file, where=f"key in {config}"), normalize(given)],
+                          typed=True)
     return RunOptions.from_mapping(merged), extras
 
 

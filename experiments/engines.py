@@ -102,10 +102,12 @@ def _steps_aside(option: str, merged: Mapping[str, Any]) -> bool:
     return False
 
 
-def apply_engine(levels: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def apply_engine(levels: Sequence[Mapping[str, Any]], typed: bool = False) -> dict[str, Any]:
     """Option values given at each level (lowest first; names normalized) merged, with the
     engine's defaults filled in at the level `--engine` was given: an option given at that
-    level or above keeps its value (see the module notes)."""
+    level or above keeps its value (see the module notes). `typed`: the last level is what
+    the user typed (the command line), where an --engine that sets nothing is refused (a
+    saved config.json, which echoes every option, may hold one)."""
     merged: dict[str, Any] = {}
     for level in levels:
         merged.update(level)
@@ -113,10 +115,17 @@ def apply_engine(levels: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
              default=None)
     if at is None:
         return merged
-    for option, value in engine_defaults(levels[at][ENGINE_OPTION]).values().items():
+    name = levels[at][ENGINE_OPTION]
+    set_any = False
+    for option, value in engine_defaults(name).values().items():
         if any(option in lv for lv in levels[at:]) or _steps_aside(option, merged):
             continue
         merged[option] = value
+        set_any = True
+    if typed and at == len(levels) - 1 and not set_any:  # typed, and a no-op
+        raise ValueError(f"--engine {name} sets nothing here: --policy, --admission, "
+                         "--budget (or a direct pool size) and --latency-profile (or "
+                         "--latency constant) are all given; drop it")
     return merged
 
 

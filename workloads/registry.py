@@ -51,7 +51,10 @@ class _Entry:
     num_requests: int | None
     unit: int | Callable[[WorkloadSpec], int]  # requests per arrival (group / session / tree)
     build: Callable[[WorkloadSpec, np.ndarray, int | None], Workload]
-    lengths: str = "fixed"
+    lengths: str = "fixed"  # the length model without --lengths
+    # where prompt lengths come from: the length model ("lengths"), --input-len itself
+    # ("input_len": a tree's root), or the generator's own knobs ("own": k-shot, chat)
+    prompts: str = "lengths"
 
 
 def _limits(spec: WorkloadSpec) -> OutputLimits:
@@ -108,22 +111,24 @@ def _tree_size(spec: WorkloadSpec) -> int:
 _SYNTHETIC: dict[str, _Entry] = {
     "sharegpt": _Entry(
         "ShareGPT lengths rescaled to the vLLM paper's means (in 161.3 / out 338.0), "
-        "Poisson 2 req/s, 200 requests (the default)", 2.0, 200, 1, _independent("sharegpt")),
+        "Poisson 2 req/s, 200 requests (the default)", 2.0, 200, 1, _independent("sharegpt"),
+        "sharegpt"),
     "alpaca": _Entry(
         "Alpaca-like lognormal lengths at the vLLM paper's means (in 19.3 / out 58.5), "
-        "Poisson 30 req/s, 200 requests", 30.0, 200, 1, _independent("alpaca")),
+        "Poisson 30 req/s, 200 requests", 30.0, 200, 1, _independent("alpaca"), "alpaca"),
     "kshot": _Entry(
         "shared k-shot prefix (S=1024) + unique question (Q=128), 128 output tokens, "
-        "Poisson 4 req/s, 200 requests", 4.0, 200, 1, _kshot),
+        "Poisson 4 req/s, 200 requests", 4.0, 200, 1, _kshot, "fixed", "own"),
     "chat": _Entry(
         "closed-loop multi-turn chat: 4 turns of 256-512 new tokens, ~128 output, 5 s think "
-        "time, 0.5 sessions/s, 200 requests", 0.5, 200, lambda s: s.num_turns, _chat),
+        "time, 0.5 sessions/s, 200 requests", 0.5, 200, lambda s: s.num_turns, _chat,
+        "uniform", "own"),
     "tot": _Entry(
         "tree of thought: depth 2, branching 3 (13 prompts per tree sharing ancestors), "
-        "0.5 trees/s, 208 requests", 0.5, 208, _tree_size, _tot),
+        "0.5 trees/s, 208 requests", 0.5, 208, _tree_size, _tot, "fixed", "input_len"),
     "parallel-sampling": _Entry(
         "parallel sampling: 4 outputs per prompt (ShareGPT-paper lengths), 1 prompt/s, "
-        "200 requests", 1.0, 200, lambda s: s.num_samples, _parallel),
+        "200 requests", 1.0, 200, lambda s: s.num_samples, _parallel, "sharegpt"),
 }
 
 _TRACES: dict[str, tuple[str, Path, float | None, int | None]] = {
@@ -192,6 +197,8 @@ def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
                if changed(n) and (is_trace or spec.name not in users)]
     if is_trace:
         ignored += [n for n in _LENGTH_KNOBS if changed(n)]
+    else:  # a length knob is read by the length model in effect, for what it draws
+        ignored += [n for n in _unread_length_knobs(spec) if changed(n)]
     if not timestamps and changed("rate_scale"):
         ignored.append("rate_scale")  # it speeds up recorded timestamps only
     if (spec.arrival or ("trace" if timestamps else "poisson")) != "gamma" and changed("cv"):
@@ -203,6 +210,26 @@ def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
     if ignored:
         raise WorkloadError(f"{', '.join(_flag(n) for n in ignored)}: not used by {what} "
                             "(it would be a silent no-op); drop it")
+
+
+def default_lengths(name: str) -> str | None:
+    """The length model a built-in generator draws without --lengths (None: a trace)."""
+    entry = _SYNTHETIC.get(name)
+    return None if entry is None else entry.lengths
+
+
+def _unread_length_knobs(spec: WorkloadSpec) -> list[str]:
+    """The length knobs a generator does not read: the empirical models (sharegpt, alpaca,
+    sharegpt-real) take no mean, `--spread` is uniform's and `--sigma` lognormal's, and a
+    generator whose prompts are its own (k-shot, chat) draws only outputs."""
+    entry = _SYNTHETIC[spec.name]
+    model = spec.lengths or entry.lengths
+    parametric = model in ("fixed", "uniform", "lognormal")
+    reads = {"output_len": parametric, "spread": model == "uniform",
+             "sigma": model == "lognormal",
+             "input_len": entry.prompts == "input_len" or (entry.prompts == "lengths"
+                                                           and parametric)}
+    return [n for n, read in reads.items() if not read]
 
 
 def build_workload(spec: WorkloadSpec | None = None) -> Workload:
@@ -247,4 +274,4 @@ def build_workload(spec: WorkloadSpec | None = None) -> Workload:
 
 
 __all__ = ["DEFAULT_WORKLOAD", "WorkloadSpec", "build_workload", "check_options_used",
-           "list_workloads"]
+           "default_lengths", "list_workloads"]

@@ -359,6 +359,9 @@ class PolicyKind:
     caches_prefix: bool = False  # keeps a prefix cache (--enable-prefix-caching applies)
     supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
     supports_hybrid: bool = False  # builds a hybrid policy when PolicyConfig.layout is hybrid
+    # the choices only some kinds read (PolicyConfig `placement`, `eviction`): an option a
+    # kind does not read is refused for it (experiments/option_rules.py)
+    reads: tuple[str, ...] = ()
 
 
 #: every policy, registered in the module named after it (kvcore/policies/paged.py, vllm.py,
@@ -367,14 +370,14 @@ POLICIES: Registry[PolicyKind] = Registry("policy")
 
 
 def register_policy(name: str, when: str, *, caches_prefix: bool = False,
-                    supports_tiers: bool = False,
-                    supports_hybrid: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+                    supports_tiers: bool = False, supports_hybrid: bool = False,
+                    reads: tuple[str, ...] = ()) -> Callable[[PolicyFactory], PolicyFactory]:
     """Register a factory under `name` with its capabilities; `when` is the one-line 'pick it
     when' shown to users."""
 
     def deco(factory: PolicyFactory) -> PolicyFactory:
         POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers,
-                                      supports_hybrid), when)
+                                      supports_hybrid, reads), when)
         return factory
 
     return deco

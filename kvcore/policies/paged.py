@@ -26,7 +26,8 @@ class PagedNoCachePolicy(PagedPolicy):
 
 @register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
                  "real traffic, any page size; reuses shared prefixes",
-                 caches_prefix=True, supports_tiers=True, supports_hybrid=True)
+                 caches_prefix=True, supports_tiers=True, supports_hybrid=True,
+                 reads=("eviction",))
 def _make_paged(config: PolicyConfig) -> KVPolicy:
     if config.is_hybrid:
         return _hybrid(config, cache_enabled=True)
