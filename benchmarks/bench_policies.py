@@ -1,13 +1,13 @@
-"""Every policy's speed against `paged` (issue 28, item 2): the same workload through each
-policy and through `paged` at page sizes 1, 16 and 256, with the default engine and with
-small interleaved prefill chunks (`--chunked-prefill-size 64`), in one process.
+"""Every policy's speed against `paged` (target: at most 2x everywhere): the same workload
+through each policy and through `paged` at page sizes 1, 16 and 256, with the default engine
+and with small interleaved prefill chunks (`--chunked-prefill-size 64`), in one process.
 
     python benchmarks/bench_policies.py [--num-requests 300] [--repeats 3]
         [--page-sizes 1 16 256] [--chunks 0 64] [--policies vllm contiguous-max ...]
         [--placements first-fit best-fit buddy] [--profile N]
 
 The workload is the first N requests of the bundled Mooncake conversation trace (default
-300, the slice issue 28 was filed with): its requests share prefixes (a session's turns
+300): its requests share prefixes (a session's turns
 resend the history), so the caching policies do real prefix work (hash chains, lookups,
 evictions), and its long prompts (thousands of tokens) make many chunks per request at
 `--chunked-prefill-size 64`, the interleaved case; 1,000 requests at chunk 64 take over

@@ -3,13 +3,13 @@ structures: allocator, radix cache or block pool, page table) timed from inside 
 `simulate`, the rest of the run being the engine's (SimPy, admission, stretch planning,
 latency, recording).
 
-    python benchmarks/bench_policy_time.py                      # bench_e2e's run: Azure, paged, page 16
+    python benchmarks/bench_policy_time.py            # bench_e2e's run: Azure, paged, page 16
     python benchmarks/bench_policy_time.py --policy vllm --page-size 1 --chunk 64 \
         --workload mooncake-conv --num-requests 300             # a bench_policies cell
 
-Why: issue 28's item 1 asks for the whole process three times faster. Whatever the engine
-does, the process still pays its fixed costs (imports, trace load, exit: `bench_phases.py`)
-and the policy's own calls, so those two together bound the ratio any engine work can reach.
+Why: whatever the engine does, the process still pays its fixed costs (imports, trace load,
+exit: `bench_phases.py`) and the policy's own calls, so those two together bound the ratio
+any engine work can reach.
 A replay of the recorded calls (`bench_paged_replay.py`) overstates the calls (each replays
 cold); here they run with the data as warm as in a real run. Each call is wrapped by a timer
 (outermost calls only); the wrapper's own cost is measured on a no-op and printed, and the

@@ -1,7 +1,7 @@
 """What a host KV tier costs in simulation time: the bundled Azure conversation trace with
 `--policy paged` (or `vllm`), without a tier and with one (`--hicache-ratio`, write_through),
 run in alternation (A B A B ...) in this process so that both see the same machine load; the
-ratio of medians of `simulate` wall time. The target (issue 18) is at most 1.3x.
+ratio of medians of `simulate` wall time. The target is at most 1.3x.
 
     python benchmarks/bench_tiers.py [--repeats 3] [--num-requests N] [--ratio R]
     python benchmarks/bench_tiers.py --policy vllm --page-size 16

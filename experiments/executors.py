@@ -35,10 +35,10 @@ CellFn = Callable[[Cell], Row]
 
 
 AUTO = 0  # no --jobs (the default): as many processes as help (`auto_jobs`)
-# below this many simulated requests in all cells together a sweep runs in this process: at
-# about 2,000 simulated requests per second of CPU (docs/performance.md) such a sweep takes a
-# few seconds, about what starting a worker costs (a fork server importing torch, SimPy and
-# pandas: about 2 s of CPU on the reference machine), so workers would not pay for themselves
+# below this many simulated requests in all cells together a sweep runs in this process: such
+# a sweep takes a few seconds of CPU, about what starting a worker costs (a fork server
+# importing torch, SimPy and pandas), so workers would not pay for themselves
+# (docs/performance.md, "Sweeps")
 AUTO_MIN_REQUESTS = 10_000
 
 
@@ -157,8 +157,8 @@ class LocalExecutor:
 
 def _process_context(preload: list[str]):
     """Worker processes that start warm: where available a fork server that has already
-    imported `preload` (torch, SimPy, pandas and kvsim) hands out forks (about 2 s of imports
-    saved per worker on a small machine); elsewhere plain spawn. Never a bare fork of this
+    imported `preload` (torch, SimPy, pandas and kvsim) hands out forks, so no worker pays for
+    those imports again; elsewhere plain spawn. Never a bare fork of this
     process, whose threads and torch state a fork would copy."""
     import multiprocessing
 

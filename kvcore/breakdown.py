@@ -177,7 +177,8 @@ def page_growth_within_page(
     rounding = np.bincount(room, weights=gain, minlength=ps)[:n].cumsum().astype(np.int64)
     token_growth = np.arange(1, n + 1, dtype=np.int64) * len(room)
     # base + token_growth, new_slots, rounding spread over the PARTS columns: one product
-    growth = np.array((token_growth, new_slots, rounding)).T @ _GROWTH  # np.stack costs 4x
+    # np.array of the tuple, not np.stack: one call, where np.stack adds its own Python layers
+    growth = np.array((token_growth, new_slots, rounding)).T @ _GROWTH
     return base.as_array() + growth, new_slots
 
 

@@ -124,7 +124,7 @@ class ReqToTokenPool:
         Positions outside the table are a ValueError, nothing written."""
         if isinstance(cols, np.ndarray):
             # a negative position wraps to a huge one; the ufunc's own reduce skips the
-            # Python wrappers of ndarray.max (a few microseconds on every decode step)
+            # Python wrappers of ndarray.max, which every decode step would pay
             if cols.size and _UMAX(cols.astype(np.int64, copy=False).view(np.uint64),
                                    axis=None) >= self.max_context_len:
                 bad = cols[(cols < 0) | (cols >= self.max_context_len)].flat[0]

@@ -29,10 +29,6 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def align_down(a: int, b: int) -> int:
-    return a // b * b
-
-
 def check_request_lengths(
     prompt_len: int, final_len: int, max_context_len: int, min_prompt: int = 0
 ) -> None:

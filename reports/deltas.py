@@ -6,7 +6,7 @@ two saved results directories, so both use the same metrics, signs and words. A 
 metric says which direction is better, so the table can say "worse" rather than leave the sign
 of a latency delta to the reader.
 
-Two guards keep the words honest (issue 26):
+Two guards keep the words honest:
 
 * **better / worse only at the same offered load**: a run fed more requests per second shows
   more throughput whether or not it serves them better (an overloaded run's throughput is its

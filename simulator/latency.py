@@ -232,7 +232,8 @@ class RooflineLatency(LatencyModel):
         if self.tp_link_gb_s <= 0:
             raise ValueError(f"tp_link_gb_s must be > 0, got {self.tp_link_gb_s!r}")
         m, tp = self.model, self.tp
-        wb = weight_dtype_bytes(m.weight_dtype)  # mxfp4 / nvfp4 / int4 too (gpt-oss)
+        m.weight_bytes(tp)  # the roofline reads the weights: a KV-only config cannot run it
+        wb = weight_dtype_bytes(m.weight_dtype)  # the experts' (mxfp4 / nvfp4 / int4 too)
         heads = m.num_heads / tp
         if m.is_mla:  # absorbed attention over the latent: q.k over 576, values over 512
             qk, v = m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank
@@ -243,7 +244,8 @@ class RooflineLatency(LatencyModel):
         c["flop_tok"] = 2.0 * m.params_per_token / tp
         c["flop_pair"] = 2.0 * heads * (qk + v) * m.num_layers
         c["kv_tok"] = float(m.kv_bytes_per_token(self.kv_dtype, tp))
-        c["w_fixed"] = (m.num_params - m.routed_expert_params) * wb / tp
+        rest_b = m.nonexpert_weight_bytes_per_param  # bf16 where only the experts are mxfp4
+        c["w_fixed"] = (m.num_params - m.routed_expert_params) * rest_b / tp
         c["w_expert"] = expert_layer * m.num_moe_layers  # one expert in every MoE layer
         c["flops_s"] = self.gpu.flops * self.mfu
         c["bytes_s"] = self.gpu.bandwidth_bytes_s * self.mbu

@@ -114,7 +114,7 @@ class RequestColumns:
     """The finished requests' table as one numpy array per column, read by the summary
     (simulator/run.py, overload.py, reuse_gap.py) as a frame's columns are: `cols[name]`,
     `name in cols`, `len(cols)` (rows). `frame()` builds the pandas frame, importing pandas
-    then (about 0.5 s of a run's start otherwise paid by every caller)."""
+    then, so a caller that reads only the summary never pays pandas' import."""
 
     def __init__(self, data: dict[str, np.ndarray], names: Sequence[str], rows: int) -> None:
         self._data, self.names, self.rows = data, tuple(names), rows

@@ -58,11 +58,6 @@ PREEMPTS.add("recompute", PreemptMode())
 PREEMPTS.add("swap", PreemptMode(swap=True))
 
 
-def order_waiting(waiting: list[SimRequest], schedule: str, peek: Peek) -> list[SimRequest]:
-    """`waiting` in the order `schedule` names (preempted requests stay at the front)."""
-    return SCHEDULES.get(schedule).order(waiting, peek)
-
-
 def retract_victim(running: list[SimRequest]) -> SimRequest:
     """SGLang: the request with the fewest decoded tokens, then the longest prompt."""
     return min(running, key=lambda r: (r.decoded, -r.prompt_len, -r.req.request_id))

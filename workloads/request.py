@@ -28,6 +28,8 @@ PROMPT_TAG = 1  # a request's own unique prompt (traces without prefix info, gen
 SHARED_TAG = 2  # a prefix shared by many requests (system prompt, k-shot examples)
 TURN_TAG = 3  # the new user input of a session turn
 STEP_TAG = 4  # the per-node instruction of a tree-of-thought step
+QUESTION_TAG = 5  # a question of a benchmark's prompt group (the same text each time the
+# harness sends that prompt again, workloads/prompt_groups.py)
 
 
 def mix64(*parts: int) -> int:
@@ -134,8 +136,8 @@ class Request:
     """One request as the simulator sees it.
 
     Slotted, with no per-request `meta` dict unless a generator has something to say: a day
-    of traffic holds a million of them (about 610 bytes each with a `__dict__` and an empty
-    dict, measured with tracemalloc on a ShareGPT-like workload; see docs/performance.md).
+    of traffic holds a million of them, and a `__dict__` plus an empty dict would make each
+    a third larger (docs/performance.md, "A day of traffic").
 
     `output_len` is the true number of generated tokens: it only ends decoding (and feeds the
     oracle policies and the memory breakdown). Schedulers and admission see `max_new_tokens`.

@@ -75,7 +75,8 @@ def _segment_runs(seg: tuple) -> tuple[np.ndarray, np.ndarray]:
 def sequence_runs(req: Request, n_tokens: int | None = None) -> list[tuple[int, int]]:
     """The first `n_tokens` (default: the prompt) of prompt + output ids, as maximal runs.
     Synthetic segments and the output are one run each, built in Python ints (a request of
-    the Azure trace is one such segment: numpy's per-call cost was the whole pass's); explicit
+    the Azure trace is one such segment, and numpy's fixed cost per call would outweigh the
+    work); explicit
     ids and hash blocks go through `_segment_runs`."""
     plen = req.prompt_len
     n = plen if n_tokens is None else n_tokens

@@ -133,10 +133,6 @@ class RunRadixTree:
                 node, s, n = c, s + common, n - common
 
     @property
-    def num_nodes(self) -> int:
-        return len(self.edge_len)
-
-    @property
     def nbytes(self) -> int:
         """The columns' bytes (the buffered dict not included)."""
         return sum(a.itemsize * len(a) for a in (self.edge_start, self.edge_len, self._keys,

@@ -247,10 +247,6 @@ class ContiguousPolicy(Reserving, DecodeStretch):
             self._write_decodes(dreqs, np.array([r.written for r in dreqs], dtype=np.int64), n)
         return out
 
-    def decode_room(self, rid: int) -> int:
-        req = self._req(rid)
-        return req.reservation - req.written
-
     # -- ending ----------------------------------------------------------------------------
     def finish(self, rid: int, token_ids: np.ndarray) -> None:
         self.release(rid)

@@ -64,6 +64,7 @@ from kvcore.validation import (
     non_negative_int,
     positive_int,
 )
+from kvcore.vllm_rules import vllm_rules
 
 
 def _ids(token_ids: np.ndarray) -> np.ndarray:
@@ -87,7 +88,8 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
         positive_int("page_size", config.page_size)
         self.groups: HybridGroups = vllm_groups(
             config.layout, config.kv_bytes, self.max_context_len, kv_dtype=config.kv_dtype,
-            block_size=config.page_size)
+            block_size=config.page_size, rules=vllm_rules(config.vllm_version),
+            mamba_cache_mode=mode)
         bs = self.groups.block_size
         #: attention groups: a slot is 1 / block_size of a block in each (vLLM's "GPU KV
         #: cache size" = blocks // groups x block size, kv_cache_utils.py, v0.11+)
@@ -512,6 +514,10 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
         cols = [1 if self.specs[k].is_state and self.mamba_cache_mode == "none"
                 else cdiv(self.max_context_len, self.page_size) for k in self.gspec]
         return self.max_requests * sum(cols) * 4
+
+    @property
+    def shared_pool(self) -> bool:
+        return True  # every group draws block ids from one BlockPool
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Per pool kind: the shared pool's bytes as capacity, the bytes its groups' blocks

@@ -114,3 +114,43 @@ def test_tp_and_moe():
     mix = make_latency_model("roofline", "mixtral-8x7b", "h100")
     # a single token reads 2 of 8 experts; a large batch reads nearly all of them
     assert mix.weight_bytes_read(1) < 0.4 * mix.weight_bytes_read(256)
+
+
+# nccl-tests all_reduce_perf on 8 H100 SXM ranks (an AWS p5 node, NVLink / NVSwitch; bf16
+# activations move like its float rows, bytes are bytes), out-of-place column, as published in
+# aws-samples/awsome-distributed-training, 1.architectures/3.aws-batch ("NCCL Tests on AWS
+# Batch", read 2026-12-05): message bytes -> time (s); busbw at 128 MiB 396.19 GB/s.
+NCCL_H100_X8_ALLREDUCE_S = {16_384: 17.46e-6, 134_217_728: 592.8e-6}
+NCCL_H100_X8_BUSBW_GB_S = 396.19
+
+
+def _allreduce_seconds(prefill, decode, **link) -> float:
+    """The all-reduce term of one Llama-3.1-70B iteration at TP 8: the iteration with the
+    link's constants minus the same iteration on an instant link (every other term is
+    independent of them)."""
+    def t(**kw) -> float:
+        lm = make_latency_model("roofline", "llama-3.1-70b", "h100", tp=8, **kw)
+        return lm.iteration_time(prefill, decode, page_size=16)
+    return t(**link) - t(tp_link_gb_s=1e12, tp_allreduce_latency_s=0.0)
+
+
+def test_tp_allreduce_term_matches_nccl_on_h100():
+    """Issue 39 item 7: Megatron-style TP runs two all-reduces of the activations (tokens x
+    hidden x 2 bytes) per layer. Llama-3.1-70B (hidden 8192, 80 layers) at TP 8: one decode
+    token all-reduces 16 KiB, an 8,192-token prefill chunk 128 MiB, both rows of the published
+    table. With the fixed cost set to the 16 KiB time and the link to the 128 MiB bus
+    bandwidth, the term of each iteration is 160 x the published time within 5 %: dropping
+    the term, doubling it, forgetting the 2-byte activation, one all-reduce per layer, or a
+    message split over the ranks each miss by 40 % or more."""
+    link = {"tp_link_gb_s": NCCL_H100_X8_BUSBW_GB_S,
+            "tp_allreduce_latency_s": NCCL_H100_X8_ALLREDUCE_S[16_384]}
+    per_layer = 2 * 80
+    decode = _allreduce_seconds([], [4096], **link)
+    assert decode == pytest.approx(per_layer * NCCL_H100_X8_ALLREDUCE_S[16_384], rel=0.05)
+    prefill = _allreduce_seconds([(8192, 0)], [], **link)
+    assert prefill == pytest.approx(per_layer * NCCL_H100_X8_ALLREDUCE_S[134_217_728],
+                                    rel=0.05)
+    # one rank has nothing to reduce
+    one = make_latency_model("roofline", "llama-3.1-70b", "h100", tp=1)
+    assert one.iteration_time([(8192, 0)], [], 16) == make_latency_model(
+        "roofline", "llama-3.1-70b", "h100", tp=1, **link).iteration_time([(8192, 0)], [], 16)

@@ -16,11 +16,14 @@ from kvcore.presets import get_gpu, get_model
 from simulator.latency import make_latency_model
 from simulator.overload import (
     THRESHOLDS,
+    Unfinished,
     backlog_floor,
+    delay_by_window,
     overload_verdict,
     queue_growth,
     theil_sen,
     unloaded_prefill_s,
+    window_arrivals,
 )
 from tests.simulator.helpers import chat, identical, kshot, run
 from workloads.request import Workload
@@ -158,6 +161,38 @@ def test_queueing_delay_alone_decides_a_sparse_stream():
     assert THRESHOLDS.delay_margin_s == 1.0
 
 
+def test_a_request_never_admitted_waits_until_the_window_end():
+    """Issue 39 item 7: the wait of a request not admitted by the window end is censored at
+    that end (not 0, not its own window's end), and the requests the run ended with count.
+    Window [0, 10): a row admitted after 0.5 s, two queued from 2 and 3 s (never admitted:
+    18 and 17 s to the end at 20) -> median 17. Window [10, 20]: one admitted after 1 s,
+    two never admitted from 14 and 16 s (6 and 4 s) -> median 4."""
+    rows = _requests(np.array([1.0]), np.array([1.5]))
+    left = Unfinished(np.array([2.0, 3.0, 12.0, 14.0, 16.0]),
+                      np.array([np.nan, np.nan, 13.0, np.nan, np.nan]))
+    edges = np.array([0.0, 10.0, 20.0])
+    assert delay_by_window(rows, edges, left).tolist() == [17.0, 4.0]
+    # without the unfinished requests only the completed row is seen
+    assert delay_by_window(rows, edges)[0] == 0.5
+
+
+def test_the_arrival_rate_counts_the_window_only():
+    """Issue 39 item 7: the backlog floor's growth is compared with the arrivals of the
+    window [start, end] (both ends in), not with the warmup's. 2 req/s over 200 s, a 100 s
+    warmup served on arrival, then 1.86 req/s served: the floor grows 0.13 req/s, 7 % of the
+    window's 2.01 req/s (over the 5 % threshold); counted over all 401 arrivals it would read
+    3 % and miss the overload."""
+    assert window_arrivals(np.array([5.0, 10.0, 15.0, 20.0, 25.0]), 10.0, 20.0) == 3
+    t = np.linspace(0, 200, 401)
+    admit = t.copy()
+    late = t > 100
+    admit[late] = np.maximum(t[late], 100 + np.arange(late.sum()) / 1.86)
+    assert window_arrivals(t, 100.0, 200.0) == 201
+    v = _verdict(t, admit, start=100.0, end=200.0)
+    assert v["queue_growth_req_s"] == pytest.approx(0.1333, rel=0.01)
+    assert "backlog floor" in v["overload_reason"] and "(7% of arrivals" in v["overload_reason"]
+
+
 @pytest.mark.parametrize("backlog, flagged", [(10, False), (11, True)])
 def test_without_rows_the_backlog_at_the_end_decides(backlog, flagged):
     # 100 requests: the fallback threshold is max(10, 5 % of 100) = 10
@@ -273,3 +308,44 @@ def test_the_timeline_drops_to_what_is_held_across_an_idle_gap():
     assert len(gap) >= 2, tl
     assert (gap["token_states"] == 0).all() and (gap["running"] == 0).all()
     assert gap["time_s"].max() == pytest.approx(100.0)
+
+
+def test_requests_the_run_ended_with_count_in_the_verdict():
+    """Issue 38 item 11: only the completed requests have rows. A queue that grows to
+    hundreds of requests which never got through is invisible in those rows (the backlog
+    floor read -1.73 req/s); counted from the engine (`Unfinished`), the same run is
+    overloaded, and its never-admitted requests' waits count (censored at the window end)."""
+    from simulator.overload import Unfinished
+
+    t, admit = _stream(n=300, span=10.0, admit_rate=3.0)  # 30 req/s in, 3 req/s served
+    done = admit <= 10.0
+    rows = _requests(t[done], admit[done])
+    common = {"arrivals": t, "prompt_lens": np.full(300, 100), "start": 0.0, "end": 10.0,
+              "backlog": int((~done).sum()), "latency": LAT, "chunk": 0, "page_size": 16}
+    blind = overload_verdict(requests=rows, **common)
+    assert "backlog floor" not in blind["overload_reason"]
+    assert blind["queue_growth_req_s"] <= 0.5
+    left = Unfinished(t[~done], np.full(int((~done).sum()), np.nan))
+    assert left.count == left.queued == 269
+    seen = overload_verdict(requests=rows, unfinished=left, **common)
+    assert seen["overloaded"] and "backlog floor" in seen["overload_reason"]
+    assert seen["queue_growth_req_s"] == pytest.approx(27.0, rel=0.15)
+
+
+def test_a_no_drain_run_that_ends_with_a_queue_is_overloaded(tmp_path):
+    """The real case: 300 Mooncake requests replayed at 100 req/s without draining: one
+    completes and 280 are still queued at the end, which the verdict must see (it read
+    "not overloaded", growth 0, from the one completed row)."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    out = tmp_path / "r"
+    r = CliRunner().invoke(app, ["run", "--workload", "mooncake-conv", "--num-requests", "300",
+                                 "--rate", "100", "--no-drain", "--no-progress", "--out",
+                                 str(out)])
+    assert r.exit_code == 0, r.output
+    row = pd.read_csv(out / "summary.csv").iloc[0]
+    assert row["queue_backlog"] > 200 and row["requests_completed"] < 10
+    assert bool(row["overloaded"]) and row["queue_growth_req_s"] > 50
+    assert "warning: overloaded" in r.output
