@@ -197,9 +197,11 @@ def _below_one_page(mem: MemorySpec, b: _Budget, bpt: int, ps: int, model: str) 
     if b.rule == "kv_tokens":
         return (f"--kv-tokens {mem.kv_tokens} is smaller than one {ps}-token page: the KV pool "
                 f"would hold no page (give --kv-tokens {ps} or more, or a smaller --page-size)")
-    return (f"--kv-mem-gib {mem.kv_mem_gib:g} is {b.per_rank / 2**20:.3g} MiB of KV per GPU, "
+    given = (("--kv-cache-memory-bytes", f"{mem.kv_cache_memory_bytes}")
+             if b.rule == "kv_cache_memory_bytes" else ("--kv-mem-gib", f"{mem.kv_mem_gib:g}"))
+    return (f"{given[0]} {given[1]} is {b.per_rank / 2**20:.3g} MiB of KV per GPU, "
             f"smaller than one {ps}-token page of {model} ({bpt * ps / 2**20:.3g} MiB): the KV "
-            f"pool would hold no page (give more --kv-mem-gib, or a smaller --page-size)")
+            f"pool would hold no page (give more {given[0]}, or a smaller --page-size)")
 
 
 # -- the planner -----------------------------------------------------------------------------

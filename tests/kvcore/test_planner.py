@@ -107,6 +107,9 @@ def test_a_pool_smaller_than_one_page_names_the_pool_and_the_page():
     with pytest.raises(ValueError, match=r"^--kv-mem-gib 0.0001 is .* smaller than one "
                                          r"16-token page of llama-3.1-8b"):
         plan(MemorySpec(kv_mem_gib=0.0001), page_size=16)
+    with pytest.raises(ValueError, match=r"^--kv-cache-memory-bytes 1 is .* smaller than one "
+                                         r"16-token page"):
+        plan(MemorySpec(kv_cache_memory_bytes=1), page_size=16)
     assert plan(MemorySpec(kv_tokens=10), page_size=8).kv_tokens == 8  # one page fits
 
 
