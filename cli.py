@@ -64,6 +64,16 @@ def _root(
     STATE["debug"] = debug
 
 
+def _engine_header(opts: RunOptions, err: bool = False) -> None:
+    """`--engine`'s line, first (on stderr under --json, which keeps stdout JSON)."""
+    from experiments.engines import engine_header
+
+    line = engine_header(opts.to_dict())
+    if line is not None:
+        opts.sim_config()  # a user mistake is the only line, not after the header
+        typer.echo(line, err=err)
+
+
 # -- run ------------------------------------------------------------------------------------------
 @app.command(epilog=epilog("run"))
 @with_options()
@@ -82,6 +92,7 @@ def run(
 
     if progress is None:  # long runs show a bar when someone is watching
         progress = sys.stderr.isatty()
+    _engine_header(opts)
     one = simulate_one(opts, events=events, progress=progress)
     con = console()
     for table in run_tables(one.row):  # a hybrid run's pools per layer kind come last
@@ -128,6 +139,7 @@ def sweep(
     from experiments.sweep import run_grid
     from reports.plots import plot_dir
 
+    _engine_header(opts)
     out, df = run_grid(opts, lists, jobs=jobs, executor=executor,
                        scheduler_address=scheduler_address, progress=progress, say=typer.echo)
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
@@ -159,6 +171,7 @@ def compare(
     from reports.deltas import admission_notes, delta_table
     from reports.tables import breakdown_table, latency_table
 
+    _engine_header(opts)
     c = compare_policies(opts, lists["policy"], baseline,
                          sys.stderr.isatty() if progress is None else progress)
     con = console()
@@ -364,25 +377,31 @@ def plan(
         echo_lines([json.dumps([a.to_dict() for a in answers], indent=2, default=str)]
                    if as_json else [line for a in answers for line in a.lines()])
         return
-    if target_hit_rate is not None:
-        from experiments.host_sizing import plan_host_tier
-
-        sizing = plan_host_tier(opts, target_hit_rate, from_user(ctx, "workload"))
-        if sizing.overloaded:
-            warn_overload(list(sizing.rows))
-        echo_lines([json.dumps(sizing.to_dict(), indent=2)] if as_json
-                    else sizing.report_lines(opts.output.out))
-        return
     from experiments.plan_modes import PlanRequest, make_plan
 
     study = from_user(ctx, "workload") or opts.workload.trace is not None
     bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
     seeds = parse_list(lists["seed"], int, "--seeds")
+    mine = {"context_len": context_len, "tolerance": tolerance, "page_sizes":
+            lists["page_size"], "seeds": lists["seed"], "jobs": jobs, "find_rate": find_rate,
+            "at_sustainable_rate": at_sustainable_rate, "steps": steps, "progress": progress}
     req = PlanRequest(context_len, tolerance, lists["page_size"],
                       None if seeds is None else tuple(seeds), jobs, find_rate,
-                      at_sustainable_rate, steps, study, bar)
-    answer = make_plan(opts, req, on_probe=None if as_json else echo_probe,
-                       announce=None if as_json else lambda m: typer.echo(m, err=True))
+                      at_sustainable_rate, steps, study, bar, target_hit_rate,
+                      frozenset(n for n, v in mine.items() if v != PLAN_DEFAULTS[n]))
+    on_probe = None if as_json else echo_probe
+    announce = None if as_json else lambda m: typer.echo(m, err=True)
+    _engine_header(opts, err=as_json)
+    if target_hit_rate is not None:
+        from experiments.host_sizing import plan_host_tier
+
+        sizing = plan_host_tier(opts, req, on_probe, announce)
+        if sizing.overloaded:
+            warn_overload(list(sizing.rows))
+        echo_lines([json.dumps(sizing.to_dict(), indent=2, default=str)] if as_json
+                   else sizing.report_lines(opts.output.out))
+        return
+    answer = make_plan(opts, req, on_probe=on_probe, announce=announce)
     if answer.study is not None:
         warn_skipped_rows(list(answer.study.rows))
         if answer.study.recommendation.overloaded:
@@ -398,6 +417,12 @@ def plan(
         con.print(render_recommendation(answer.study.recommendation))
     for line in answer.lines():
         con.print(line, markup=False, highlight=False)
+
+
+# plan's own flags at their defaults (a flag away from it was given: PlanRequest.check)
+PLAN_DEFAULTS = {"context_len": None, "tolerance": 0.02, "page_sizes": DEFAULT_PAGE_SIZES,
+                 "seeds": None, "jobs": None, "find_rate": False, "at_sustainable_rate": False,
+                 "steps": 4, "progress": None}
 
 
 @app.command()
@@ -421,6 +446,7 @@ def capacity(
 
     check_steps(steps)
     opts.sim_config()  # a user mistake before the first simulation
+    _engine_header(opts, err=as_json)
     bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
     cap = find_sustainable_rate(opts, steps=steps, on_probe=None if as_json else echo_probe,
                                 simulate=lambda o: simulate_options(o, progress=bar)[0])

@@ -9,8 +9,10 @@ one that implies other options is its own parameter, so the command knows which 
 option: adding a field to a spec adds its flag to every command, with the same meaning.
 
 `with_options` merges defaults < `--config` file < command line into the `RunOptions` the
-command receives. An option whose list flag is its own flag (`--kv-tokens`) takes a comma list
-everywhere: a command that runs one value of it refuses more than one, naming `kvsim sweep`.
+command receives, and refuses an option neither the run nor any cell of its grid reads
+(experiments/option_rules.py). An option whose list flag is its own flag (`--kv-tokens`)
+takes a comma list everywhere: a command that runs one value of it refuses more than one,
+naming `kvsim sweep`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any, Optional
 import typer
 
 from experiments.config_file import options_from
-from experiments.grid import AXIS_PARAMS, SWEEP_AXES, parse_list
+from experiments.grid import AXIS_PARAMS, AXIS_TYPES, SWEEP_AXES, parse_list
+from experiments.option_rules import check_options_apply
 from experiments.options import IMPLIED, OPTIONS
 from experiments.spellings import key as spelling_key
 
@@ -145,6 +148,9 @@ def with_options(*, grid: dict[str, str | None] | None = None) -> Callable:
                         call[k] = text
                     else:
                         texts[axis] = text
+            # an option the run (or every cell of the grid) would not read is refused
+            check_options_apply(opts, {a: parse_list(t, AXIS_TYPES[a], SWEEP_AXES[a])
+                                       for a, t in texts.items()})
             if grid:
                 call["lists"] = texts
             if "ctx" in sig.parameters:

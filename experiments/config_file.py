@@ -2,8 +2,9 @@
 
 The keys are the option names (`page_size = 16` or `page-size = 16`, old spellings accepted);
 a list value for a sweep axis (`page_size = [1, 16]`) is a grid axis. Precedence: defaults <
-file < command line. A saved config.json holds the options under `options` and is re-run as
-it is (its `out` is left out, so a re-run does not write over the original).
+file < command line (`--engine` at the level it is given: experiments/engines.py). A saved
+config.json holds the options under `options` and is re-run as it is (its `out` is left
+out, so a re-run does not write over the original).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from experiments.engines import apply_engine
 from experiments.grid import SWEEP_AXES
 from experiments.options import RunOptions, normalize
 
@@ -68,7 +70,9 @@ def options_from(config: str | Path | None, given: Mapping[str, Any],
                 extras[name] = value
             else:
                 from_file[key] = value
-    merged = {**normalize(from_file, where=f"key in {config}"), **normalize(given)}
+    # an --engine's defaults at the level it was given: the options given there or above win
+    merged = apply_engine([normalize(from_file, where=f"key in {config}"), normalize(given)],
+                          typed=True)
     return RunOptions.from_mapping(merged), extras
 
 

@@ -7,15 +7,25 @@ device pool ...) until the target is met or the host holds every token the workl
 (where the hit rate is the trace's ideal reuse); then a few bisection steps between the last
 miss and the first hit. A target above the ideal reuse can never be met: it is refused before
 anything runs.
+
+With `--at-sustainable-rate` the search runs at the highest sustainable rate of the options
+(experiments/capacity.py, the device pool alone: a host tier only adds hits, so the tier found
+there is enough at that rate); `--find-rate` reports that rate and searches at the requested
+one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.options import RunOptions
+
+if TYPE_CHECKING:
+    from experiments.capacity import Probe
+    from experiments.plan_modes import CapacityAnswer, PlanRequest
 
 GiB = 2**30
 BISECTIONS = 4
@@ -47,6 +57,7 @@ class HostSizing:
     needed: SizingStep | None
     steps: tuple[SizingStep, ...]
     rows: tuple[dict[str, Any], ...] = field(default=(), repr=False)  # summary rows, in order
+    capacity: CapacityAnswer | None = None  # --find-rate / --at-sustainable-rate: the search
 
     @property
     def overloaded(self) -> bool:
@@ -61,8 +72,8 @@ class HostSizing:
         if n:
             out.append(f"{n} of {len(self.steps)} probes were overloaded (TTFT p50 up to "
                        f"{max(s.ttft_p50_s for s in self.steps if s.overloaded):.3g} s): their "
-                       "hit rates measure the queue; find a servable rate with kvsim capacity "
-                       "and size the tier there")
+                       "hit rates measure the queue; rerun with --at-sustainable-rate to size "
+                       "the tier at the highest rate this GPU serves")
         if self.needed is not None and self.needed.host_gib > TYPICAL_HOST_GIB_PER_GPU:
             out.append(f"the host tier needs {self.needed.host_gib:,.0f} GiB per rank, more "
                        f"than the {TYPICAL_HOST_GIB_PER_GPU:.0f} GiB of host memory a typical "
@@ -73,7 +84,8 @@ class HostSizing:
     def report_lines(self, out: str | None = None) -> list[str]:
         """`plan --target-hit-rate`'s answer in words: a table of the steps, the host memory
         needed, the notes, and where the rows went."""
-        lines = [f"ideal reuse of the workload: {self.ideal_reuse:.4f}; target {self.target:.4f}",
+        lines = list(self.capacity.lines) if self.capacity is not None else []
+        lines += [f"ideal reuse of the workload: {self.ideal_reuse:.4f}; target {self.target:.4f}",
                  "host tier (x pool) | host GiB/rank | hit rate | host hit | TTFT p50 (s)"]
         lines += [f"{s.ratio:18.3g} | {s.host_gib:13.2f} | {s.prefix_hit_rate:8.4f} | "
                   f"{s.host_hit_rate:8.4f} | {s.ttft_p50_s:.3f}" for s in self.steps]
@@ -88,10 +100,15 @@ class HostSizing:
         return lines
 
     def to_dict(self) -> dict:
-        return {"target_hit_rate": self.target, "ideal_reuse": self.ideal_reuse,
-                "needed": None if self.needed is None else vars(self.needed),
-                "steps": [vars(s) for s in self.steps], "overloaded": self.overloaded,
-                "notes": self.notes()}
+        doc = {"target_hit_rate": self.target, "ideal_reuse": self.ideal_reuse,
+               "needed": None if self.needed is None else vars(self.needed),
+               "steps": [vars(s) for s in self.steps], "overloaded": self.overloaded,
+               "notes": self.notes()}
+        if self.capacity is not None:  # as plan --json gives them with a study
+            doc["capacity"] = self.capacity.result.to_dict()
+            if self.capacity.study_rate is not None:
+                doc["sizing_rate"] = self.capacity.study_rate
+        return doc
 
 
 def host_gib(opts: RunOptions, ratio: float) -> float:
@@ -154,17 +171,38 @@ def size_host_tier(opts: RunOptions, target: float) -> HostSizing:
     return done(high)
 
 
-def plan_host_tier(opts: RunOptions, target: float, workload_given: bool) -> HostSizing:
-    """`plan --target-hit-rate`: the search on the options' workload (one must be given), every
-    probe's summary row written to --out/summary.csv as a sweep writes them."""
-    if not (workload_given or opts.workload.trace is not None):
+def plan_host_tier(opts: RunOptions, req: PlanRequest,
+                   on_probe: Callable[[Probe], None] | None = None,
+                   announce: Callable[[str], None] | None = None) -> HostSizing:
+    """`plan --target-hit-rate`: the search on the options' workload (one must be given; at
+    the sustainable rate with --at-sustainable-rate), every probe's summary row written to
+    --out/summary.csv as a sweep writes them."""
+    from dataclasses import replace
+
+    from experiments.plan_modes import plan_capacity
+
+    target = req.target_hit_rate
+    assert target is not None
+    if not req.study:
         raise ValueError(f"--target-hit-rate {target} needs --trace or --workload to simulate")
+    req.check()
+    if opts.tier.enabled:
+        given = "--hicache-size" if opts.tier.hicache_size else "--hicache-ratio"
+        raise ValueError(f"{given}: --target-hit-rate searches the host tier's size itself; "
+                         "drop it")
     out = opts.output.out
     if out:
         from reports.io import check_writable
 
         check_writable(out)
-    res = size_host_tier(opts, target)
+    cap = None
+    if req.find_rate or req.at_sustainable_rate:
+        opts.sim_config()  # a user mistake before the first simulation
+        if announce is not None:
+            announce("searching the highest sustainable rate ...")
+        cap, opts = plan_capacity(opts, req.steps, req.at_sustainable_rate, on_probe,
+                                  what="the host-tier search")
+    res = replace(size_host_tier(opts, target), capacity=cap)
     if out:
         import pandas as pd
 

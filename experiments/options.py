@@ -33,6 +33,7 @@ from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from experiments.engines import ENGINE_OPTION, apply_engine
 from experiments.spellings import IMPLIES, SPELLINGS, check_spellings, list_flag
 from experiments.spellings import key as spelling_key
 from kvcore.fields import (
@@ -261,7 +262,7 @@ class RunOptions:
         underscores) applied; each spec that changes is rebuilt, and so validated."""
         base = base or cls()
         changed: dict[str, dict[str, Any]] = {}
-        for name, value in normalize(values, where).items():
+        for name, value in apply_engine([normalize(values, where)]).items():
             o = OPTIONS[name]
             changed.setdefault(o.spec, {})[o.field.name] = value
         if not changed:
@@ -301,6 +302,8 @@ class RunOptions:
                 d[name] = fleet[name]
             else:
                 del d[name]
+        if d[ENGINE_OPTION] is None:  # a column only under --engine (experiments/engines.py)
+            del d[ENGINE_OPTION]
         if d.get("kv_cache_memory_bytes") is None:  # a column only when given
             del d["kv_cache_memory_bytes"]
         if hybrid_layout(model) is not None:

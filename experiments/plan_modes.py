@@ -42,9 +42,12 @@ class PlanRequest:
     steps: int = 4
     study: bool = False  # a workload was given: simulate the page sizes
     progress: bool = False
+    target_hit_rate: float | None = None  # size the host tier instead (host_sizing.py)
+    given: frozenset[str] = frozenset()  # the flags the user set (PLAN_FLAGS names)
 
     def check(self) -> None:
-        """Every flag's domain, before anything is simulated (one-line ValueError)."""
+        """Every flag's domain, and that every flag given is read in this mode, before
+        anything is simulated (one-line ValueError)."""
         from experiments.executors import check_jobs
         from reports.recommend import check_tolerance
 
@@ -56,6 +59,49 @@ class PlanRequest:
         check_tolerance(self.tolerance)
         if self.study and self.seeds is not None and len(self.seeds) > MAX_SEEDS:
             raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got {len(self.seeds)}")
+        unread = self.unread_flags()
+        if unread:
+            name, why = unread[0]
+            raise ValueError(f"{PLAN_FLAGS[name]}: {why}; drop it (it would be a silent "
+                             "no-op)")
+
+
+    def mode(self) -> str:
+        """What this plan runs: `host` (--target-hit-rate), `study` (a workload's page-size
+        study) or `static` (the options alone)."""
+        if self.target_hit_rate is not None:
+            return "host"
+        return "study" if self.study else "static"
+
+    def unread_flags(self) -> list[tuple[str, str]]:
+        """The flags given that this mode never reads, each with why (PLAN_FLAGS order)."""
+        mode, rate = self.mode(), self.find_rate or self.at_sustainable_rate
+        reads: dict[str, tuple[bool, str]] = {
+            "context_len": (mode != "host", "--target-hit-rate prints no page-table figure"),
+            "tolerance": (mode == "study", _STUDY_ONLY),
+            "page_sizes": (mode == "study", _STUDY_ONLY),
+            "seeds": (mode == "study", _STUDY_ONLY),
+            "jobs": (mode == "study", _STUDY_ONLY),
+            "progress": (mode == "study" or not self.progress,
+                         "only the page-size study shows a progress bar"),
+            "at_sustainable_rate": (mode != "static", "it runs the page-size study or the "
+                                    "host-tier search at the rate found: give --trace or "
+                                    "--workload (--find-rate searches the rate alone)"),
+            "steps": (rate, "the rate search's bisection steps: give --find-rate or "
+                      "--at-sustainable-rate"),
+        }
+        return [(n, why) for n, (read, why) in reads.items() if n in self.given and not read]
+
+
+#: plan's own flags (PlanRequest / cli.py parameter names) as the user types them
+PLAN_FLAGS: dict[str, str] = {
+    "context_len": "--context-len", "tolerance": "--tolerance", "page_sizes": "--page-sizes",
+    "seeds": "--seeds", "jobs": "--jobs", "find_rate": "--find-rate",
+    "at_sustainable_rate": "--at-sustainable-rate", "steps": "--steps",
+    "target_hit_rate": "--target-hit-rate", "progress": "--progress",
+}
+_STUDY_ONLY = ("the page-size study's flag: plan runs no study without --trace / --workload, "
+               "nor with --target-hit-rate")
 
 
 @dataclass(frozen=True)
@@ -139,10 +185,11 @@ def make_plan(opts: RunOptions, req: PlanRequest, *,
 
 
 def plan_capacity(opts: RunOptions, steps: int, use_it: bool,
-                  on_probe: Callable[[Probe], None] | None = None
-                  ) -> tuple[CapacityAnswer, RunOptions]:
-    """`--find-rate` / `--at-sustainable-rate`: the capacity search, and the options the study
-    runs at (the sustainable rate when `use_it` and one was found)."""
+                  on_probe: Callable[[Probe], None] | None = None,
+                  what: str = "the page-size study") -> tuple[CapacityAnswer, RunOptions]:
+    """`--find-rate` / `--at-sustainable-rate`: the capacity search, and the options `what`
+    (the study, or the host-tier search) runs at: the sustainable rate when `use_it` and one
+    was found."""
     from experiments.capacity import find_sustainable_rate, scaled
     from reports.overload_view import capacity_lines
 
@@ -152,10 +199,10 @@ def plan_capacity(opts: RunOptions, steps: int, use_it: bool,
     if not use_it:
         return CapacityAnswer(cap, None, tuple(lines)), opts
     if cap.flag_value is None:
-        lines.append("no sustainable rate found: the study runs at the requested rate")
+        lines.append(f"no sustainable rate found: {what} runs at the requested rate")
         return CapacityAnswer(cap, None, tuple(lines)), opts
     start = cap.probes[0]
-    lines.append(f"the page-size study ran at {cap.flag} {cap.flag_value:.4g} "
+    lines.append(f"{what} ran at {cap.flag} {cap.flag_value:.4g} "
                  f"({cap.rate_req_s:.4g} req/s), the highest sustainable rate found, instead of "
                  f"{start.flag_value:.4g} ({start.rate_req_s:.4g} req/s)")
     rate = {"flag": cap.flag, "value": cap.flag_value, "rate_req_s": cap.rate_req_s}

@@ -100,6 +100,12 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
     if workload is None:
         workload = build_workload(spec)
     check_options_used(spec, workload)
+    if opts.engine.max_concurrency and workload.sessions and not len(workload.requests):
+        # the benchmark clients' bound gates open-loop requests; sessions are not gated
+        raise ValueError(f"--max-concurrency {opts.engine.max_concurrency} gates open-loop "
+                         f"requests; --workload {workload.name} is closed-loop sessions only "
+                         "(each holds one turn in flight); drop it (it would be a silent "
+                         "no-op)")
     tick = progress.start_run(workload.num_requests) if isinstance(progress, RequestBar) \
         else progress
     if opts.fleet.replicas > 1:  # replicas behind a router (simulator/fleet/)

@@ -34,7 +34,7 @@ import numpy as np
 from kvcore.hybrid_plan import HybridPlan, sglang_plan, vllm_plan
 from kvcore.hybrid_presets import LAYOUTS
 from kvcore.layers import HybridLayout
-from kvcore.memory import BUDGET_RULES, MemorySpec
+from kvcore.memory import BUDGET_RULES, DIRECT_SIZES, MemorySpec
 from kvcore.model_config import layout_from_hf_config
 from kvcore.presets import GiB, GpuPreset, ModelPreset, get_gpu
 from kvcore.state_dtypes import resolve_state_dtypes
@@ -191,6 +191,19 @@ def _budget(mem: MemorySpec, m: ModelPreset, g: GpuPreset, page_size: int) -> _B
     return _Budget(rule, f"{r.formula}  (f = {r.knob} = {f:g})", f, total, per_rank, None)
 
 
+def _below_one_page(mem: MemorySpec, b: _Budget, bpt: int, ps: int, model: str) -> str:
+    """The error of a direct pool size smaller than one page: the pool, the page, the way out
+    (a larger size or a smaller page), not the GPU or the model."""
+    if b.rule == "kv_tokens":
+        return (f"--kv-tokens {mem.kv_tokens} is smaller than one {ps}-token page: the KV pool "
+                f"would hold no page (give --kv-tokens {ps} or more, or a smaller --page-size)")
+    given = (("--kv-cache-memory-bytes", f"{mem.kv_cache_memory_bytes}")
+             if b.rule == "kv_cache_memory_bytes" else ("--kv-mem-gib", f"{mem.kv_mem_gib:g}"))
+    return (f"{given[0]} {given[1]} is {b.per_rank / 2**20:.3g} MiB of KV per GPU, "
+            f"smaller than one {ps}-token page of {model} ({bpt * ps / 2**20:.3g} MiB): the KV "
+            f"pool would hold no page (give more {given[0]}, or a smaller --page-size)")
+
+
 # -- the planner -----------------------------------------------------------------------------
 def plan(
     memory: MemorySpec,
@@ -242,6 +255,9 @@ def plan(
     gpu_label = g.id
     where = f"{tp} x {gpu_label}" if tp > 1 else gpu_label
     page_bytes = bpt * ps
+    if b.per_rank < page_bytes and b.rule in DIRECT_SIZES:
+        # the size given holds no whole page: more GPUs or a smaller model would not help
+        raise ValueError(_below_one_page(memory, b, bpt, ps, m.id))
     if b.per_rank < page_bytes:
         short = (page_bytes - b.per_rank) / GiB
         raise ValueError(

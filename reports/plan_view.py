@@ -11,7 +11,7 @@ from kvcore.memory import DEFAULT_ACTIVATION_PEAK_GIB, DEFAULT_NON_TORCH_GIB
 from kvcore.planner import PlanResult
 from kvcore.presets import GiB
 from reports.recommend import PageSizeRecommendation
-from reports.reuse_view import reuse_sentence
+from reports.reuse_view import HYBRID_CAUSES, REUSE_CAUSES, reuse_sentence
 
 
 def _gib(n: float) -> str:
@@ -149,8 +149,14 @@ def render_recommendation(rec: PageSizeRecommendation) -> Table:
     title = (f"Recommended page size: {rec.page_size}" if rec.page_size is not None
              else "No page size recommended")
     t = Table(title=title, caption=f"{rec.reason}.")
-    cols = ["page", "latency s/tok", "vs best / band", "hit", "ideal", "lost: align",
-            "lost: not arrived", "lost: capacity", "verdict"]
+    # the reuse line's causes (reports/reuse_view.py), the hybrid ones where the rows have them
+    causes = [c for _, c in REUSE_CAUSES if any(c in r for r in rec.rows)
+              or c not in HYBRID_CAUSES]
+    short = {"reuse_gap_alignment": "align", "reuse_gap_not_arrived": "not arrived",
+             "reuse_gap_window": "window", "reuse_gap_state": "state boundary",
+             "reuse_gap_capacity": "capacity"}
+    cols = ["page", "latency s/tok", "vs best / band", "hit", "ideal",
+            *(f"lost: {short[c]}" for c in causes), "verdict"]
     for col in cols:
         t.add_column(col, justify="right" if col != "verdict" else "left")
     for row in rec.rows:
@@ -160,8 +166,7 @@ def render_recommendation(rec: PageSizeRecommendation) -> Table:
         t.add_row(str(row["page_size"]), f"{row['normalized_latency_s']:.4f}",
                   _vs_best(row, rec.best_latency_s),
                   _pct(row["prefix_hit_rate"]), _pct(row.get("ideal_hit_rate")),
-                  _pct(row.get("reuse_gap_alignment")), _pct(row.get("reuse_gap_not_arrived")),
-                  _pct(row.get("reuse_gap_capacity")), verdict, style=style)
+                  *(_pct(row.get(c)) for c in causes), verdict, style=style)
     return t
 
 

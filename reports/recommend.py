@@ -49,7 +49,7 @@ from simulator.batch_means import BATCHES, parse_batches
 RULES = ("servable", "latency", "hit rate")
 # summary columns averaged per page size when present (the reuse split, the overload detail)
 _EXTRA = ("ideal_hit_rate", "reuse_gap_alignment", "reuse_gap_not_arrived",
-          "reuse_gap_capacity", "rate_req_s")
+          "reuse_gap_capacity", "reuse_gap_window", "reuse_gap_state", "rate_req_s")
 # a metric -> its runs' batch figures (simulator/run.py noise_columns) and own standard error
 BATCH_COLUMNS = {"normalized_latency_s": "normalized_latency_batches_s",
                  "prefix_hit_rate": "prefix_hit_rate_batches"}

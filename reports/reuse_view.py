@@ -2,7 +2,10 @@
 
 "missed reuse 0.00" next to a hit rate of 4 % reads as "nothing was missed" when the ideal is
 22 %: missed reuse only counts page alignment at admission. This sentence puts the hit rate
-next to the ideal and says where the rest went, for `run`, `compare` and `plan`.
+next to the ideal and says where the rest went, for `run`, `compare` and `plan`; the
+latency table's reuse rows (reports/tables.py) read the same columns through `REUSE_CAUSES`,
+so the two always agree. A hybrid run adds the causes its layout has: sliding-window
+eviction and the state-boundary rule.
 """
 
 from __future__ import annotations
@@ -20,6 +23,23 @@ def _pct(v: Any) -> str:
     return f"{f:.1%}" if math.isfinite(f) else "-"
 
 
+#: each cause of lost reuse (simulator/reuse_gap.py) in words, and its summary column; the
+#: hybrid ones only where the row has the column
+REUSE_CAUSES: tuple[tuple[str, str], ...] = (
+    ("page alignment", "reuse_gap_alignment"),
+    ("requests not yet arrived or computed", "reuse_gap_not_arrived"),
+    ("sliding-window eviction", "reuse_gap_window"),
+    ("the state-boundary rule (states kept only at some positions)", "reuse_gap_state"),
+    ("capacity (evicted before reuse)", "reuse_gap_capacity"),
+)
+HYBRID_CAUSES = ("reuse_gap_window", "reuse_gap_state")
+
+
+def causes_of(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The causes a row reports: every plain one, the hybrid ones it has a column for."""
+    return [(w, c) for w, c in REUSE_CAUSES if c not in HYBRID_CAUSES or c in row]
+
+
 def reuse_sentence(row: Mapping[str, Any], label: str = "") -> str | None:
     """'hit rate X of an ideal Y; lost: a to page alignment, b to requests not yet arrived,
     c to capacity' for a summary row; None when the row has no ideal (older results, or
@@ -31,11 +51,9 @@ def reuse_sentence(row: Mapping[str, Any], label: str = "") -> str | None:
     except (TypeError, ValueError):
         return None
     head = f"reuse{f' ({label})' if label else ''}: "
+    lost = ", ".join(f"{_pct(row.get(c))} to {w}" for w, c in causes_of(row))
     return (f"{head}hit rate {_pct(row.get('prefix_hit_rate'))} of an ideal {_pct(ideal)} "
-            f"(token level, infinite cache); lost: {_pct(row.get('reuse_gap_alignment'))} to "
-            f"page alignment, {_pct(row.get('reuse_gap_not_arrived'))} to requests not yet "
-            f"arrived or computed, {_pct(row.get('reuse_gap_capacity'))} to capacity (evicted "
-            "before reuse)")
+            f"(token level, infinite cache); lost: {lost}")
 
 
 def reuse_lines(rows: list[Mapping[str, Any]], labels: list[str]) -> list[str]:
@@ -49,4 +67,4 @@ def reuse_lines(rows: list[Mapping[str, Any]], labels: list[str]) -> list[str]:
     return [line for line in out if line is not None]
 
 
-__all__ = ["reuse_lines", "reuse_sentence"]
+__all__ = ["HYBRID_CAUSES", "REUSE_CAUSES", "causes_of", "reuse_lines", "reuse_sentence"]

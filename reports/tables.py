@@ -8,6 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
+from reports.reuse_view import REUSE_CAUSES, causes_of
+
 BREAKDOWN_ROWS = (
     ("token states", "token_states_pct", "KV of tokens that running requests will read"),
     ("cached", "cached_pct", "finished prefixes kept for reuse (evictable)"),
@@ -18,6 +20,7 @@ BREAKDOWN_ROWS = (
     ("external frag.", "external_frag_pct", "free but unusable holes"),
     ("free", "free_pct", "usable free memory"),
 )
+REUSE_ROWS = "reuse causes"  # LATENCY_ROWS' marker: reports/reuse_view.py REUSE_CAUSES
 LATENCY_ROWS = (
     ("requests completed", "requests_completed", "{:,.0f}"),
     ("requests rejected", "requests_rejected", "{:,.0f}"),
@@ -30,7 +33,7 @@ LATENCY_ROWS = (
     ("avg batch size", "avg_batch_size", "{:.1f}"),
     ("preemptions", "preemptions", "{:,.0f}"),
     ("prefix hit rate", "prefix_hit_rate", "{:.3f}"),
-    ("reuse lost to page alignment (% prompt)", "missed_reuse_pct", "{:.2f}"),
+    ("reuse lost", REUSE_ROWS, "{:.2%}"),  # one row per cause, as the reuse line says them
     ("failed allocations", "failed_allocs", "{:,.0f}"),
     ("peak token states (%)", "peak_token_states_pct", "{:.1f}"),
     ("simulation wall time (s)", "sim_wall_s", "{:.2f}"),
@@ -68,6 +71,13 @@ def latency_table(rows: Iterable[Mapping[str, Any]], label_key: str = "policy",
     for r in rows:
         t.add_column(str(r.get(label_key, "")), justify="right")
     for name, key, fmt in LATENCY_ROWS:
+        if key == REUSE_ROWS:  # the causes any row has, each read from its own column
+            causes = {c: w for r in rows for w, c in causes_of(r)}
+            for w, c in REUSE_CAUSES:
+                if c in causes:
+                    t.add_row(f"{name} to {w.split(' (')[0]}", *[_fmt(fmt, r.get(c))
+                                                              for r in rows])
+            continue
         if isinstance(key, tuple):
             cells = [" / ".join(_fmt(fmt, r.get(k)) for k in key) for r in rows]
         else:

@@ -77,6 +77,7 @@ class AdmissionRound:
             if sreq.cached_tokens < 0:  # first admission: the prefix-hit statistics
                 sreq.cached_tokens = res.cached_len
                 sreq.token_hit = res.unaligned_hit
+                sreq.rule_lost = (res.window_lost, res.state_lost)
                 sreq.admit_s = self.env.now
                 self.prompt_tokens += sreq.prompt_len
                 self.hit_tokens += res.cached_len
@@ -141,4 +142,5 @@ class AdmissionRound:
             self.token_hit_tokens -= sreq.token_hit
             sreq.cached_tokens = -1
             sreq.token_hit = 0
+            sreq.rule_lost = (0, 0)
             sreq.admit_s = float("nan")

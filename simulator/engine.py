@@ -84,6 +84,9 @@ class Engine(AdmissionRound):
         # counters (the summary's): preemptions and what they cost, tokens, requests
         self.preemptions = self.recomputed_tokens = self.swapped_tokens = 0
         self.generated_tokens = self.prompt_tokens = self.hit_tokens = self.token_hit_tokens = 0
+        # over the recorded rows of admitted requests (the reuse gap's denominator): cached
+        # KV a hybrid's window / state rules refused (simulator/reuse_gap.py)
+        self.window_lost_tokens = self.state_lost_tokens = 0
         self.completed = self.rejected = self.failed_decode_allocs = 0
         self.last_finish_s = 0.0
         self.guard = LivelockGuard(config.tuning.max_stalled_preemptions)
@@ -154,6 +157,9 @@ class Engine(AdmissionRound):
 
     def _record(self, sreq: SimRequest) -> None:
         self.rec.add_request(sreq.result_row())
+        if sreq.cached_tokens >= 0:
+            self.window_lost_tokens += sreq.rule_lost[0]
+            self.state_lost_tokens += sreq.rule_lost[1]
         self.arrivals.done(sreq)
         if self.progress is not None:
             self.progress(1)

@@ -27,7 +27,8 @@ class SimRequest:
         "first_token_s", "host_hit", "ids", "last_token_s", "load_stall_s", "load_tokens",
         "max_new",
         "output_len", "preemptions", "prefill_target", "prompt_len", "recomputed_tokens",
-        "reject_reason", "req", "reservation", "rid", "status", "storage_hit", "storage_wait",
+        "reject_reason", "req", "reservation", "rid", "rule_lost", "status", "storage_hit",
+        "storage_wait",
         "swap_len", "swapped_tokens", "token_hit", "written",
     )  # fmt: skip
 
@@ -48,6 +49,8 @@ class SimRequest:
         self.last_token_s = float("nan")  # when its latest token came out (inter-token gaps)
         self.cached_tokens = -1
         self.token_hit = 0
+        # a hybrid's first admission: cached KV its window / state rules refused (AdmitResult)
+        self.rule_lost = (0, 0)
         self.preemptions = 0
         self.recomputed_tokens = 0
         self.swapped_tokens = 0

@@ -1,4 +1,4 @@
-"""Achieved vs ideal prefix reuse, the gap split into three causes that add up exactly.
+"""Achieved vs ideal prefix reuse, the gap split into causes that add up exactly.
 
 A hit rate of 4 % means little next to "missed reuse 0.00" unless the user also sees the ideal
 (22 %) and where the other 18 points went. Over the requests the engine admitted (the hit
@@ -13,6 +13,24 @@ rate's own denominator, their prompt tokens), with the ideal defined once in wor
       - capacity         = that timed ideal - achieved (evicted before reuse, or not kept at
                            all by a policy without a cache)
       = achieved (prefix_hit_rate)
+
+A hybrid run (a policy with pools per layer kind) splits two more causes out of capacity,
+measured at each admission by the policy's own match rules (AdmitResult): full-attention KV
+that was still cached but refused because
+
+      - sliding window   = the KV of the match's last window was gone (freed as it left a
+                           running request's window, or evicted from the SWA pool)
+      - state boundary   = no state was kept where the match could end (SGLang keeps a
+                           Mamba state only at the end of each cached sequence; vLLM's
+                           `align` mode only at the block boundary a step ends on, `none`
+                           nowhere: prefix caching off, so every timed hit is this cause)
+
+and capacity is what is left: KV evicted before reuse, a state evicted from its pool. These
+columns (`reuse_gap_window` for a layout with sliding-window or chunked layers,
+`reuse_gap_state` for one with Mamba / linear-attention layers) exist for those hybrid runs
+only, so a full-attention run's summary keeps its columns. A policy may hold content the
+timed pass has not inserted yet (a chunk cached mid-prefill), so capacity, like "not yet
+arrived", can dip below zero by a few tokens.
 """
 
 from __future__ import annotations
@@ -36,6 +54,8 @@ if TYPE_CHECKING:
 
 REUSE_COLUMNS = ("ideal_hit_rate", "reuse_gap_alignment", "reuse_gap_not_arrived",
                  "reuse_gap_capacity")
+#: a hybrid run's causes besides (split out of capacity)
+HYBRID_REUSE_COLUMNS = ("reuse_gap_window", "reuse_gap_state")
 
 
 SHARED_RUNS = 100_000  # requests whose runs are kept for both passes (about 250 B each)
@@ -55,11 +75,16 @@ def _at(ids: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 def reuse_gap(workload: Workload, requests: RequestColumns | pd.DataFrame,
-              page_size: int) -> dict[str, float]:
+              page_size: int, rule_lost: dict[str, int] | None = None,
+              caches_no_prefix: bool = False) -> dict[str, float]:
     """The REUSE_COLUMNS as fractions of the admitted requests' prompt tokens (NaN when no
     request was admitted). Both passes build each request's runs as they reach it and keep
-    a compact tree (workloads/reuse.py), so a day-long run's pass stays small."""
-    nan = dict.fromkeys(REUSE_COLUMNS, math.nan)
+    a compact tree (workloads/reuse.py), so a day-long run's pass stays small. A hybrid run
+    passes `rule_lost` (HYBRID_REUSE_COLUMNS its layout has -> tokens its window / state
+    rules refused over the same requests) and `caches_no_prefix` (its state rule turned the
+    cache off): those columns too."""
+    rule_lost = dict(rule_lost or {})
+    nan = dict.fromkeys(REUSE_COLUMNS + tuple(rule_lost), math.nan)
     if len(requests) == 0:
         return nan
     # the admitted rows' columns one at a time (a day-long run's frame is not copied whole)
@@ -83,10 +108,16 @@ def reuse_gap(workload: Workload, requests: RequestColumns | pd.DataFrame,
         _times(requests, "finish_s"), runs)
     timed_sum = float(int(timed[np.isin(matched, ids)].sum()))
     achieved = nan_sum(column(requests, "cached_tokens")[admitted])
-    return {"ideal_hit_rate": ideal1 / total,
-            "reuse_gap_alignment": (ideal1 - ideal_ps) / total,
-            "reuse_gap_not_arrived": (ideal_ps - timed_sum) / total,
-            "reuse_gap_capacity": (timed_sum - achieved) / total}
+    out = {"ideal_hit_rate": ideal1 / total,
+           "reuse_gap_alignment": (ideal1 - ideal_ps) / total,
+           "reuse_gap_not_arrived": (ideal_ps - timed_sum) / total,
+           "reuse_gap_capacity": (timed_sum - achieved) / total}
+    if caches_no_prefix and "reuse_gap_state" in rule_lost:  # kept nothing, by the rule
+        rule_lost = {c: 0 for c in rule_lost} | {"reuse_gap_state": timed_sum - achieved}
+    for col, lost in rule_lost.items():
+        out[col] = lost / total
+    out["reuse_gap_capacity"] = (timed_sum - achieved - sum(rule_lost.values())) / total
+    return out
 
 
-__all__ = ["REUSE_COLUMNS", "reuse_gap"]
+__all__ = ["HYBRID_REUSE_COLUMNS", "REUSE_COLUMNS", "reuse_gap"]

@@ -246,9 +246,25 @@ def simulate(
     summary.update(latency_columns(cfg, latency))
     summary.update(overload_columns(workload, cfg, latency, rec, requests, summary,
                                     unfinished_requests(engine)))
-    summary.update(reuse_gap(workload, requests, prefix_block(cfg, policy)))
+    summary.update(reuse_gap(workload, requests, prefix_block(cfg, policy),
+                             *_rule_losses(engine, policy)))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, rec.timeline, cfg, {"latency": latency.describe()})
+
+
+def _rule_losses(engine: Engine, policy: KVPolicy) -> tuple[dict[str, int] | None, bool]:
+    """A hybrid run's reuse lost to its other layer kinds' rules (simulator/reuse_gap.py): a
+    column per rule its layout has (sliding window: SWA or chunked pools; state: a Mamba
+    pool), and whether the state rule kept no cache at all; (None, False) otherwise."""
+    if not isinstance(policy, PoolKinds):
+        return None, False
+    kinds = set(policy.pool_usage())
+    lost = {}
+    if kinds & {"swa", "chunked"}:
+        lost["reuse_gap_window"] = engine.window_lost_tokens
+    if "mamba" in kinds:
+        lost["reuse_gap_state"] = engine.state_lost_tokens
+    return lost, policy.caches_no_prefix()
 
 
 def prefix_block(cfg: SimConfig, policy: KVPolicy) -> int:

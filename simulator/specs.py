@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, flag, spec_field
 from simulator import scheduler
 from simulator.admission import ADMISSIONS
-from simulator.attention_backends import AttentionBackend, get_backend
+from simulator.attention_backends import ENGINES, AttentionBackend, get_backend
 from simulator.latency_profiles import (
     SIMULATOR_DEFAULT,
     load_profile,
@@ -135,6 +135,13 @@ class PolicySpec:
 class EngineSpec:
     """Scheduler, batch limits, latency model, measurement window, seed and checks."""
 
+    # a preset of other options (experiments/engines.py applies it; an explicit option wins):
+    # not read by the engine, so it changes no number itself
+    engine: str | None = spec_field(
+        None, "take this engine's defaults for --policy, --admission, --budget and "
+        "--latency-profile (each given option wins; default: kvsim's, which are SGLang's "
+        "policy, admission and budget with the profile following --budget)",
+        choices=ENGINES, hashed=False)
     admission: str = spec_field("sglang", "admission / preemption mode",
                                 choices=ADMISSION_MODES)
     schedule: str = spec_field("fcfs", "queue order", choices=SCHEDULES)

@@ -59,7 +59,11 @@ class _Entry:
     num_requests: int | Callable[[WorkloadSpec], int] | None
     unit: int | Callable[[WorkloadSpec], int]  # requests per arrival (group / session / tree)
     build: Callable[[WorkloadSpec, np.ndarray, int | None, LadderSchedule | None], Workload]
-    lengths: str = "fixed"
+    lengths: str = "fixed"  # the length model without --lengths
+    # where prompt lengths come from: the length model ("lengths"), --input-len itself
+    # ("input_len": a tree's root), or the generator's own knobs ("own": k-shot, chat, the
+    # grouped prompts)
+    prompts: str = "lengths"
     generator: str | None = None  # the kind GENERATOR_ONLY options name (workloads/spec.py)
     # options this workload sets when they are left at None (its own defaults)
     defaults: Mapping[str, object] = field(default_factory=dict)
@@ -173,51 +177,58 @@ LLMD_37_CAPACITY = dict(
 _SYNTHETIC: dict[str, _Entry] = {
     "sharegpt": _Entry(
         "ShareGPT lengths rescaled to the vLLM paper's means (in 161.3 / out 338.0), "
-        "Poisson 2 req/s, 200 requests (the default)", 2.0, 200, 1, _independent("sharegpt")),
+        "Poisson 2 req/s, 200 requests (the default)", 2.0, 200, 1, _independent("sharegpt"),
+        "sharegpt"),
     "alpaca": _Entry(
         "Alpaca-like lognormal lengths at the vLLM paper's means (in 19.3 / out 58.5), "
-        "Poisson 30 req/s, 200 requests", 30.0, 200, 1, _independent("alpaca")),
+        "Poisson 30 req/s, 200 requests", 30.0, 200, 1, _independent("alpaca"), "alpaca"),
     "kshot": _Entry(
         "shared k-shot prefix (S=1024) + unique question (Q=128), 128 output tokens, "
-        "Poisson 4 req/s, 200 requests", 4.0, 200, 1, _kshot),
+        "Poisson 4 req/s, 200 requests", 4.0, 200, 1, _kshot, "fixed", "own"),
     "chat": _Entry(
         "closed-loop multi-turn chat: 4 turns of 256-512 new tokens, ~128 output, 5 s think "
-        "time, 0.5 sessions/s, 200 requests", 0.5, 200, lambda s: s.num_turns, _chat),
+        "time, 0.5 sessions/s, 200 requests", 0.5, 200, lambda s: s.num_turns, _chat,
+        "uniform", "own"),
     "tot": _Entry(
         "tree of thought: depth 2, branching 3 (13 prompts per tree sharing ancestors), "
-        "0.5 trees/s, 208 requests", 0.5, 208, _tree_size, _tot),
+        "0.5 trees/s, 208 requests", 0.5, 208, _tree_size, _tot, "fixed", "input_len"),
     "parallel-sampling": _Entry(
         "parallel sampling: 4 outputs per prompt (ShareGPT-paper lengths), 1 prompt/s, "
-        "200 requests", 1.0, 200, lambda s: s.num_samples, _parallel),
+        "200 requests", 1.0, 200, lambda s: s.num_samples, _parallel, "sharegpt"),
     "shared-prefix": _Entry(
         "llm-d's shared_prefix (inference-perf): 10 groups x 10 prompts, system 100 / "
         "question 50 / output 50 tokens, ignore-eos, the shuffled prompt list replayed in "
         "every load stage; Poisson 10 req/s, one set (100 requests)", 10.0, _set_size, 1,
-        _grouped("cycle-per-stage"), generator="shared-prefix",
+        _grouped("cycle-per-stage"), "sharegpt", "own",
+        generator="shared-prefix",
         defaults=INFERENCE_PERF_DEFAULTS),
     "generated-shared-prefix": _Entry(
         "SGLang bench_serving's generated-shared-prefix (v0.4.0 defaults): 64 groups x 16 "
         "prompts, system 2,048 / question 128 / output 256 tokens, ignore-eos, each prompt "
         "once in shuffled order, all sent at t = 0 (request rate inf)", None, _set_size, 1,
-        _grouped("once"), generator="generated-shared-prefix",
+        _grouped("once"), "sharegpt", "own",
+        generator="generated-shared-prefix",
         defaults={**SGLANG_V04_GSP, "arrival": "burst"}),
     "llmd-73-capacity": _Entry(
         "llm-d 73-capacity report (8 x Qwen3-32B, 307,328 KV tokens per pod): shared_prefix "
         "150 groups x 5 prompts, system 6,000 / question 1,200 / output 1,000, ignore-eos; "
         "Poisson ladder 3-60 QPS after a 15 QPS x 50 s warm-up (17 stages, 17,084 requests)",
-        None, None, 1, _grouped("cycle-per-stage"), generator="shared-prefix",
+        None, None, 1, _grouped("cycle-per-stage"), "sharegpt", "own",
+        generator="shared-prefix",
         defaults=LLMD_73_CAPACITY),
     "llmd-37-capacity": _Entry(
         "llm-d 37-capacity report (4 x Llama-3.1-70B TP4, 461,376 KV tokens per pod): "
         "shared_prefix 83 groups x 3 prompts, system 8,000 / question 1,000 / output 1,000, "
         "ignore-eos; constant ladder 3-20 QPS after a 9 QPS x 30 s warm-up",
-        None, None, 1, _grouped("cycle-per-stage"), generator="shared-prefix",
+        None, None, 1, _grouped("cycle-per-stage"), "sharegpt", "own",
+        generator="shared-prefix",
         defaults=LLMD_37_CAPACITY),
     "sglang-v04-router": _Entry(
         "SGLang v0.4 blog's cache-aware router run (8 x A100, Llama-3.1-8B, dp 8): "
         "generated-shared-prefix at bench_serving v0.4.0's defaults, 64 x 16 prompts, "
         "2,048 / 128 / 256 tokens, all 1,024 sent at t = 0", None, _set_size, 1,
-        _grouped("once"), generator="generated-shared-prefix",
+        _grouped("once"), "sharegpt", "own",
+        generator="generated-shared-prefix",
         defaults={**SGLANG_V04_GSP, "arrival": "burst"}),
 }
 
@@ -311,6 +322,8 @@ def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
                if changed(n) and (is_trace or spec.name not in users)]
     if is_trace or (generator is not None and spec.ignore_eos):
         ignored += [n for n in _LENGTH_KNOBS if changed(n)]  # ignore-eos: lengths are fixed
+    else:  # a length knob is read by the length model in effect, for what it draws
+        ignored += [n for n in _unread_length_knobs(spec) if changed(n)]
     ignored += [n for n, kinds in GENERATOR_ONLY.items()
                 if changed(n) and generator not in kinds]
     if not timestamps and changed("rate_scale"):
@@ -329,6 +342,26 @@ def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
     if ignored:
         raise WorkloadError(f"{', '.join(_flag(n) for n in ignored)}: not used by {what} "
                             "(it would be a silent no-op); drop it")
+
+
+def default_lengths(name: str) -> str | None:
+    """The length model a built-in generator draws without --lengths (None: a trace)."""
+    entry = _SYNTHETIC.get(name)
+    return None if entry is None else entry.lengths
+
+
+def _unread_length_knobs(spec: WorkloadSpec) -> list[str]:
+    """The length knobs a generator does not read: the empirical models (sharegpt, alpaca,
+    sharegpt-real) take no mean, `--spread` is uniform's and `--sigma` lognormal's, and a
+    generator whose prompts are its own (k-shot, chat) draws only outputs."""
+    entry = _SYNTHETIC[spec.name]
+    model = spec.lengths or entry.lengths
+    parametric = model in ("fixed", "uniform", "lognormal")
+    reads = {"output_len": parametric, "spread": model == "uniform",
+             "sigma": model == "lognormal",
+             "input_len": entry.prompts == "input_len" or (entry.prompts == "lengths"
+                                                           and parametric)}
+    return [n for n, read in reads.items() if not read]
 
 
 def build_workload(spec: WorkloadSpec | None = None) -> Workload:
@@ -399,4 +432,4 @@ def _ladder(spec: WorkloadSpec, unit: int) -> Ladder:
 
 __all__ = ["DEFAULT_WORKLOAD", "INFERENCE_PERF_DEFAULTS", "LLMD_37_CAPACITY", "LLMD_73_CAPACITY",
            "SGLANG_V04_GSP", "WorkloadSpec", "build_workload", "check_options_used",
-           "list_workloads", "prompt_groups_of", "resolve_defaults"]
+           "default_lengths", "list_workloads", "prompt_groups_of", "resolve_defaults"]

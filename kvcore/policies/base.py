@@ -73,7 +73,11 @@ class AdmitResult:
     `cached_len` tokens of the prompt were found in the prefix cache (page-aligned, at most
     prompt - 1); the request's `written` starts there. `token_hit` is the match a token-granular
     cache holding the same content would give (>= cached_len): the difference is the reuse
-    lost to page alignment.
+    lost to page alignment. A hybrid policy also says which of its other layer kinds' rules
+    refused cached full-attention KV: `window_lost` tokens because the sliding window's KV at
+    the match's end was gone, then `state_lost` tokens because no state was kept where the
+    match could end (the Mamba cache mode keeps states only at some positions); a state
+    kept there and then evicted from its pool is capacity, in neither.
     """
 
     row: int
@@ -81,6 +85,8 @@ class AdmitResult:
     token_hit: int = -1
     host_hit: int = 0  # of cached_len: tokens loaded from the host tier (kvcore/tiers.py)
     storage_hit: int = 0  # of cached_len: tokens loaded from the storage tier
+    window_lost: int = 0
+    state_lost: int = 0
 
     @property
     def unaligned_hit(self) -> int:
@@ -358,6 +364,9 @@ class PolicyKind:
     caches_prefix: bool = False  # keeps a prefix cache (--enable-prefix-caching applies)
     supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
     supports_hybrid: bool = False  # builds a hybrid policy when PolicyConfig.layout is hybrid
+    # the choices only some kinds read (PolicyConfig `placement`, `eviction`): an option a
+    # kind does not read is refused for it (experiments/option_rules.py)
+    reads: tuple[str, ...] = ()
 
 
 #: every policy, registered by its family (kvcore/sglang/registered.py, kvcore/policies/vllm.py,
@@ -366,14 +375,14 @@ POLICIES: Registry[PolicyKind] = Registry("policy")
 
 
 def register_policy(name: str, when: str, *, caches_prefix: bool = False,
-                    supports_tiers: bool = False,
-                    supports_hybrid: bool = False) -> Callable[[PolicyFactory], PolicyFactory]:
+                    supports_tiers: bool = False, supports_hybrid: bool = False,
+                    reads: tuple[str, ...] = ()) -> Callable[[PolicyFactory], PolicyFactory]:
     """Register a factory under `name` with its capabilities; `when` is the one-line 'pick it
     when' shown to users."""
 
     def deco(factory: PolicyFactory) -> PolicyFactory:
         POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers,
-                                      supports_hybrid), when)
+                                      supports_hybrid, reads), when)
         return factory
 
     return deco

@@ -230,6 +230,11 @@ class PoolKinds(KVPolicy):
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Each pool kind the policy holds (keys from POOL_KINDS), read-only."""
 
+    def caches_no_prefix(self) -> bool:
+        """True when the layout's own rule turns the prefix cache off (vLLM's Mamba mode
+        `none`): every hit is then lost to that rule, not to capacity. Default: False."""
+        return False
+
     def stretch_pool_usage(self) -> dict[str, np.ndarray]:
         """Per pool kind, the (used, cached) bytes after each step of the last
         `decode_steps` call ((steps, 2)), which the Recorder integrates step by step as

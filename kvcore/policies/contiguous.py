@@ -376,6 +376,7 @@ class ContiguousOracle(ContiguousPolicy):
 @register_policy(
     "contiguous-max",
     when="baseline Orca (Max): every request reserves the maximum context length up front",
+    reads=("placement",),
 )
 def _make_max(config: PolicyConfig) -> KVPolicy:
     return ContiguousMax(config)
@@ -384,6 +385,7 @@ def _make_max(config: PolicyConfig) -> KVPolicy:
 @register_policy(
     "contiguous-pow2",
     when="baseline Orca (Pow2): reserve the prompt plus the output rounded up to a power of two",
+    reads=("placement",),
 )
 def _make_pow2(config: PolicyConfig) -> KVPolicy:
     return ContiguousPow2(config)
@@ -392,6 +394,7 @@ def _make_pow2(config: PolicyConfig) -> KVPolicy:
 @register_policy(
     "contiguous-oracle",
     when="upper bound Orca (Oracle): reserve exactly the final length, as if it were known",
+    reads=("placement",),
 )
 def _make_oracle(config: PolicyConfig) -> KVPolicy:
     return ContiguousOracle(config)

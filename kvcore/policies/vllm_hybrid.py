@@ -52,11 +52,18 @@ from kvcore.hybrid_groups import (
     longest_hit,
     vllm_groups,
 )
+from kvcore.layers import FULL
 from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
 from kvcore.policies.capabilities import PoolKinds, PoolUsage, PrefixCache
 from kvcore.policies.vllm_hybrid_state import HybridReq, check_hybrid_invariants, partial_tails
 from kvcore.policies.vllm_hybrid_stretch import HybridDecodeStretch
-from kvcore.validation import cdiv, check_request_lengths, non_negative_int, positive_int
+from kvcore.validation import (
+    InvariantError,
+    cdiv,
+    check_request_lengths,
+    non_negative_int,
+    positive_int,
+)
 from kvcore.vllm_rules import vllm_rules
 
 
@@ -105,6 +112,13 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
         self.group_of = np.full(self.groups.num_blocks + 1, -1, dtype=np.int64)
         #: per group: hash -> blocks holding that key, oldest first
         self._holders: list[dict[int, list[int]]] = [{} for _ in self.gspec]
+        #: per state group: hashes whose state block the pool evicted while a full attention
+        #: block of the same hash stays cached (the reuse accounting's capacity, not the
+        #: state-boundary rule); bounded by the cached full blocks
+        self._state_gone: list[set[int]] = [set() for _ in self.gspec]
+        self._full_gids = [g for g, k in enumerate(self.gspec) if self.specs[k].kind == FULL]
+        self._state_gids = [g for g, k in enumerate(self.gspec) if self.specs[k].is_state]
+        self._last: tuple | None = None  # the last lookup's per-spec hits, for _cuts
         self.hasher = ChainHasher(bs, self.max_context_len)
         self._rows = list(range(self.max_requests - 1, -1, -1))
         self._reqs: dict[int, HybridReq] = {}
@@ -117,11 +131,18 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
     def _unhold(self, evicted: np.ndarray) -> None:
         """Pool hook: evicted blocks (still carrying their keys) leave this index."""
         for b in evicted.tolist():
-            index, h = self._holders[int(self.group_of[b])], int(self.pool.block_hash[b])
+            g = int(self.group_of[b])
+            index, h = self._holders[g], int(self.pool.block_hash[b])
             holders = index[h]
             holders.remove(b)
             if not holders:
                 del index[h]
+                if g in self._state_gids:
+                    if any(h in self._holders[f] for f in self._full_gids):
+                        self._state_gone[g].add(h)
+                elif g in self._full_gids:
+                    for sg in self._state_gids:
+                        self._state_gone[sg].discard(h)
 
     def _find(self, g: int, i: int, chain: np.ndarray, ids: np.ndarray) -> int:
         """The oldest block of group g holding chain position i (its key checked), or 0."""
@@ -167,7 +188,34 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
         for g, k in enumerate(self.gspec):
             lo = 0 if self.specs[k].kind == "full" else first[k]
             tables.append([0] * lo + [block(g, i) for i in range(lo, nblk)])
+        self._last = (cached, alone, hit, max_len, keys)  # what admission's _cuts reads
         return hit, tables, alone
+
+    def _cuts(self, cached: list[Cached], alone: list[int], hit: int, max_len: int,
+              keys: list[int]) -> tuple[int, int, int]:
+        """Where the groups' rules cut the hit (HybridRadixCache.ReuseCuts' meaning): the
+        full attention groups' hit alone, the fixed point without the state groups, and
+        the fixed point with every state block the pool evicted counted as kept."""
+        specs, bs = self.specs, self.page_size
+        plain = [k for k, s in enumerate(specs) if not s.is_state]
+        windowed = longest_hit(tuple(specs[k] for k in plain), [cached[k] for k in plain],
+                               max_len, bs)[0] if plain else max_len // bs * bs
+        content = min((a for s, a in zip(specs, alone, strict=True) if s.kind == FULL),
+                      default=windowed)
+        if not self.has_state:
+            return content, windowed, hit
+        if not any(self._state_gone[g] for g in self._state_gids):
+            return content, windowed, hit
+
+        def kept(k: int) -> Cached:
+            if not specs[k].is_state:
+                return cached[k]
+            gids = self.spec_gids[k]
+            return lambda i: cached[k](i) or all(
+                keys[i] in self._state_gone[g] or keys[i] in self._holders[g] for g in gids)
+
+        boundary = longest_hit(specs, [kept(k) for k in range(len(specs))], max_len, bs)[0]
+        return content, windowed, boundary
 
     # -- admission -------------------------------------------------------------------------
     def peek_prefix(self, token_ids: np.ndarray) -> int:
@@ -210,7 +258,10 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
         non_negative_int("max_new_tokens", max_new_tokens)
         if not self._rows:
             return None
+        self._last = None
         hit, tables, alone = self._lookup(ids, len(ids) - 1)
+        content, windowed, boundary = (0, 0, 0) if self._last is None else self._cuts(
+            *self._last)
         if self.caching:
             self.queried_tokens += len(ids) - 1
             for k, a in enumerate(alone):
@@ -226,7 +277,13 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
         req.chain = self.hasher.chain(NONE_HASH, ids)
         self.hit_tokens += hit
         self._reqs[rid] = req
-        return AdmitResult(row=req.row, cached_len=hit)
+        return AdmitResult(row=req.row, cached_len=hit, window_lost=content - windowed,
+                           state_lost=windowed - boundary)
+
+    def caches_no_prefix(self) -> bool:
+        """Mamba mode none turns prefix caching off for the whole model (vLLM keeps no
+        state to resume from): the state rule, not capacity, loses every hit."""
+        return self.has_state and not self.caching
 
     # -- growth ----------------------------------------------------------------------------
     def _req(self, rid: int) -> HybridReq:
@@ -374,8 +431,10 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
         parent = int(req.chain[start - 1]) if start else NONE_HASH
         self.pool.cache_full_blocks(blocks, hashes, parent,
                                     req.ids[start * bs:(start + k) * bs].reshape(k, bs), start)
+        gone = self._state_gone[g]
         for b, h in zip(blocks.tolist(), hashes.tolist(), strict=True):
             self._holders[g].setdefault(int(h), []).append(b)
+            gone.discard(int(h))
 
     def _learn(self, req: HybridReq, token_ids: np.ndarray) -> None:
         ids = _ids(token_ids)
@@ -491,6 +550,12 @@ class VLLMHybridPolicy(PrefixCache, HybridDecodeStretch, PoolKinds):
 
     def check_invariants(self) -> None:
         check_hybrid_invariants(self)
+        for g in self._state_gids:  # an evicted state is remembered only beside its content
+            for h in self._state_gone[g]:
+                if h in self._holders[g] or not any(h in self._holders[f]
+                                                    for f in self._full_gids):
+                    raise InvariantError(f"vllm hybrid: group {g}: evicted state {h} is cached "
+                                         "again, or no full attention block holds its hash")
 
 
 __all__ = ["VLLMHybridPolicy"]

@@ -13,6 +13,9 @@ import pytest
 from reports.schema import METRICS, PARTS_PCT
 from tests.cli.conftest import TINY
 
+# k-shot draws its own prompts: TINY without --input-len (refused there)
+KSHOT_TINY = [a for i, a in enumerate(TINY) if "--input-len" not in (a, TINY[i - 1])]
+
 FIXTURES = Path(__file__).resolve().parents[1] / "workloads" / "fixtures"
 
 
@@ -129,7 +132,7 @@ def test_plan_static_and_json(invoke):
 
 def test_plan_recommends_a_page_size(invoke, tmp_path):
     out = tmp_path / "plan"
-    r = invoke("plan", *TINY, "--workload", "kshot", "--prefix-len", "200",
+    r = invoke("plan", *KSHOT_TINY, "--workload", "kshot", "--prefix-len", "200",
                "--question-len", "20", "--page-sizes", "1,16,64", "--out", out, "--json")
     assert r.exit_code == 0, r.output
     rec = json.loads(r.stdout)["recommendation"]
@@ -140,7 +143,7 @@ def test_plan_recommends_a_page_size(invoke, tmp_path):
 @pytest.mark.parametrize("flag, bar", [("--progress", True), ("--no-progress", False)])
 def test_plan_progress_flag(invoke, tmp_path, flag, bar):
     """plan takes --progress / --no-progress like run and compare; the bar goes to stderr."""
-    r = invoke("plan", *TINY, "--workload", "kshot", "--prefix-len", "200",
+    r = invoke("plan", *KSHOT_TINY, "--workload", "kshot", "--prefix-len", "200",
                "--question-len", "20", "--page-sizes", "1,16", "--out", tmp_path / "p", flag)
     assert r.exit_code == 0, r.output
     assert ("plan:" in r.stderr) == bar

@@ -269,6 +269,20 @@ FLEET_CONTEXT = {
     # a shared KV tier: two replicas or more, each with a host tier
     "--shared-tier-size": ["--replicas", "2", "--hicache-ratio", "1"],
 }
+# options read only under another option (experiments/option_rules.py RULES): the context
+# that reads them (BASE's paged policy reads the eviction, admission and order options)
+_HOST_TIER = ["--hicache-ratio", "1"]
+_STORAGE_TIER = [*_HOST_TIER, "--storage-size", "0.5"]
+RULE_CONTEXT = {
+    "--placement": ["--policy", "contiguous-max"], "--eviction": [], "--admission": [],
+    "--schedule": [], "--preempt": [], "--activation-peak-gib": ["--budget", "vllm"],
+    "--non-torch-gib": [], "--gpu": ["--latency", "roofline"], "--workload": [], "--model": [],
+    "--hicache-write-policy": _HOST_TIER, "--hicache-load": _HOST_TIER,
+    "--host-link-gbps": _HOST_TIER, "--hicache-prefetch-policy": _STORAGE_TIER,
+    "--hicache-prefetch-timeout-s": [*_STORAGE_TIER, "--hicache-prefetch-policy", "timeout"],
+    "--storage-gbps": _STORAGE_TIER, "--storage-latency-us": _STORAGE_TIER,
+    "--slo-percentile": ["--slo-ttft", "1"],
+}
 
 
 def _has_states(model: str | None) -> bool:
@@ -282,6 +296,13 @@ def _has_states(model: str | None) -> bool:
 ROOFLINE_ONLY = ("--page-head-overhead-s", "--iteration-overhead-s", "--attention-backend",
                  "--latency-profile")
 BOOLS = [flag(name) for name in OPTIONS if field_type(name) is bool]
+
+
+def test_every_rule_bound_option_has_a_context():
+    """An option read only under another (option_rules.RULES) is fuzzed where it is read."""
+    from experiments.option_rules import RULES
+
+    assert {flag(r.option) for r in RULES} == set(RULE_CONTEXT)
 
 
 def test_every_option_is_fuzzed():
@@ -315,7 +336,7 @@ def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
         extra = ["--latency", "roofline"]
     if option == "--peak-to-trough":
         extra = ["--arrival", "diurnal"]
-    extra += HYBRID_CONTEXT.get(option, [])
+    extra += HYBRID_CONTEXT.get(option, []) + RULE_CONTEXT.get(option, [])
     extra += FLEET_CONTEXT.get(option, [])
     if option == "--model" and _has_states(value):  # SGLang's Mamba cache runs page 1 only,
         extra += _SGLANG_MAMBA[2:]  # and its state pool needs a few GiB (above)
@@ -341,9 +362,31 @@ _GROUPED_WORKLOADS = ("shared-prefix", "generated-shared-prefix", "llmd-73-capac
 _LADDER = ("--ladder", "--ladder-type", "--ladder-gap-s", "--ladder-drain", "--no-ladder-drain")
 _TRACE_ONLY = ("--rate-scale", "--format", "--skip-bad-rows", "--trace")
 
+# generators whose prompts are their own (workloads/registry.py `prompts`): no --input-len
+_OWN_PROMPTS = ("kshot", "chat")
+
 
 def _where_used(option: str, value: str | None, args: list[str]) -> list[str]:
     """`args` (BASE with the option) moved to a workload that reads the option."""
+    moved = _moved(option, value, args)
+    workload = next((a.split("=", 1)[1] if "=" in a else moved[i + 1]
+                     for i, a in enumerate(moved) if a.split("=", 1)[0] == "--workload"), None)
+    if workload in _OWN_PROMPTS and option != "--input-len":  # k-shot, chat draw their own
+        moved = _without(moved, "--input-len")
+    if option == "--lengths" and value not in ("fixed", "uniform", "lognormal"):
+        moved = _without(_without(moved, "--input-len"), "--output-len")  # no mean to take
+    if option == "--sigma":  # lognormal's knob
+        moved = [*_without(moved, "--lengths"), "--lengths", "lognormal"]
+    return moved
+
+
+def _without(args: list[str], name: str) -> list[str]:
+    """`args` less flag `name` and its value (as `--name value` or `--name=value`)."""
+    return [a for i, a in enumerate(args)
+            if a.split("=", 1)[0] != name and (i == 0 or args[i - 1] != name)]
+
+
+def _moved(option: str, value: str | None, args: list[str]) -> list[str]:
     from workloads import list_workloads
     from workloads.registry import _TRACES
 
@@ -494,7 +537,10 @@ def test_plan_options(option, ok, data):
         PLAN_INVALID[option]))
     args = ["plan", f"{option}={value}", "--json"]
     r = invoke(*args)
-    if ok:
+    if ok and option != "--context-len":  # the page-size study's flags, with no study
+        assert_user_error(r, args, option)
+        assert "silent no-op" in r.stderr
+    elif ok:
         assert_ok(r, args)
         json.loads(r.stdout)
     else:

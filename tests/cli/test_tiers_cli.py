@@ -4,6 +4,7 @@ errors as exit code 2 naming the flag."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from tests.cli.test_commands import assert_png_not_blank
 
@@ -52,7 +53,7 @@ def test_tier_option_errors_exit_2(invoke, tmp_path):
 def test_plan_sizes_the_host_tier_for_a_target_hit_rate(invoke):
     import json
 
-    args = ["plan", *CHAT[:-3], "--page-size", "16", "--latency", "constant"]
+    args = ["plan", *CHAT[:-5], "--page-size", "16", "--latency", "constant"]
     r = invoke(*args, "--target-hit-rate", "0.2", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -81,6 +82,36 @@ def test_plan_target_hit_rate_warns_on_overload_and_writes_out(invoke, tmp_path)
     rows = pd.read_csv(out / "summary.csv")
     assert len(rows) >= 1 and rows["overloaded"].all()
     assert set(rows["hicache_ratio"]) >= {0.0}
+
+
+def test_plan_target_hit_rate_at_the_sustainable_rate(invoke):
+    """--at-sustainable-rate with --target-hit-rate searches the rate first and sizes the
+    tier there (it was silently ignored: issue 38, item 5); --find-rate only reports it."""
+    import json
+
+    args = ["plan", "--workload", "kshot", "--num-requests", "60", "--rate", "500",
+            "--kv-tokens", "4096", "--latency", "constant", "--page-size", "16",
+            "--max-context-len", "2048", "--target-hit-rate", "0.3", "--steps", "1", "--json"]
+    plain = json.loads(invoke(*args[:-3], "--json").stdout)
+    assert plain["overloaded"] and "capacity" not in plain
+    r = invoke(*args, "--at-sustainable-rate")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    cap, used = doc["capacity"], doc["sizing_rate"]
+    assert cap["overloaded_at_start"] and used["flag"] == "--rate" and used["value"] < 500
+    assert not doc["overloaded"] and doc != plain
+    found = json.loads(invoke(*args, "--find-rate").stdout)
+    assert "sizing_rate" not in found and found["steps"] == plain["steps"]
+    assert found["capacity"]["rate_req_s"] == cap["rate_req_s"]
+
+
+@pytest.mark.parametrize("flag", [["--tolerance", "0.1"], ["--page-sizes", "1,16"],
+                                  ["--seeds", "0,1"], ["--jobs", "2"], ["--context-len", "64"],
+                                  ["--progress"], ["--hicache-ratio", "2"]])
+def test_plan_target_hit_rate_refuses_what_it_would_not_read(invoke, flag):
+    r = invoke("plan", *CHAT[:-5], "--target-hit-rate", "0.2", *flag)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
+    assert r.stderr.startswith(f"kvsim: error: {flag[0]}")
 
 
 def test_a_host_tier_above_a_servers_memory_per_gpu_gets_a_note():

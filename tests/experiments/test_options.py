@@ -122,6 +122,8 @@ def test_sim_config_is_built_from_the_options_by_name():
     sim -= {"kv_bytes", *HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS, *SHARED_OPTIONS}
     assert not {*HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS, *SHARED_OPTIONS} & set(
         opts().resolved())
+    sim -= {"engine"}  # a column only under --engine (experiments/engines.py)
+    assert "engine" not in opts().resolved() and opts(engine="vllm").resolved()["engine"]
     o = opts(kv_tokens=4096, warmup_s=3.0, duration_s=50.0, timeline_interval_s=0.25,
              admission="vllm", eviction="lfu", seed=9)
     flat = o.sim_config().to_dict()

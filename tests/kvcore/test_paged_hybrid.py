@@ -188,6 +188,41 @@ def test_mamba_hit_copies_the_state_and_caps_running() -> None:
     pol.check_invariants()
 
 
+def test_the_match_rules_cuts_by_hand() -> None:
+    """AdmitResult names what each rule refused (issue 38, item 4): full-attention KV the
+    tree holds but no state ends at is the state-boundary rule; a state the pool evicted is
+    capacity (in neither field); a tombstoned window is the window rule."""
+    pol = make_policy("paged", cfg(GDN, 400, max_mamba_cache_size=9))
+    t = ids((100, 12))
+    assert pol.admit(1, t[:10], 12, 3) is not None and pol.extend([1], [10])
+    pol.cache_prefix(1, t[:10])  # a state at 10
+    for _ in range(2):
+        assert pol.decode([1])
+    pol.finish(1, t)  # and one at 12: node [0, 10) then [10, 12)
+    res = pol.admit(2, np.concatenate([t[:8], ids((700, 3))]), 12, 1)  # 8 cached, no state
+    assert (res.cached_len, res.window_lost, res.state_lost, res.token_hit) == (0, 0, 8, 0)
+    pol.release(2)
+    assert pol.tree.evict_states(1) == 1  # the older state, at 10 (an inner node)
+    pol.check_invariants()
+    res = pol.admit(3, np.concatenate([t[:10], ids((800, 3))]), 13, 1)
+    assert (res.cached_len, res.window_lost, res.state_lost) == (0, 0, 0)  # capacity
+    pol.release(3)
+    res = pol.admit(4, np.concatenate([t, ids((900, 2))]), 14, 1)
+    assert (res.cached_len, res.window_lost, res.state_lost) == (12, 0, 0)
+    # a window: the tombstone example below, the inner node [0, 8) tombstoned
+    pol = make_policy("paged", cfg(swa_layout(8), 576, page_size=4))
+    a, b = ids((100, 24)), np.concatenate([ids((100, 8)), ids((500, 16))])
+    for rid, tok in ((1, a), (2, b)):
+        pol.admit(rid, tok, 24, 1)
+        assert pol.extend([rid], [24])
+        pol.finish(rid, tok)
+    for rid, tok in ((3, a), (4, b)):
+        pol.admit(rid, np.append(tok, 7), 25, 1)
+    assert pol.tree.evict_swa(1) == 2
+    res = pol.admit(5, np.concatenate([b[:12], ids((900, 5))]), 25, 5)
+    assert (res.cached_len, res.window_lost, res.state_lost, res.token_hit) == (0, 12, 0, 0)
+
+
 def test_dispatch_and_errors() -> None:
     assert type(make_policy("paged-nocache", cfg(swa_layout(8), 576))) is PoolKindsPolicy
     for name in ("contiguous-max", "contiguous-pow2"):  # vllm has its own hybrid form
@@ -274,6 +309,7 @@ class HybridMachine(RuleBasedStateMachine):
         self.live: dict[int, tuple[np.ndarray, int]] = {}
         self.next_rid = 0
         self.slot_token: dict[int, tuple[int, int]] = {}  # full slot -> (position, token)
+        self.states_evicted = False  # some state left its pool: a cut may be capacity
 
     def all_ids(self, rid: int) -> np.ndarray:
         p, fin = self.live[rid]
@@ -316,6 +352,15 @@ class HybridMachine(RuleBasedStateMachine):
             return
         assert res.cached_len == peek and res.cached_len % self.pol.page_size == 0
         event(f"hit={res.cached_len > 0}")
+        # the rules' cuts: within the full-attention KV the tree held (a state evicted from
+        # its pool is the rest: capacity), each only for a layout with that kind of layer
+        held = 0 if self.pol.tree.disable else self.pol.tree.peek(toks[:-1])[0]
+        lost = res.cached_len + res.window_lost + res.state_lost
+        assert res.window_lost >= 0 and res.state_lost >= 0 and lost <= held
+        assert lost == held or self.states_evicted
+        assert res.window_lost == 0 or self.pol.window is not None
+        assert res.state_lost == 0 or self.pol.states is not None
+        event(f"cut={res.window_lost + res.state_lost > 0}")
         self.live[rid] = (toks, fin)
         for pos, slot in enumerate(self.pol.req_to_token_pool.read_at(
                 res.row, slice(0, res.cached_len))):
@@ -364,7 +409,11 @@ class HybridMachine(RuleBasedStateMachine):
 
     @rule(n=st.integers(1, 6))
     def evict_swa_or_states(self, n) -> None:
-        freed = sum(k.evict(n) for k in self.pol.kinds)  # type: ignore[attr-defined]
+        freed = 0
+        for kind in self.pol.kinds:  # type: ignore[attr-defined]
+            got = kind.evict(n)
+            freed += got
+            self.states_evicted |= got > 0 and kind is mamba(self.pol)
         event(f"evicted={freed > 0}")
         event(f"tombstones={bool(window(self.pol) and window(self.pol).tombs)}")
 

@@ -96,6 +96,23 @@ def test_model_that_does_not_fit_says_by_how_much():
     assert plan(MemorySpec(model="llama-3.1-70b", gpu="a100-40gb", tp=8)).kv_tokens > 0
 
 
+def test_a_pool_smaller_than_one_page_names_the_pool_and_the_page():
+    """A direct size below one page is the pool's fault, not the GPU's: the error names the
+    size given and the page, and suggests no more GPUs (issue 38, item 10)."""
+    with pytest.raises(ValueError) as e:
+        plan(MemorySpec(kv_tokens=10), page_size=16)
+    msg = str(e.value)
+    assert msg.startswith("--kv-tokens 10 is smaller than one 16-token page")
+    assert "GPU" not in msg and "tp" not in msg and "\n" not in msg
+    with pytest.raises(ValueError, match=r"^--kv-mem-gib 0.0001 is .* smaller than one "
+                                         r"16-token page of llama-3.1-8b"):
+        plan(MemorySpec(kv_mem_gib=0.0001), page_size=16)
+    with pytest.raises(ValueError, match=r"^--kv-cache-memory-bytes 1 is .* smaller than one "
+                                         r"16-token page"):
+        plan(MemorySpec(kv_cache_memory_bytes=1), page_size=16)
+    assert plan(MemorySpec(kv_tokens=10), page_size=8).kv_tokens == 8  # one page fits
+
+
 def test_mla_and_tp_group_totals():
     r = plan(MemorySpec(model="deepseek-v3", gpu="h200", tp=8, budget="sglang"))
     assert r.kv_bytes_per_token_per_rank == 70_272

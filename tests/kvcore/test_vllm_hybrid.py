@@ -13,7 +13,7 @@ import copy
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -115,6 +115,34 @@ def test_mamba_mode_decides_the_hit_of_a_shorter_shared_prefix(mode: str, hit: i
     b = np.concatenate([np.arange(40), 5000 + np.arange(20)])
     assert p.peek_prefix(b[:-1]) == hit
     assert run_prompt(p, 1, b) == hit
+
+
+@pytest.mark.parametrize(("mode", "lost"), [("align", 32), ("all", 0), ("none", 0)])
+def test_admission_names_the_state_rules_cut(mode: str, lost: int) -> None:
+    """The shorter shared prefix above (issue 38, item 4): full attention and the window hold
+    32 tokens of B; align keeps no state there, so the 32 are lost to the state-boundary
+    rule; all keeps one (hit); none caches nothing, which the policy says as a whole."""
+    p = toy(mode)
+    run_prompt(p, 0, np.arange(50))
+    b = np.concatenate([np.arange(40), 5000 + np.arange(20)])
+    res = p.admit(1, b, 61, 2)
+    assert (res.window_lost, res.state_lost) == (0, lost)
+    assert res.cached_len + res.state_lost == (0 if mode == "none" else 32)
+    assert p.caches_no_prefix() == (mode == "none")
+
+
+def test_a_state_block_the_pool_evicted_is_capacity_not_the_state_rule() -> None:
+    """A (64 tokens, states kept at 20, 40, 60's boundaries) then B fill a 16-block pool: the
+    LRU queue evicts A's state blocks (freed first) while its full and sliding blocks stay.
+    A again finds its KV but no state: the pool's eviction, so neither rule's cut."""
+    p = toy("align", blocks=16)
+    run_prompt(p, 0, np.arange(64), chunk=20)
+    run_prompt(p, 1, 5000 + np.arange(40), chunk=40)
+    assert p._state_gone[2] and not p._holders[2].keys() & p._state_gone[2]
+    p.check_invariants()
+    res = p.admit(2, np.concatenate([np.arange(64), [1, 2, 3]]), 70, 2)
+    assert (res.cached_len, res.window_lost, res.state_lost) == (0, 0, 0)
+    assert p._lookup(np.arange(66), 66)[2][:2] == [64, 64]  # full and window alone: held
 
 
 def test_align_hits_at_the_cached_boundary_and_counts_per_kind() -> None:
@@ -282,8 +310,18 @@ class HybridMachine(RuleBasedStateMachine):
     def admit(self, which: int, cut: int, extra: int, out: int) -> None:
         ids = np.concatenate([PREFIXES[which][:cut], 50_000 + 100 * self.next + np.arange(extra)])
         rid, self.next = self.next, self.next + 1
-        if self.p.admit(rid, ids, len(ids) + out - 1, out) is not None:
+        held = self.p._lookup(ids, len(ids) - 1)[2][0]  # the full attention group alone
+        gone = any(self.p._state_gone)
+        res = self.p.admit(rid, ids, len(ids) + out - 1, out)
+        if res is not None:
             self.live[rid] = (ids, len(ids) + out - 1)
+            # the rules' cuts lie within the full attention KV held; the rest of it is a
+            # state block the pool evicted (capacity)
+            lost = res.cached_len + res.window_lost + res.state_lost
+            assert min(res.window_lost, res.state_lost) >= 0 and lost <= held
+            assert lost == held or gone
+            event(f"state evicted, content kept={gone}")
+            event(f"cut={res.window_lost + res.state_lost > 0}")
 
     @precondition(lambda self: self.live)
     @rule(pick=st.integers(0, 100), step=st.integers(1, 48))
