@@ -3,8 +3,10 @@
 from kvcore.policies import (  # noqa: F401  (registration)
     contiguous,
     paged,
-    vllm,
 )
+
+# isort: split
+import kvcore.vllm  # noqa: F401  (registration, after the others: the order they are listed)
 from kvcore.policies.base import (
     POLICIES,
     AdmitResult,

@@ -1,9 +1,11 @@
-"""vLLM's KV cache groups for a hybrid model, and the prefix hit each kind of group accepts.
+"""vLLM's KV cache groups of a model, and the prefix hit each kind of group accepts.
 
-The `vllm` policy on a hybrid layout (kvcore/policies/vllm_hybrid.py) sizes itself here, with
-the planner's own functions (kvcore/hybrid_plan.py: `vllm_block_size`, `vllm_kinds`,
-`vllm_group_size`, `vllm_plan`), so what `kvsim plan` prints and what the simulation allocates
-are the same blocks.
+A model whose layers are all full attention is one KV cache group of `num_pages` blocks
+(`full_attention_groups`). A hybrid model's groups are sized here with the planner's own
+functions (kvcore/hybrid_plan.py: `vllm_block_size`, `vllm_kinds`, `vllm_group_size`,
+`vllm_plan`), so what `kvsim plan` prints and what the simulation allocates are the same
+blocks. The `vllm` manager (kvcore/vllm/manager.py) builds one group rule per group
+(kvcore/vllm/group_rules.py) from these specs.
 
 Rules followed, and the vLLM version of each (vllm/v1/core/, vllm/v1/kv_cache_interface.py):
 
@@ -50,16 +52,6 @@ from kvcore.hybrid_plan import (
 )
 from kvcore.layers import CHUNKED, FULL, SLIDING, HybridLayout
 from kvcore.validation import cdiv
-
-#: vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`): "none" keeps one
-#: state block per request and caches nothing (prefix caching off); "align" keeps the state
-#: at block boundaries where a scheduler step ends (the scheduler cuts prefill chunks there);
-#: "all" keeps the state at every block boundary. The field's default is "none", but with
-#: prefix caching on (vLLM's default) the model config sets "align" (vLLM >= v0.16 logs "Mamba
-#: cache mode is set to 'align' for <arch> by default when prefix caching is enabled",
-#: vllm/model_executor/models/config.py), which is what `PolicyConfig.mamba_cache_mode`
-#: defaults to.
-MAMBA_CACHE_MODES = ("none", "align", "all")
 
 #: the pool kinds reported per kind (`PoolUsage.kind`)
 POOL_KIND = {FULL: "full", SLIDING: "swa", CHUNKED: "chunked", "linear": "mamba",
@@ -118,17 +110,18 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
-class HybridGroups:
-    """vLLM's layout of a hybrid model's KV memory on one rank: the block size, one layer's
-    page in bytes, layers per group, the shared pool's blocks and the specs (full attention
-    first), with the planner's `HybridPlan` it was read from."""
+class KVCacheGroups:
+    """vLLM's layout of a model's KV memory on one rank: the block size, one layer's page in
+    bytes, layers per group, the shared pool's blocks and the specs (full attention first),
+    with the planner's `HybridPlan` it was read from (None for a full-attention model sized
+    in slots)."""
 
     block_size: int
     page_bytes: int
     group_size: int
     num_blocks: int
     specs: tuple[GroupSpec, ...]
-    plan: HybridPlan
+    plan: HybridPlan | None = None
 
     @property
     def num_groups(self) -> int:
@@ -152,9 +145,15 @@ def _order(kind: str) -> int:
     return {FULL: 0, SLIDING: 1, CHUNKED: 2}.get(kind, 3)
 
 
+def full_attention_groups(num_blocks: int, block_size: int) -> KVCacheGroups:
+    """A model whose layers are all full attention: one KV cache group of `num_blocks`
+    blocks (kvsim's `--kv-tokens` // page size; a block is one page in every layer)."""
+    return KVCacheGroups(block_size, 0, 1, num_blocks, (GroupSpec(FULL, 0, 0, 1, 1),))
+
+
 def vllm_groups(layout: HybridLayout, kv_bytes: int, context_len: int, *,
                 kv_dtype: str = "bf16", tp: int = 1,
-                block_size: int | None = None) -> HybridGroups:
+                block_size: int | None = None) -> KVCacheGroups:
     """The KV cache groups vLLM builds for `layout` with a budget of `kv_bytes` on one rank,
     sized by the planner (`vllm_plan`), so both agree block for block."""
     if kv_bytes <= 0:
@@ -181,7 +180,7 @@ def vllm_groups(layout: HybridLayout, kv_bytes: int, context_len: int, *,
     specs = tuple(sorted((GroupSpec(g.kind, g.window, g.chunk, g.layers,
                                     cdiv(g.layers, group_size)) for g in kinds.values()),
                          key=lambda s: _order(s.kind)))
-    return HybridGroups(bs, page, group_size, num_blocks, specs, plan)
+    return KVCacheGroups(bs, page, group_size, num_blocks, specs, plan)
 
 
 # -- the hit each kind accepts -----------------------------------------------------------------
@@ -267,5 +266,5 @@ def longest_hit(specs: tuple[GroupSpec, ...], cached: list[Cached], max_len: int
     return hit, first
 
 
-__all__ = ["MAMBA_CACHE_MODES", "POOL_KIND", "GroupSpec", "HybridGroups", "chunked_hit",
+__all__ = ["POOL_KIND", "GroupSpec", "KVCacheGroups", "chunked_hit", "full_attention_groups",
            "full_hit", "longest_hit", "sliding_hit", "spec_hit", "state_hit", "vllm_groups"]
