@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -35,6 +36,14 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 #: what the page table's checks read of a live request: (request id, row, written tokens,
 #: its block table in the group the page table mirrors)
 Live = tuple[int, int, int, "BlockTable"]
+
+
+class Holder(Protocol):
+    """What the page table reads of a request (kvcore/vllm/request.py `Request`): its row and
+    its block table per group (the first is the one a token-slot table mirrors)."""
+
+    row: int
+    tables: list[BlockTable]
 
 
 class BlockTable:
@@ -175,18 +184,21 @@ class PageTable(ABC):
         """Positions start..end-1 of the request in `row` were written (their blocks
         appended to `table`)."""
 
-    def write_step(self, rows: np.ndarray, tables: Sequence[BlockTable],  # noqa: B027
-                   written: np.ndarray) -> None:
+    def write_step(self, reqs: Sequence[Holder], written: list[int]) -> None:  # noqa: B027
         """One position each was written, at `written` (a decode step)."""
 
-    def write_grid(self, rows: np.ndarray, pos: np.ndarray, new: np.ndarray,  # noqa: B027
-                   last: np.ndarray) -> None:
+    def write_grid(self, reqs: Sequence[Holder], pos: np.ndarray,  # noqa: B027
+                   new: np.ndarray, last: np.ndarray) -> None:
         """A decode stretch's positions `pos` (steps x batch) were written: a block started
         at each position that is a multiple of the block size, taking `new` in row-major
         order; before its first new block a request wrote into its `last` block."""
 
     def check_invariants(self, live: Sequence[Live]) -> None:  # noqa: B027
         """Every row in use belongs to one live request and holds its entries."""
+
+
+def _rows(reqs: Sequence[Holder]) -> np.ndarray:
+    return np.fromiter((r.row for r in reqs), dtype=np.int64, count=len(reqs))
 
 
 class GroupBlockTables(PageTable):
@@ -247,17 +259,19 @@ class TokenSlotTable(PageTable):
         slots = (bt[:, None] * ps + self._offsets).ravel()  # every slot of those blocks
         self.pool.write_range(row, start, slots[start - first * ps : end - first * ps])
 
-    def write_step(self, rows: np.ndarray, tables: Sequence[BlockTable],
-                   written: np.ndarray) -> None:
-        ps = self.page_size
-        last = np.fromiter((t.last for t in tables), dtype=np.int64, count=len(tables))
-        self.pool.write_run(rows, written, 1, last * ps + written % ps, top=int(written.max()))
+    def write_step(self, reqs: Sequence[Holder], written: list[int]) -> None:
+        ps, n = self.page_size, len(reqs)
+        if not n:
+            return
+        w = np.array(written, dtype=np.int64)
+        last = np.fromiter((r.tables[0].last for r in reqs), dtype=np.int64, count=n)
+        self.pool.write_run(_rows(reqs), w, 1, last * ps + w % ps, top=max(written))
 
-    def write_grid(self, rows: np.ndarray, pos: np.ndarray, new: np.ndarray,
+    def write_grid(self, reqs: Sequence[Holder], pos: np.ndarray, new: np.ndarray,
                    last: np.ndarray) -> None:
         ps = self.page_size
         blocks = pages_at_steps(pos, new, last, ps)
-        self.pool.write_at(rows[None, :], pos, blocks * ps + pos % ps)
+        self.pool.write_at(_rows(reqs)[None, :], pos, blocks * ps + pos % ps)
 
     def check_invariants(self, live: Sequence[Live]) -> None:
         self.pool.check_invariants()
@@ -286,11 +300,10 @@ class RowBlockTables(TokenSlotTable):
     def write_grow(self, row: int, table: BlockTable, start: int, end: int) -> None:
         pass
 
-    def write_step(self, rows: np.ndarray, tables: Sequence[BlockTable],
-                   written: np.ndarray) -> None:
+    def write_step(self, reqs: Sequence[Holder], written: list[int]) -> None:
         pass
 
-    def write_grid(self, rows: np.ndarray, pos: np.ndarray, new: np.ndarray,
+    def write_grid(self, reqs: Sequence[Holder], pos: np.ndarray, new: np.ndarray,
                    last: np.ndarray) -> None:
         pass
 

@@ -32,19 +32,28 @@ relies on it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import numpy as np
 
 from kvcore.layers import FULL
 from kvcore.validation import cdiv
+from kvcore.vllm.block_hash import NONE_HASH
+from kvcore.vllm.block_pool import BlockPool
 from kvcore.vllm.block_table import BlockTable
 from kvcore.vllm.kv_cache_groups import Cached, GroupSpec, spec_hit
+from kvcore.vllm.request import Request
 
 #: (start position, end position) of a run of blocks to cache, each its own caching
 Run = tuple[int, int]
 #: a decode stretch's free: (step, request index, group, -position, block; -1: a block the
 #: stretch itself allocates at that position)
 Free = tuple[int, int, int, int, int]
+#: what an `extend` just appended to a group's tables: the popped blocks, and per request
+#: where its blocks start among them and how many it took
+Fresh = tuple[np.ndarray, list[int], list[int]]
+#: a request to cache: (its index in the call, the request, its full blocks with known ids)
+Todo = tuple[int, Request, int]
 
 
 class GroupRule(ABC):
@@ -79,6 +88,18 @@ class GroupRule(ABC):
     def grow(self, table: BlockTable, w: int, t: int, got: np.ndarray) -> None:
         """Place the `new_blocks` blocks `got` of growing from w to t tokens."""
 
+    def counts(self, tables: Sequence[BlockTable], ws: Sequence[int],
+               ts: Sequence[int]) -> list[int]:
+        """`new_blocks` of each request of an `extend` (written ws, targets ts)."""
+        return [self.new_blocks(tb.n, w, t) for tb, w, t in zip(tables, ws, ts, strict=True)]
+
+    def grow_all(self, tables: Sequence[BlockTable], ws: Sequence[int], ts: Sequence[int],
+                 new: np.ndarray, offsets: Sequence[int], counts: Sequence[int]) -> None:
+        """`grow` of each request of an `extend`: request i's blocks are
+        new[offsets[i] : offsets[i] + counts[i]]."""
+        for tb, w, t, o, k in zip(tables, ws, ts, offsets, counts, strict=True):
+            self.grow(tb, w, t, new[o : o + k])
+
     def remove_skipped(self, table: BlockTable, w: int, skip_at: int) -> list[int]:
         """Null the positions the next token after w tokens no longer needs; their blocks,
         in the order they are freed (none unless `skips`)."""
@@ -89,6 +110,26 @@ class GroupRule(ABC):
         """The runs of newly full blocks (the first `full` positions have known ids) to
         cache, in order; marks them offered. `hashed`: the pool's per-block flag (a hit
         block is cached already)."""
+
+    def cache(self, todo: Sequence[Todo], pool: BlockPool, fresh: Fresh | None) -> None:
+        """Cache this group's newly full blocks of each request (its chain hashed as far as
+        `full`) in one `BlockPool.cache_runs` call, each run its own caching, in request
+        order (copies: these tables null positions later)."""
+        g, bs = self.gid, self.block_size
+        runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after)
+        parts = []
+        for _, req, full in todo:
+            table = req.tables[g]
+            for lo, hi in self.cache_runs(table, full, pool.is_hashed):
+                runs.append((hi - lo, req.chain.item(lo - 1) if lo else NONE_HASH, lo,
+                             table.block_at(lo - 1) if lo else 0))
+                parts.append((req, table.block_slice(lo, hi), lo, hi))
+        if parts:
+            pool.cache_runs(np.concatenate([b for _, b, _, _ in parts]),
+                            np.concatenate([r.chain[lo:hi] for r, _, lo, hi in parts]),
+                            np.concatenate([r.ids[lo * bs : hi * bs]
+                                            for r, _, lo, hi in parts]).reshape(-1, bs),
+                            runs, g)
 
     def hit(self, cached: Cached, max_len: int) -> tuple[int, int]:
         """The longest hit this kind accepts up to `max_len` tokens: (tokens, the first
@@ -139,6 +180,55 @@ class FullAttention(GroupRule):
 
     def grow(self, table: BlockTable, w: int, t: int, got: np.ndarray) -> None:
         table.append(got)
+
+    def counts(self, tables: Sequence[BlockTable], ws: Sequence[int],
+               ts: Sequence[int]) -> list[int]:
+        bs = self.block_size
+        return [-(-t // bs) - tb.n for tb, t in zip(tables, ts, strict=True)]  # (t >= w)
+
+    def grow_all(self, tables: Sequence[BlockTable], ws: Sequence[int], ts: Sequence[int],
+                 new: np.ndarray, offsets: Sequence[int], counts: Sequence[int]) -> None:
+        for tb, o, k in zip(tables, offsets, counts, strict=True):
+            if k:
+                tb.append(new[o : o + k])
+
+    def cache(self, todo: Sequence[Todo], pool: BlockPool, fresh: Fresh | None) -> None:
+        """`GroupRule.cache` of tables whose positions are all real and never rewritten: one
+        run per request, from its offered blocks to `full`, its blocks read from the popped
+        array when an `extend` just appended them (the table's own view otherwise), and that
+        array itself when the runs are exactly every request's new blocks, in order."""
+        g, bs = self.gid, self.block_size
+        runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after)
+        blocks, hashes, tokens = [], [], []
+        new, starts, counts = fresh if fresh is not None else (None, (), ())
+        whole = new is not None  # every run is its request's whole new blocks
+        for i, req, full in todo:
+            table = req.tables[g]
+            done = table.hashed
+            if full <= done:
+                continue
+            table.hashed = full
+            k = counts[i] if new is not None else 0
+            first = table.n - k  # the first position this call appended
+            if new is not None and first <= done:
+                s = starts[i] + done - first
+                blocks.append(new[s : s + full - done])
+                whole = whole and done == first and full == table.n
+            else:
+                blocks.append(table.block_slice(done, full))
+                whole = False
+            chain = req.chain
+            runs.append((full - done, chain.item(done - 1) if done else NONE_HASH, done,
+                         table.block_at(done - 1) if done else 0))
+            hashes.append(chain[done:full])
+            tokens.append(req.ids[done * bs : full * bs])
+        if len(runs) == 1:
+            pool.cache_runs(blocks[0], hashes[0], tokens[0].reshape(-1, bs), runs, g)
+        elif runs:
+            every = new if whole and new is not None and sum(r[0] for r in runs) == len(new) \
+                else np.concatenate(blocks)
+            pool.cache_runs(every, np.concatenate(hashes),
+                            np.concatenate(tokens).reshape(-1, bs), runs, g)
 
     def cache_runs(self, table: BlockTable, full: int, hashed: np.ndarray) -> list[Run]:
         done = table.hashed

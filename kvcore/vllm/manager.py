@@ -42,6 +42,7 @@ the middle of its prefill hands its chain and admission hits back.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 import numpy as np
 
@@ -67,7 +68,14 @@ from kvcore.vllm.block_table import (
 )
 from kvcore.vllm.chain_memo import ChainMemo, KnownHit
 from kvcore.vllm.coordinator import Hit, blocks_to_allocate, coordinator
-from kvcore.vllm.group_rules import FullAttention, GroupRule, MambaSingle, MambaState, group_rules
+from kvcore.vllm.group_rules import (
+    Fresh,
+    FullAttention,
+    GroupRule,
+    MambaSingle,
+    MambaState,
+    group_rules,
+)
 from kvcore.vllm.kv_cache_groups import KVCacheGroups, full_attention_groups, vllm_groups
 from kvcore.vllm.request import Request
 from kvcore.vllm.stretch import Stretch
@@ -268,34 +276,35 @@ class VLLMManager(PrefixCache, DecodeStretch):
                 self.pool.free_blocks(np.array(freed, dtype=np.int64))
 
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:
-        """One engine iteration's prefill chunks: every group's blocks popped in one call and
-        the newly full blocks of every request cached in one call per group
-        (`BlockPool.cache_runs`: each request still its own caching, in request order)."""
+        """One engine iteration's prefill chunks: every group's blocks popped in one call
+        (request by request, group by group) and the newly full blocks of every request
+        cached in one call per group (`BlockPool.cache_runs`: each request still its own
+        caching, in request order)."""
         reqs = self._reqs_of(rids)
-        self.check_extend_args(rids, target_lens, [r.written for r in reqs],
-                               self.max_context_len)
+        ws = [r.written for r in reqs]
+        self.check_extend_args(rids, target_lens, ws, self.max_context_len)
         self._skip(reqs)
-        rules, grown = self.rules, []
-        need = 0
-        for req, t in zip(reqs, target_lens, strict=True):
-            t, w = int(t), req.written
-            if t > w:
-                counts = [rule.new_blocks(table.n, w, t)
-                          for rule, table in zip(rules, req.tables, strict=True)]
-                need += sum(counts)
-                grown.append((req, w, t, counts))
+        ts = [int(t) for t in target_lens]
+        rules = self.rules
+        tables = [[r.tables[rule.gid] for r in reqs] for rule in rules]
+        counts = [rule.counts(tb, ws, ts) for rule, tb in zip(rules, tables, strict=True)]
+        need = sum(map(sum, counts))
         if need > self.pool.get_num_free_blocks():
             return False
         new = self.pool.get_new_blocks(need)
-        at = 0
+        # where each request's blocks of each group start in `new`: request-major
+        starts = [0, *accumulate(map(sum, zip(*counts, strict=True)))][:-1]
+        fresh = []
+        for rule, tb, k in zip(rules, tables, counts, strict=True):
+            rule.grow_all(tb, ws, ts, new, starts, k)
+            fresh.append((new, starts, k))
+            starts = [s + c for s, c in zip(starts, k, strict=False)]
         page_table = self.page_table
-        for req, w, t, counts in grown:
-            for rule, table, k in zip(rules, req.tables, counts, strict=True):
-                rule.grow(table, w, t, new[at : at + k])
-                at += k
-            page_table.write_grow(req.row, req.tables[0], w, t)
-            req.written = t
-        self._cache([g[0] for g in grown])
+        for req, w, t in zip(reqs, ws, ts, strict=True):
+            if t > w:
+                page_table.write_grow(req.row, req.tables[0], w, t)
+                req.written = t
+        self._cache(reqs, fresh)
         return True
 
     def decode(self, rids: Sequence[int]) -> bool:
@@ -318,20 +327,25 @@ class VLLMManager(PrefixCache, DecodeStretch):
             return False
         if not reqs:
             return True
-        new = iter(self.pool.get_new_blocks(need).tolist())
-        for req in starts:
-            tables = req.tables
-            for rule in self._allocating:
-                tables[rule.gid].append_one(next(new))
-            for rule in self._singles:
-                if not tables[rule.gid].n:
-                    tables[rule.gid].append_one(next(new))
+        new = self.pool.get_new_blocks(need)
+        if not self._singles or not any(req.tables[rule.gid].n == 0 for rule in self._singles
+                                         for req in starts):
+            # every start takes one block per allocating group: column a is group a's
+            cols = new.reshape(-1, max(len(self._allocating), 1)).T.tolist()
+            for rule, col in zip(self._allocating, cols, strict=False):
+                g = rule.gid
+                for req, b in zip(starts, col, strict=True):
+                    req.tables[g].append_one(b)
+        else:  # a request's first token: its Mamba state block after the others
+            it = iter(new.tolist())
+            for req in starts:
+                for rule in (*self._allocating, *self._singles):
+                    if rule.allocates or not req.tables[rule.gid].n:
+                        req.tables[rule.gid].append_one(next(it))
         for state in self._states:
             for req, w in zip(reqs, written, strict=True):
                 req.tables[state.gid].states.update(state.boundaries(w, w + 1))
-        self.page_table.write_step(np.array([r.row for r in reqs], dtype=np.int64),
-                                   [r.tables[0] for r in reqs],
-                                   np.array(written, dtype=np.int64))
+        self.page_table.write_step(reqs, written)
         for req in reqs:
             req.written += 1
         # blocks whose ids are known fill here only when the ids run ahead of the tokens
@@ -339,43 +353,24 @@ class VLLMManager(PrefixCache, DecodeStretch):
         return True
 
     # -- caching ---------------------------------------------------------------------------
-    def _cache(self, reqs: Sequence[Request]) -> None:
+    def _cache(self, reqs: Sequence[Request], fresh: list[Fresh] | None = None) -> None:
         """Hash every block of `reqs` that is full and whose token ids are known, group by
-        group in runs (kvcore/vllm/group_rules.py `cache_runs`), each group's runs in one
-        `cache_runs` call. Every group offers the same full blocks, so a request whose first
-        group has offered them all has nothing new."""
-        if not self.caching or not reqs:
+        group (kvcore/vllm/group_rules.py `GroupRule.cache`; `fresh`, per group, the blocks
+        an `extend` just appended to each request). Every group offers the same full blocks,
+        so a request whose first group has offered them all has nothing new."""
+        if not self.caching:
             return
         bs = self.page_size
         todo = []
-        for req in reqs:
+        for i, req in enumerate(reqs):
             full = min(req.written, len(req.ids)) // bs
             if full > req.tables[0].hashed:
                 if len(req.chain) < full:
                     self._hash_to(req, full)
-                todo.append((req, full))
-        if not todo:
-            return
-        hashed, pool = self.pool.is_hashed, self.pool
-        for rule in self.rules:
-            g = rule.gid
-            runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after)
-            parts = []
-            for req, full in todo:
-                table = req.tables[g]
-                for lo, hi in rule.cache_runs(table, full, hashed):
-                    runs.append((hi - lo, req.chain.item(lo - 1) if lo else NONE_HASH, lo,
-                                 table.block_at(lo - 1) if lo else 0))
-                    parts.append((req, table, lo, hi))
-            if len(parts) == 1:
-                req, table, lo, hi = parts[0]
-                pool.cache_runs(table.block_slice(lo, hi).copy(), req.chain[lo:hi],
-                                req.ids[lo * bs : hi * bs].reshape(-1, bs), runs, g)
-            elif parts:
-                every = np.concatenate([t.block_slice(lo, hi) for _, t, lo, hi in parts])
-                chains = np.concatenate([r.chain[lo:hi] for r, _, lo, hi in parts])
-                tokens = np.concatenate([r.ids[lo * bs : hi * bs] for r, _, lo, hi in parts])
-                pool.cache_runs(every, chains, tokens.reshape(-1, bs), runs, g)
+                todo.append((i, req, full))
+        if todo:
+            for g, rule in enumerate(self.rules):
+                rule.cache(todo, self.pool, fresh[g] if fresh else None)
 
     def _learn_ids(self, req: Request, ids: np.ndarray) -> None:
         ids = as_ids(ids)

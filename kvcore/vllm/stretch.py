@@ -155,9 +155,7 @@ class Stretch:
                 grid[starts] = per_event[:, a]
                 for i, req in enumerate(reqs):
                     req.tables[rule.gid].append(grid[starts[:, i], i])
-            m.page_table.write_grid(
-                np.fromiter((r.row for r in reqs), dtype=np.int64, count=len(reqs)),
-                self.pos, per_event[:, 0], last)
+            m.page_table.write_grid(reqs, self.pos, per_event[:, 0], last)
         bs = m.page_size
         for state in m.rules:  # a state group's blocks receive the states of the steps
             if isinstance(state, MambaState):  # that end on a block boundary

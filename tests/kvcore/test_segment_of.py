@@ -1,5 +1,5 @@
 """A chain index finds an indexed block's segment through its generation
-(kvcore/chain_index.py `_segment_of`: a caching's run goes to one segment whole): whatever
+(kvcore/vllm/chain_index.py `_segment_of`: a caching's run goes to one segment whole): whatever
 the runs cached together (`insert_runs`, some continuing earlier segments) and the blocks
 evicted, every indexed block's segment, found that way, holds it as a live entry, and the
 segments' live counts are those of a model that keeps each block's segment. About 1 s."""
@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.chain_index import ChainIndex
+from kvcore.vllm.chain_index import ChainIndex
 from tests.kvcore.draws import chain_runs
 
 N = 60  # blocks 1..N

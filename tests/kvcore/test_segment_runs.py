@@ -1,5 +1,5 @@
 """A chain index segment keeps appended runs by reference and writes its arrays when read
-(kvcore/chain_index.py `Segment.append` / `_join`): whatever the order of appends, reads
+(kvcore/vllm/chain_index.py `Segment.append` / `_join`): whatever the order of appends, reads
 and cuts, its blocks, hashes and generations are those of a segment written at every
 append (the model: plain lists), and the index's checks count pending runs. About 1 s."""
 
@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.chain_index import ChainIndex, Segment
 from kvcore.validation import InvariantError
+from kvcore.vllm.chain_index import ChainIndex, Segment
 
 # each step: ("append", run length, entries around it) | ("read",) | ("cut", fraction of n
 # kept); with entries around it, the run is a part of a larger caching call's arrays
