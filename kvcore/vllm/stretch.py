@@ -26,20 +26,36 @@ and the fast-forward ends a stretch there while a request waits (`steps_before_r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from kvcore.breakdown import PARTS
 from kvcore.validation import non_negative_int
-from kvcore.vllm.group_rules import Free, MambaState
+from kvcore.vllm.block_pool import BlockPool
+from kvcore.vllm.block_table import PageTable
+from kvcore.vllm.group_rules import Free, GroupRule, MambaState
+from kvcore.vllm.kv_cache_groups import KVCacheGroups
 from kvcore.vllm.request import Request
-
-if TYPE_CHECKING:
-    from kvcore.vllm.manager import VLLMManager
 
 _TOKENS, _CACHED, _RESERVED, _INTERNAL, _FREE = (
     PARTS.index(p) for p in ("token_states", "cached", "reserved", "internal", "free"))
+
+
+class Manager(Protocol):
+    """What a stretch reads of the manager (kvcore/vllm/manager.py `VLLMManager`)."""
+
+    page_size: int
+    capacity: int
+    slot_groups: int
+    attention_groups: int
+    rules: list[GroupRule]
+    pool: BlockPool
+    groups: KVCacheGroups
+    page_table: PageTable
+    requests: dict[int, Request]
+
+    def tails(self, req: Request) -> tuple[int, int, int]: ...
 
 
 class Stretch:
@@ -48,7 +64,7 @@ class Stretch:
     (`starts`, in row-major order the pop order), one per allocating group, and the frees of
     the groups that free blocks (`frees`, in stepping's order)."""
 
-    def __init__(self, m: VLLMManager, reqs: list[Request], n: int) -> None:
+    def __init__(self, m: Manager, reqs: list[Request], n: int) -> None:
         self.m, self.reqs, self.n = m, reqs, n
         bs = m.page_size
         self.w0 = np.fromiter((r.written for r in reqs), dtype=np.int64, count=len(reqs))
