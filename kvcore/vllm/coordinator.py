@@ -132,8 +132,7 @@ class HybridCoordinator(Coordinator):
         cached: list[Cached] = []
         for spec in self.specs:
             mine = [h for h, rule in zip(held, self.rules, strict=True) if rule.spec is spec]
-            every = np.logical_and.reduce([h != 0 for h in mine]).tolist()
-            cached.append(every.__getitem__)
+            cached.append(np.logical_and.reduce([h != 0 for h in mine]))
         hit, first = longest_hit(self.specs, cached, max_len, bs)
         alone = [longest_hit((s,), [c], max_len, bs)[0]
                  for s, c in zip(self.specs, cached, strict=True)]

@@ -40,8 +40,9 @@ Rules followed, and the vLLM version of each (vllm/v1/core/, vllm/v1/kv_cache_in
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from kvcore.hybrid_plan import (
     HybridPlan,
@@ -57,8 +58,9 @@ from kvcore.validation import cdiv
 POOL_KIND = {FULL: "full", SLIDING: "swa", CHUNKED: "chunked", "linear": "mamba",
              "mamba": "mamba"}
 
-#: block i cached in every group of a spec -> True
-Cached = Callable[[int], bool]
+#: per block position, whether every group of a spec holds it cached (positions past the
+#: end: not cached)
+Cached = np.ndarray
 
 
 @dataclass(frozen=True)
@@ -184,49 +186,46 @@ def vllm_groups(layout: HybridLayout, kv_bytes: int, context_len: int, *,
 
 
 # -- the hit each kind accepts -----------------------------------------------------------------
-# Each finder returns (hit tokens, first block the hit needs): the blocks the request takes are
-# those from that index to hit // block_size; the blocks before it are not needed.
+# Each finder reads `cached` (bool per block position) up to `max_len` tokens and returns (hit
+# tokens, first block the hit needs): the blocks the request takes are those from that index
+# to hit // block_size; the blocks before it are not needed.
 
 
 def full_hit(cached: Cached, max_len: int, bs: int) -> tuple[int, int]:
     """Full attention: cached blocks from block 0 up to the first miss."""
-    n, top = 0, max_len // bs
-    while n < top and cached(n):
-        n += 1
-    return n * bs, 0
+    seg = cached[: max_len // bs]
+    return (len(seg) if seg.all() else int(seg.argmin())) * bs, 0
 
 
 def sliding_hit(cached: Cached, max_len: int, bs: int, window: int) -> tuple[int, int]:
-    """Sliding window: from the right, the first run of cdiv(window - 1, bs) cached blocks;
-    without one, the run of cached blocks from block 0."""
-    need = cdiv(window - 1, bs)
-    run = 0
-    for i in range(max_len // bs - 1, -1, -1):
-        if cached(i):
-            run += 1
-            if run >= need:
-                return (i + run) * bs, i
-        else:
-            run = 0
-    return run * bs, 0
+    """Sliding window: from the right, the first run of cdiv(window - 1, bs) cached blocks
+    (at least one); without one, the run of cached blocks from block 0."""
+    need = max(cdiv(window - 1, bs), 1)
+    seg = cached[: max_len // bs]
+    if len(seg) >= need:
+        ends = np.concatenate([[0], np.cumsum(seg)])
+        full = np.flatnonzero(ends[need:] - ends[: len(seg) - need + 1] == need)
+        if len(full):
+            i = int(full[-1])
+            return (i + need) * bs, i
+    return (len(seg) if seg.all() else int(seg.argmin())) * bs, 0
 
 
 def chunked_hit(cached: Cached, max_len: int, bs: int, chunk: int) -> tuple[int, int]:
     """Chunked local attention: blocks before the candidate's chunk start are not needed;
     from there, cached blocks up to the first miss."""
     first = max_len // chunk * chunk // bs
-    n, top = first, max_len // bs
-    while n < top and cached(n):
-        n += 1
-    return n * bs, first
+    seg = cached[first : max_len // bs]
+    return (first + (len(seg) if seg.all() else int(seg.argmin()))) * bs, first
 
 
 def state_hit(cached: Cached, max_len: int, bs: int) -> tuple[int, int]:
     """Mamba / linear attention: from the right, the first cached state block."""
-    for i in range(max_len // bs - 1, -1, -1):
-        if cached(i):
-            return (i + 1) * bs, i
-    return 0, 0
+    held = np.flatnonzero(cached[: max_len // bs])
+    if not len(held):
+        return 0, 0
+    i = int(held[-1])
+    return (i + 1) * bs, i
 
 
 def spec_hit(spec: GroupSpec, cached: Cached, max_len: int, bs: int) -> tuple[int, int]:

@@ -20,30 +20,34 @@ class PooledVLLMManager(VLLMManager, PoolKinds):
         super().__init__(config)
         self._stretch_pools: dict[str, np.ndarray] = {}
 
-    def _owners(self) -> np.ndarray:
-        """Per block, the group whose live tables hold it (-1: none), or whose index holds
-        it when it is cached and idle."""
-        owner = np.full(self.groups.num_blocks + 1, -1, dtype=np.int64)
-        for g, index in enumerate(self.pool.indexes):
-            owner[index.gen > 0] = g
-        for r in self.requests.values():
-            for rule, t in zip(self.rules, r.tables, strict=True):
-                owner[rule.held(t.blocks)] = rule.gid
-        return owner
+    def group_blocks(self) -> list[tuple[int, int]]:
+        """Per group, (blocks it holds for live requests or as cache, of them as cache): a
+        block is its group's while a live table holds it, or while it is cached idle in the
+        group's index."""
+        pool = self.pool
+        cached = pool.is_hashed & (pool.ref_cnt == 0)
+        out = []
+        mine = np.zeros(self.groups.num_blocks + 1, dtype=bool)
+        for rule, index in zip(self.rules, pool.indexes, strict=True):
+            np.greater(index.gen, 0, out=mine)  # indexed: hashed, held or cached
+            for r in self.requests.values():
+                mine[rule.held(r.tables[rule.gid].blocks)] = True
+            out.append((int(np.count_nonzero(mine & ((pool.ref_cnt > 0) | cached))),
+                        int(np.count_nonzero(mine & cached))))
+        return out
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Per pool kind: the shared pool's bytes as capacity, the bytes its groups' blocks
         hold for live requests or as cache (PoolUsage's `used` counts both; `cached` the cache
         alone), and the hits that kind alone would give."""
-        pool, bb = self.pool, self.groups.block_bytes
-        cached = pool.is_hashed & (pool.ref_cnt == 0)
-        owner = self._owners()
+        bb = self.groups.block_bytes
+        per_group = self.group_blocks()
         out: dict[str, PoolUsage] = {}
         for k, spec in enumerate(self.specs):
-            mine = np.isin(owner, [rule.gid for rule in self.rules if rule.spec is spec])
+            mine = [per_group[rule.gid] for rule in self.rules if rule.spec is spec]
+            used = sum(u for u, _ in mine) * bb
+            cach = sum(c for _, c in mine) * bb
             prev = out.get(spec.pool_kind)
-            used = int(np.count_nonzero(mine)) * bb
-            cach = int(np.count_nonzero(mine & cached)) * bb
             hits = self.spec_hits[k]
             if prev is not None:  # two specs of one kind (two windows): summed, least hit
                 used, cach = used + prev.used_bytes, cach + prev.cached_bytes

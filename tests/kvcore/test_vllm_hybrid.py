@@ -153,8 +153,58 @@ def test_freed_sliding_blocks_still_hit_until_reused() -> None:
 
 # -- the finders -------------------------------------------------------------------------------
 
-def _has(blocks: set[int]):
-    return lambda i: i in blocks
+def _has(blocks: set[int], n: int = 8) -> np.ndarray:
+    """The finders' `cached`: n block positions, those in `blocks` cached."""
+    return np.isin(np.arange(n), sorted(blocks))
+
+
+# the finders as vLLM writes them (single_type_kv_cache_manager.py): one position at a time
+def _full_loop(c: np.ndarray, max_len: int, bs: int) -> tuple[int, int]:
+    n = 0
+    while n < max_len // bs and n < len(c) and c[n]:
+        n += 1
+    return n * bs, 0
+
+
+def _sliding_loop(c: np.ndarray, max_len: int, bs: int, window: int) -> tuple[int, int]:
+    need, run = -(-(window - 1) // bs), 0
+    for i in range(min(max_len // bs, len(c)) - 1, -1, -1):
+        if c[i]:
+            run += 1
+            if run >= need:
+                return (i + run) * bs, i
+        else:
+            run = 0
+    return run * bs, 0
+
+
+def _chunked_loop(c: np.ndarray, max_len: int, bs: int, chunk: int) -> tuple[int, int]:
+    first = max_len // chunk * chunk // bs
+    n = first
+    while n < max_len // bs and n < len(c) and c[n]:
+        n += 1
+    return n * bs, first
+
+
+def _state_loop(c: np.ndarray, max_len: int, bs: int) -> tuple[int, int]:
+    for i in range(min(max_len // bs, len(c)) - 1, -1, -1):
+        if c[i]:
+            return (i + 1) * bs, i
+    return 0, 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.booleans(), max_size=24), st.integers(0, 120), st.sampled_from([1, 4, 16]),
+       st.integers(1, 70), st.sampled_from([1, 2, 4]))
+def test_finders_equal_the_block_by_block_scan(cached: list[bool], max_len: int, bs: int,
+                                               window: int, chunks: int) -> None:
+    """Each finder (whole arrays at once) answers as vLLM's scan, one position at a time."""
+    c = np.array(cached, dtype=bool)
+    assert full_hit(c, max_len, bs) == _full_loop(c, max_len, bs)
+    assert sliding_hit(c, max_len, bs, window) == _sliding_loop(c, max_len, bs, window)
+    assert chunked_hit(c, max_len, bs, chunks * bs) == _chunked_loop(c, max_len, bs,
+                                                                     chunks * bs)
+    assert state_hit(c, max_len, bs) == _state_loop(c, max_len, bs)
 
 
 def test_finders_by_hand() -> None:
