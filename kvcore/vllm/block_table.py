@@ -184,6 +184,13 @@ class PageTable(ABC):
         """Positions start..end-1 of the request in `row` were written (their blocks
         appended to `table`)."""
 
+    def write_grown(self, reqs: Sequence[Holder], ws: Sequence[int],
+                    ts: Sequence[int]) -> None:
+        """`write_grow` of each request of an `extend`, from ws[i] to ts[i] tokens."""
+        for r, w, t in zip(reqs, ws, ts, strict=True):
+            if t > w:
+                self.write_grow(r.row, r.tables[0], w, t)
+
     def write_step(self, reqs: Sequence[Holder], written: list[int]) -> None:  # noqa: B027
         """One position each was written, at `written` (a decode step)."""
 
@@ -224,6 +231,10 @@ class GroupBlockTables(PageTable):
     def table(self, row: int, capacity: int) -> BlockTable:
         return BlockTable(capacity)
 
+    def write_grown(self, reqs: Sequence[Holder], ws: Sequence[int],
+                    ts: Sequence[int]) -> None:
+        pass
+
     def check_invariants(self, live: Sequence[Live]) -> None:
         rows = sorted([*self._rows, *(row for _, row, _, _ in live)])
         if rows != list(range(self.max_requests)):
@@ -260,12 +271,12 @@ class TokenSlotTable(PageTable):
         self.pool.write_range(row, start, slots[start - first * ps : end - first * ps])
 
     def write_step(self, reqs: Sequence[Holder], written: list[int]) -> None:
-        ps, n = self.page_size, len(reqs)
-        if not n:
+        if not reqs:
             return
-        w = np.array(written, dtype=np.int64)
-        last = np.fromiter((r.tables[0].last for r in reqs), dtype=np.int64, count=n)
-        self.pool.write_run(_rows(reqs), w, 1, last * ps + w % ps, top=max(written))
+        ps = self.page_size
+        slots = [r.tables[0].last * ps + w % ps for r, w in zip(reqs, written, strict=True)]
+        self.pool.write_run(_rows(reqs), np.array(written, dtype=np.int64), 1,
+                            np.array(slots, dtype=np.int64), top=max(written))
 
     def write_grid(self, reqs: Sequence[Holder], pos: np.ndarray, new: np.ndarray,
                    last: np.ndarray) -> None:
@@ -298,6 +309,10 @@ class RowBlockTables(TokenSlotTable):
         return RowBlockTable(self.host[row])
 
     def write_grow(self, row: int, table: BlockTable, start: int, end: int) -> None:
+        pass
+
+    def write_grown(self, reqs: Sequence[Holder], ws: Sequence[int],
+                    ts: Sequence[int]) -> None:
         pass
 
     def write_step(self, reqs: Sequence[Holder], written: list[int]) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -49,9 +50,6 @@ Run = tuple[int, int]
 #: a decode stretch's free: (step, request index, group, -position, block; -1: a block the
 #: stretch itself allocates at that position)
 Free = tuple[int, int, int, int, int]
-#: what an `extend` just appended to a group's tables: the popped blocks, and per request
-#: where its blocks start among them and how many it took
-Fresh = tuple[np.ndarray, list[int], list[int]]
 #: a request to cache: (its index in the call, the request, its full blocks with known ids)
 Todo = tuple[int, Request, int]
 
@@ -88,10 +86,12 @@ class GroupRule(ABC):
     def grow(self, table: BlockTable, w: int, t: int, got: np.ndarray) -> None:
         """Place the `new_blocks` blocks `got` of growing from w to t tokens."""
 
-    def counts(self, tables: Sequence[BlockTable], ws: Sequence[int],
+    def counts(self, reqs: Sequence[Request], ws: Sequence[int],
                ts: Sequence[int]) -> list[int]:
         """`new_blocks` of each request of an `extend` (written ws, targets ts)."""
-        return [self.new_blocks(tb.n, w, t) for tb, w, t in zip(tables, ws, ts, strict=True)]
+        g = self.gid
+        return [self.new_blocks(r.tables[g].n, w, t) for r, w, t in zip(reqs, ws, ts,
+                                                                         strict=True)]
 
     def grow_all(self, tables: Sequence[BlockTable], ws: Sequence[int], ts: Sequence[int],
                  new: np.ndarray, offsets: Sequence[int], counts: Sequence[int]) -> None:
@@ -111,7 +111,20 @@ class GroupRule(ABC):
         cache, in order; marks them offered. `hashed`: the pool's per-block flag (a hit
         block is cached already)."""
 
-    def cache(self, todo: Sequence[Todo], pool: BlockPool, fresh: Fresh | None) -> None:
+    def extend(self, reqs: Sequence[Request], ws: Sequence[int], ts: Sequence[int],
+               new: np.ndarray, starts: Sequence[int], counts: Sequence[int],
+               fulls: Sequence[int] | None, pool: BlockPool) -> None:
+        """An `extend`'s growth of each request (written ws, targets ts; its blocks are
+        new[starts[i] : starts[i] + counts[i]]), then its caching: each request's full
+        blocks with known ids (`fulls`: as many, its chain hashed that far; None: caching
+        off)."""
+        g = self.gid
+        self.grow_all([r.tables[g] for r in reqs], ws, ts, new, starts, counts)
+        if fulls is not None:
+            self.cache([(i, r, f) for i, (r, f) in enumerate(zip(reqs, fulls, strict=True))
+                        if f > r.tables[g].hashed], pool)
+
+    def cache(self, todo: Sequence[Todo], pool: BlockPool) -> None:
         """Cache this group's newly full blocks of each request (its chain hashed as far as
         `full`) in one `BlockPool.cache_runs` call, each run its own caching, in request
         order (copies: these tables null positions later)."""
@@ -181,10 +194,10 @@ class FullAttention(GroupRule):
     def grow(self, table: BlockTable, w: int, t: int, got: np.ndarray) -> None:
         table.append(got)
 
-    def counts(self, tables: Sequence[BlockTable], ws: Sequence[int],
+    def counts(self, reqs: Sequence[Request], ws: Sequence[int],
                ts: Sequence[int]) -> list[int]:
-        bs = self.block_size
-        return [-(-t // bs) - tb.n for tb, t in zip(tables, ts, strict=True)]  # (t >= w)
+        bs, g = self.block_size, self.gid
+        return [-(-t // bs) - r.tables[g].n for r, t in zip(reqs, ts, strict=True)]  # t >= w
 
     def grow_all(self, tables: Sequence[BlockTable], ws: Sequence[int], ts: Sequence[int],
                  new: np.ndarray, offsets: Sequence[int], counts: Sequence[int]) -> None:
@@ -192,42 +205,70 @@ class FullAttention(GroupRule):
             if k:
                 tb.append(new[o : o + k])
 
-    def cache(self, todo: Sequence[Todo], pool: BlockPool, fresh: Fresh | None) -> None:
-        """`GroupRule.cache` of tables whose positions are all real and never rewritten: one
-        run per request, from its offered blocks to `full`, its blocks read from the popped
-        array when an `extend` just appended them (the table's own view otherwise), and that
-        array itself when the runs are exactly every request's new blocks, in order."""
+    def extend(self, reqs: Sequence[Request], ws: Sequence[int], ts: Sequence[int],
+               new: np.ndarray, starts: Sequence[int], counts: Sequence[int],
+               fulls: Sequence[int] | None, pool: BlockPool) -> None:
+        """`GroupRule.extend` in one pass per request: a run's blocks are read from the
+        popped array (never rewritten, so kept by reference) when the call just appended
+        them, and that array itself is handed over when the runs are exactly every
+        request's new blocks, in order."""
         g, bs = self.gid, self.block_size
         runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after)
         blocks, hashes, tokens = [], [], []
-        new, starts, counts = fresh if fresh is not None else (None, (), ())
-        whole = new is not None  # every run is its request's whole new blocks
-        for i, req, full in todo:
+        whole, covered = True, 0  # every run its request's new blocks, `new` in order
+        for req, o, k, full in zip(reqs, starts, counts, fulls or repeat(0), strict=False):
             table = req.tables[g]
+            first, before = table.n, table.last  # the first position appended, the block before
+            if k:
+                got = new[o : o + k]
+                table.append(got)
             done = table.hashed
             if full <= done:
                 continue
             table.hashed = full
-            k = counts[i] if new is not None else 0
-            first = table.n - k  # the first position this call appended
-            if new is not None and first <= done:
-                s = starts[i] + done - first
-                blocks.append(new[s : s + full - done])
-                whole = whole and done == first and full == table.n
-            else:
+            if k and first == done:
+                blocks.append(got if full == table.n else got[: full - done])
+                whole = whole and full == table.n and covered == o
+                covered += k
+                after = before if done else 0
+            else:  # blocks written earlier, ids known only now
                 blocks.append(table.block_slice(done, full))
                 whole = False
+                after = table.block_at(done - 1) if done else 0
             chain = req.chain
-            runs.append((full - done, chain.item(done - 1) if done else NONE_HASH, done,
-                         table.block_at(done - 1) if done else 0))
+            runs.append((full - done, chain.item(done - 1) if done else NONE_HASH, done, after))
             hashes.append(chain[done:full])
             tokens.append(req.ids[done * bs : full * bs])
         if len(runs) == 1:
             pool.cache_runs(blocks[0], hashes[0], tokens[0].reshape(-1, bs), runs, g)
         elif runs:
-            every = new if whole and new is not None and sum(r[0] for r in runs) == len(new) \
-                else np.concatenate(blocks)
-            pool.cache_runs(every, np.concatenate(hashes),
+            pool.cache_runs(new if whole and covered == len(new) else np.concatenate(blocks),
+                            np.concatenate(hashes), np.concatenate(tokens).reshape(-1, bs),
+                            runs, g)
+
+    def cache(self, todo: Sequence[Todo], pool: BlockPool) -> None:
+        """`GroupRule.cache` of tables whose positions are all real and never rewritten: one
+        run per request, from its offered blocks to `full`, a single run's blocks handed over
+        as the table's own view."""
+        g, bs = self.gid, self.block_size
+        runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after)
+        blocks, hashes, tokens = [], [], []
+        for _, req, full in todo:
+            table = req.tables[g]
+            done = table.hashed
+            if full <= done:
+                continue
+            table.hashed = full
+            chain = req.chain
+            runs.append((full - done, chain.item(done - 1) if done else NONE_HASH, done,
+                         table.block_at(done - 1) if done else 0))
+            blocks.append(table.block_slice(done, full))
+            hashes.append(chain[done:full])
+            tokens.append(req.ids[done * bs : full * bs])
+        if len(runs) == 1:
+            pool.cache_runs(blocks[0], hashes[0], tokens[0].reshape(-1, bs), runs, g)
+        elif runs:
+            pool.cache_runs(np.concatenate(blocks), np.concatenate(hashes),
                             np.concatenate(tokens).reshape(-1, bs), runs, g)
 
     def cache_runs(self, table: BlockTable, full: int, hashed: np.ndarray) -> list[Run]:

@@ -69,7 +69,6 @@ from kvcore.vllm.block_table import (
 from kvcore.vllm.chain_memo import ChainMemo, KnownHit
 from kvcore.vllm.coordinator import Hit, blocks_to_allocate, coordinator
 from kvcore.vllm.group_rules import (
-    Fresh,
     FullAttention,
     GroupRule,
     MambaSingle,
@@ -135,6 +134,7 @@ class VLLMManager(PrefixCache, DecodeStretch):
         self._skipping = [rule for rule in self.rules if rule.skips]
         self._allocating = [rule for rule in self.rules if rule.allocates]
         self._singles = [rule for rule in self.rules if isinstance(rule, MambaSingle)]
+        self._takers = [rule for rule in self.rules if rule.allocates or rule in self._singles]
         self._states = [rule for rule in self.rules if isinstance(rule, MambaState)]
         #: groups holding tokens' KV: each has the unwritten tail of its last block
         self.attention_groups = sum(rule.attention for rule in self.rules)
@@ -265,8 +265,6 @@ class VLLMManager(PrefixCache, DecodeStretch):
         """vLLM's remove_skipped_blocks at each request's written tokens: blocks the next
         token does not need are freed (keeping their hash) and nulled, a request's in one
         call."""
-        if not self._skipping:
-            return
         for req in reqs:
             w, freed = req.written, []
             for rule in self._skipping:
@@ -283,29 +281,36 @@ class VLLMManager(PrefixCache, DecodeStretch):
         reqs = self._reqs_of(rids)
         ws = [r.written for r in reqs]
         self.check_extend_args(rids, target_lens, ws, self.max_context_len)
-        self._skip(reqs)
+        if self._skipping:
+            self._skip(reqs)
         ts = [int(t) for t in target_lens]
         rules = self.rules
-        tables = [[r.tables[rule.gid] for r in reqs] for rule in rules]
-        counts = [rule.counts(tb, ws, ts) for rule, tb in zip(rules, tables, strict=True)]
+        counts = [rule.counts(reqs, ws, ts) for rule in rules]
         need = sum(map(sum, counts))
         if need > self.pool.get_num_free_blocks():
             return False
         new = self.pool.get_new_blocks(need)
         # where each request's blocks of each group start in `new`: request-major
         starts = [0, *accumulate(map(sum, zip(*counts, strict=True)))][:-1]
-        fresh = []
-        for rule, tb, k in zip(rules, tables, counts, strict=True):
-            rule.grow_all(tb, ws, ts, new, starts, k)
-            fresh.append((new, starts, k))
-            starts = [s + c for s, c in zip(starts, k, strict=False)]
-        page_table = self.page_table
-        for req, w, t in zip(reqs, ws, ts, strict=True):
-            if t > w:
-                page_table.write_grow(req.row, req.tables[0], w, t)
-                req.written = t
-        self._cache(reqs, fresh)
+        fulls = self._fulls(reqs, ts) if self.caching else None
+        pool = self.pool
+        for j, (rule, k) in enumerate(zip(rules, counts, strict=True)):
+            rule.extend(reqs, ws, ts, new, starts, k, fulls, pool)
+            if j + 1 < len(rules):
+                starts = [s + c for s, c in zip(starts, k, strict=True)]
+        self.page_table.write_grown(reqs, ws, ts)
+        for req, t in zip(reqs, ts, strict=True):
+            req.written = t  # (t >= written: checked)
         return True
+
+    def _fulls(self, reqs: Sequence[Request], ts: Sequence[int]) -> list[int]:
+        """Per request growing to ts tokens, its full blocks with known ids, its chain hashed
+        that far."""
+        bs = self.page_size
+        fulls = [min(t, len(r.ids)) // bs for r, t in zip(reqs, ts, strict=True)]
+        for req, full in [(r, f) for r, f in zip(reqs, fulls, strict=True) if len(r.chain) < f]:
+            self._hash_to(req, full)
+        return fulls
 
     def decode(self, rids: Sequence[int]) -> bool:
         """One token each: `extend` by one token, with the growth each rule gives a single
@@ -313,12 +318,13 @@ class VLLMManager(PrefixCache, DecodeStretch):
         written tokens are a multiple of the block size, a Mamba state in mode none at the
         first token, a state group's boundary state when the step ends on one. Popped request
         by request, group by group: a layout's state groups come last and are either all
-        allocating or all single, so the allocating groups' blocks come first."""
+        allocating or all single."""
         reqs = self._reqs_of(rids)
         self.check_distinct("decode", rids)
         written = [r.written for r in reqs]
         self.check_decode_args(rids, written, self.max_context_len)
-        self._skip(reqs)
+        if self._skipping:
+            self._skip(reqs)
         bs = self.page_size
         starts = [req for req, w in zip(reqs, written, strict=True) if w % bs == 0]
         need = len(starts) * len(self._allocating) + sum(
@@ -327,21 +333,13 @@ class VLLMManager(PrefixCache, DecodeStretch):
             return False
         if not reqs:
             return True
-        new = self.pool.get_new_blocks(need)
-        if not self._singles or not any(req.tables[rule.gid].n == 0 for rule in self._singles
-                                         for req in starts):
-            # every start takes one block per allocating group: column a is group a's
-            cols = new.reshape(-1, max(len(self._allocating), 1)).T.tolist()
-            for rule, col in zip(self._allocating, cols, strict=False):
-                g = rule.gid
-                for req, b in zip(starts, col, strict=True):
-                    req.tables[g].append_one(b)
-        else:  # a request's first token: its Mamba state block after the others
-            it = iter(new.tolist())
-            for req in starts:
-                for rule in (*self._allocating, *self._singles):
-                    if rule.allocates or not req.tables[rule.gid].n:
-                        req.tables[rule.gid].append_one(next(it))
+        it = iter(self.pool.get_new_blocks(need).tolist() if need else ())
+        for req in starts:
+            tables = req.tables
+            for rule in self._takers:
+                table = tables[rule.gid]
+                if rule.allocates or not table.n:
+                    table.append_one(next(it))
         for state in self._states:
             for req, w in zip(reqs, written, strict=True):
                 req.tables[state.gid].states.update(state.boundaries(w, w + 1))
@@ -353,24 +351,18 @@ class VLLMManager(PrefixCache, DecodeStretch):
         return True
 
     # -- caching ---------------------------------------------------------------------------
-    def _cache(self, reqs: Sequence[Request], fresh: list[Fresh] | None = None) -> None:
+    def _cache(self, reqs: Sequence[Request]) -> None:
         """Hash every block of `reqs` that is full and whose token ids are known, group by
-        group (kvcore/vllm/group_rules.py `GroupRule.cache`; `fresh`, per group, the blocks
-        an `extend` just appended to each request). Every group offers the same full blocks,
-        so a request whose first group has offered them all has nothing new."""
-        if not self.caching:
+        group (kvcore/vllm/group_rules.py `GroupRule.cache`): after a decode step whose ids
+        ran ahead, and at `cache_prefix` / `finish`."""
+        if not self.caching or not reqs:
             return
-        bs = self.page_size
-        todo = []
-        for i, req in enumerate(reqs):
-            full = min(req.written, len(req.ids)) // bs
-            if full > req.tables[0].hashed:
-                if len(req.chain) < full:
-                    self._hash_to(req, full)
-                todo.append((i, req, full))
+        written = [r.written for r in reqs]
+        todo = [(i, r, f) for i, (r, f) in enumerate(zip(reqs, self._fulls(reqs, written),
+                                                         strict=True)) if f > r.tables[0].hashed]
         if todo:
-            for g, rule in enumerate(self.rules):
-                rule.cache(todo, self.pool, fresh[g] if fresh else None)
+            for rule in self.rules:
+                rule.cache(todo, self.pool)
 
     def _learn_ids(self, req: Request, ids: np.ndarray) -> None:
         ids = as_ids(ids)

@@ -165,12 +165,13 @@ class Stretch:
             first = self.allocating[0].gid
             last = np.fromiter((r.tables[first].last for r in reqs), dtype=np.int64,
                                count=len(reqs))
-            starts = self.starts
+            # the events (step, request) in row-major order, regrouped request by request
+            _, owners = np.nonzero(self.starts)
+            order = np.argsort(owners, kind="stable")
+            bounds = np.cumsum(np.bincount(owners, minlength=len(reqs)))[:-1]
             for a, rule in enumerate(self.allocating):
-                grid = np.zeros(starts.shape, dtype=np.int64)
-                grid[starts] = per_event[:, a]
-                for i, req in enumerate(reqs):
-                    req.tables[rule.gid].append(grid[starts[:, i], i])
+                for req, got in zip(reqs, np.split(per_event[order, a], bounds), strict=True):
+                    req.tables[rule.gid].append(got)
             m.page_table.write_grid(reqs, self.pos, per_event[:, 0], last)
         bs = m.page_size
         for state in m.rules:  # a state group's blocks receive the states of the steps

@@ -1,11 +1,11 @@
-"""The full-attention group's caching fast path (kvcore/vllm/group_rules.py
-`FullAttention.cache`): an `extend` hands it the blocks it just popped, so it reads a run's
-blocks from that array (and hands the array itself over when the runs are exactly every
-request's new blocks) instead of from the tables. It must leave the pool exactly as the general
-caching of every kind of group (`GroupRule.cache`, runs read from the tables) does: two
-managers, one with the general path, driven by the same random prefill chunks (requests with
-and without their table in the page-table row, chunks that stop short of the known ids or run
-past them, prompts sharing prefixes), compared after every call."""
+"""The full-attention group's growth and caching in one pass (kvcore/vllm/group_rules.py
+`FullAttention.extend`): it reads a run's blocks from the array an `extend` just popped (and
+hands that array itself over when the runs are exactly every request's new blocks) instead of
+from the tables. It must leave the pool exactly as the general path of every kind of group
+(`GroupRule.extend`: growth, then runs read from the tables) does: two managers, one with the
+general path, driven by the same random prefill chunks (requests with and without their
+table in the page-table row, chunks that stop short of the known ids or run past them,
+prompts sharing prefixes), compared after every call."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _pair(ps: int) -> tuple[VLLMManager, VLLMManager]:
                      for _ in range(2))
     assert isinstance(fast, VLLMManager) and isinstance(general, VLLMManager)
     rule = general.rules[0]
-    rule.cache = partial(GroupRule.cache, rule)  # type: ignore[method-assign]
+    rule.extend = partial(GroupRule.extend, rule)  # type: ignore[method-assign]
     return fast, general
 
 
