@@ -25,13 +25,10 @@ from kvcore.vllm.tiered import TieredVLLMManager
 def make_vllm(config: PolicyConfig) -> KVPolicy:
     """The `vllm` policy of `config`: its model's layout decides the groups."""
     tier_config = config.tier_config
-    if config.is_hybrid:
+    if config.layout is not None and config.layout.is_hybrid:
         if tier_config.enabled:
-            assert config.layout is not None
             raise ValueError("--hicache-size: policy vllm has no host tier on a hybrid layout "
                              f"({config.layout.mix})")
-        if config.layout is None:
-            raise ValueError("policy vllm (hybrid): PolicyConfig.layout is required")
         return PooledVLLMManager(config)
     if tier_config.enabled:
         return TieredVLLMManager(config, tier_config)

@@ -75,6 +75,15 @@ class Coordinator(ABC):
         e, hashes = self.memo.chain(ids, nblocks)
         return self.find(e, hashes, ids, max_len)
 
+    def other_pools(self, hit: Hit, tokens: int, slot_groups: int) -> int:
+        """Slots every group's new blocks take, to grow a request admitted with `hit` to
+        `tokens`, beyond one attention group's pages: vLLM allocates a new request's blocks
+        in every group at once (`get_num_blocks_to_allocate`, summed over the groups)."""
+        bs = self.block_size
+        need = sum(rule.new_blocks(len(t), hit.tokens, tokens)
+                   for rule, t in zip(self.rules, hit.tables, strict=True))
+        return -(-need * bs // slot_groups) - (-(-tokens // bs) - hit.tokens // bs) * bs
+
     def walk(self, e: ChainEntry, gid: int, hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Group `gid`'s prefix hit of the chain `hashes`: the index's walk resumed from the
         memo's last hit over it, which is updated."""
@@ -95,6 +104,10 @@ class Coordinator(ABC):
 
 class PrefixCoordinator(Coordinator):
     """Full-attention groups only: the shortest of their prefix walks."""
+
+    def other_pools(self, hit: Hit, tokens: int, slot_groups: int) -> int:
+        """None: each of the slot_groups groups takes the same pages."""
+        return 0
 
     def find(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray, max_len: int) -> Hit:
         walks = [self.walk(e, rule.gid, hashes, ids) for rule in self.rules]
@@ -166,12 +179,5 @@ def coordinator(pool: BlockPool, rules: list[GroupRule], specs: tuple[GroupSpec,
     return HybridCoordinator(pool, rules, specs, memo)
 
 
-def blocks_to_allocate(rules: list[GroupRule], hit: Hit, tokens: int) -> int:
-    """Blocks every group allocates to grow a request admitted with `hit` to `tokens`
-    (vLLM's `get_num_blocks_to_allocate`, summed over the groups)."""
-    return sum(rule.new_blocks(len(t), hit.tokens, tokens)
-               for rule, t in zip(rules, hit.tables, strict=True))
-
-
 __all__ = ["Coordinator", "Hit", "HybridCoordinator", "NoPrefixCoordinator",
-           "PrefixCoordinator", "blocks_to_allocate", "coordinator"]
+           "PrefixCoordinator", "coordinator"]

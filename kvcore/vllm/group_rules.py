@@ -199,12 +199,6 @@ class FullAttention(GroupRule):
         bs, g = self.block_size, self.gid
         return [-(-t // bs) - r.tables[g].n for r, t in zip(reqs, ts, strict=True)]  # t >= w
 
-    def grow_all(self, tables: Sequence[BlockTable], ws: Sequence[int], ts: Sequence[int],
-                 new: np.ndarray, offsets: Sequence[int], counts: Sequence[int]) -> None:
-        for tb, o, k in zip(tables, offsets, counts, strict=True):
-            if k:
-                tb.append(new[o : o + k])
-
     def extend(self, reqs: Sequence[Request], ws: Sequence[int], ts: Sequence[int],
                new: np.ndarray, starts: Sequence[int], counts: Sequence[int],
                fulls: Sequence[int] | None, pool: BlockPool) -> None:
@@ -245,31 +239,6 @@ class FullAttention(GroupRule):
             pool.cache_runs(new if whole and covered == len(new) else np.concatenate(blocks),
                             np.concatenate(hashes), np.concatenate(tokens).reshape(-1, bs),
                             runs, g)
-
-    def cache(self, todo: Sequence[Todo], pool: BlockPool) -> None:
-        """`GroupRule.cache` of tables whose positions are all real and never rewritten: one
-        run per request, from its offered blocks to `full`, a single run's blocks handed over
-        as the table's own view."""
-        g, bs = self.gid, self.block_size
-        runs: list[tuple[int, int, int, int]] = []  # (length, parent, start, after)
-        blocks, hashes, tokens = [], [], []
-        for _, req, full in todo:
-            table = req.tables[g]
-            done = table.hashed
-            if full <= done:
-                continue
-            table.hashed = full
-            chain = req.chain
-            runs.append((full - done, chain.item(done - 1) if done else NONE_HASH, done,
-                         table.block_at(done - 1) if done else 0))
-            blocks.append(table.block_slice(done, full))
-            hashes.append(chain[done:full])
-            tokens.append(req.ids[done * bs : full * bs])
-        if len(runs) == 1:
-            pool.cache_runs(blocks[0], hashes[0], tokens[0].reshape(-1, bs), runs, g)
-        elif runs:
-            pool.cache_runs(np.concatenate(blocks), np.concatenate(hashes),
-                            np.concatenate(tokens).reshape(-1, bs), runs, g)
 
     def cache_runs(self, table: BlockTable, full: int, hashed: np.ndarray) -> list[Run]:
         done = table.hashed

@@ -67,7 +67,7 @@ from kvcore.vllm.block_table import (
     TokenSlotTable,
 )
 from kvcore.vllm.chain_memo import ChainMemo, KnownHit
-from kvcore.vllm.coordinator import Hit, blocks_to_allocate, coordinator
+from kvcore.vllm.coordinator import coordinator
 from kvcore.vllm.group_rules import (
     FullAttention,
     GroupRule,
@@ -78,8 +78,6 @@ from kvcore.vllm.group_rules import (
 from kvcore.vllm.kv_cache_groups import KVCacheGroups, full_attention_groups, vllm_groups
 from kvcore.vllm.request import Request
 from kvcore.vllm.stretch import Stretch
-
-_NO_BLOCKS = np.zeros(0, dtype=np.int64)
 
 
 def as_ids(token_ids: np.ndarray) -> np.ndarray:
@@ -206,18 +204,12 @@ class VLLMManager(PrefixCache, DecodeStretch):
         prompt of len(token_ids) + 1 tokens."""
         ids = as_ids(token_ids)
         hit = self.coordinator.peek(ids, len(ids))
+        other = self.coordinator.other_pools(hit, len(ids) + 2, self.slot_groups)
         if not hit.tokens:
-            return PrefixPeek(0, 0, self._other_pools(hit, len(ids) + 2))
+            return PrefixPeek(0, 0, other)
         blocks = hit.held(self.rules)
         idle = int(np.count_nonzero(self.pool.ref_cnt[blocks] == 0))
-        return PrefixPeek(hit.tokens, self._slots(idle), self._other_pools(hit, len(ids) + 2))
-
-    def _other_pools(self, hit: Hit, tokens: int) -> int:
-        """Slots every group's new blocks take beyond one attention group's pages."""
-        bs = self.page_size
-        need = blocks_to_allocate(self.rules, hit, tokens)
-        pages = cdiv(tokens, bs) - hit.tokens // bs
-        return cdiv(need * bs, self.slot_groups) - pages * bs
+        return PrefixPeek(hit.tokens, self._slots(idle), other)
 
     def admit(self, rid: int, token_ids: np.ndarray, final_len: int,
               max_new_tokens: int) -> AdmitResult | None:

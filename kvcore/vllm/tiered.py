@@ -14,7 +14,7 @@ The tier controller (kvcore/tier_controller.py, `self.tiers`) builds the stores,
 write policy and the reuse counts, and keeps the loads in flight, the traffic and the tier
 state; this module finds a prefix in the block stores and loads it. Write policies:
 * `write_back`: a block the device pool lazily evicts is stored on the host (the pool's
-  `on_evict` hook, before its hash is dropped): the issue's "evicted cached blocks".
+  `on_evict` hook, before its hash is dropped): vLLM's offloading of evicted cached blocks.
 * `write_through`: a request's hashed chain is stored when its prefill completes and when it
   finishes (the moments `paged` inserts into its tree); blocks already on the host are only
   touched, so the whole chain becomes recent, head most recent.
