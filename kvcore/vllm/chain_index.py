@@ -77,7 +77,7 @@ class Segment:
     engine iteration, and most are never read before their blocks are evicted (a lookup
     reads only the segments on a waiting prompt's chain)."""
 
-    __slots__ = ("_blocks", "_gens", "_hashes", "_joined", "_pending", "last_block",
+    __slots__ = ("_blocks", "_gens", "_hashes", "_joined", "pending", "last_block",
                  "last_hash", "live", "n", "sid", "slot", "start")
 
     def __init__(self, sid: int, start: int) -> None:
@@ -87,9 +87,9 @@ class Segment:
         self._hashes = np.zeros(0, dtype=_U64)
         self._gens = _NO_BLOCKS
         self.n = 0
-        self._joined = 0  # entries written into the arrays; the rest are `_pending` runs
+        self._joined = 0  # entries written into the arrays; the rest are `pending` runs
         # (blocks, hashes, lo, hi, gen): entries lo..hi-1 of a caching call's arrays
-        self._pending: list[tuple[np.ndarray, np.ndarray, int, int, int]] = []
+        self.pending: list[tuple[np.ndarray, np.ndarray, int, int, int]] = []
         self.live = 0
         self.slot = -1  # its row in the index's per-segment arrays
         self.last_block = self.last_hash = 0  # its last entry's block and hash, as ints
@@ -123,7 +123,7 @@ class Segment:
                     gen: int) -> None:
         """`append` of entries lo..hi-1 (lo < hi) of a caching call's arrays, kept as the
         arrays and the bounds: no slice is made until a read joins them."""
-        self._pending.append((every, hashes, lo, hi, gen))
+        self.pending.append((every, hashes, lo, hi, gen))
         self.n += hi - lo
         self.live += hi - lo
         self.last_block, self.last_hash = every.item(hi - 1), hashes.item(hi - 1)
@@ -132,7 +132,7 @@ class Segment:
         """Write the pending runs into the arrays, grown with room for as many entries
         again (a prompt cached whole is followed by its output, a chunk by the next; the
         untouched tail of a fresh array costs nothing)."""
-        pend = self._pending
+        pend = self.pending
         if not pend:
             return
         j, n = self._joined, self.n
@@ -175,7 +175,7 @@ class ChainIndex:
         # caching's run goes to one segment whole, so a block's segment is that of its
         # generation: a removal reads the generations it overwrites (the same cache lines)
         # and this small array, where a per-block segment id would be one more random read
-        # per evicted block and one more random write per cached block (`_segment_of`)
+        # per evicted block and one more random write per cached block (`segment_of`)
         self._sid_of_gen = np.zeros(1024, dtype=np.int64)
         self.num_live = 0  # indexed blocks
         self.segments: dict[int, Segment] = {}  # live segments by id
@@ -264,7 +264,7 @@ class ChainIndex:
                                                                    end))
         self._sid_of_gen[first:end] = sids
 
-    def _segment_of(self, gens: np.ndarray) -> np.ndarray:
+    def segment_of(self, gens: np.ndarray) -> np.ndarray:
         """Segment ids of blocks indexed under generations `gens` (0 for generation 0)."""
         return self._sid_of_gen[gens]
 
@@ -284,7 +284,7 @@ class ChainIndex:
         # lines this read brought in
         gens = self.gen[blocks]
         self.gen[blocks] = 0
-        sids = self._segment_of(gens)
+        sids = self.segment_of(gens)
         k = len(blocks)
         self.num_live -= k
         first = sids.item(0)
@@ -475,7 +475,7 @@ class ChainIndex:
         its segment, and the per-segment rows list the live segments."""
         live_total = 0
         for sid, seg in self.segments.items():
-            pend = seg._pending  # runs kept by reference: they and the arrays make up n
+            pend = seg.pending  # runs kept by reference: they and the arrays make up n
             if seg._joined + sum(p[3] - p[2] for p in pend) != seg.n or any(
                     len(p[0]) != len(p[1]) or not 0 <= p[2] < p[3] <= len(p[0])
                     for p in pend):
@@ -487,7 +487,7 @@ class ChainIndex:
             live = self.gen[b] == g
             if int(np.count_nonzero(live)) != seg.live or not seg.live:
                 raise InvariantError(f"vllm: chain index segment {sid} live count is wrong")
-            if not (self._segment_of(g) == sid).all():
+            if not (self.segment_of(g) == sid).all():
                 raise InvariantError(f"vllm: a generation of segment {sid} points elsewhere")
             if not np.array_equal(block_hash[b[live]], h[live]):
                 raise InvariantError(f"vllm: a block of segment {sid} carries another hash")

@@ -127,8 +127,10 @@ class FreeKVCacheBlockQueue:
         mask[0] = False
         return mask
 
-    def check_invariants(self) -> None:
-        """The window holds each queued block once and `positions` points at each."""
+    def check_invariants(self, settled: bool = False) -> None:
+        """The window holds each queued block once, every tombstone lies in the range a pop
+        avoids, and `positions` points at each block written so far (`settled`: at every
+        block, as after `settle`)."""
         q, h, t = self._q, self._head, self._tail
         if not 0 <= h <= t <= len(q) or q[t:].any():
             raise InvariantError("vllm: free queue holds blocks outside its head..tail window")
@@ -142,8 +144,10 @@ class FreeKVCacheBlockQueue:
             raise InvariantError("vllm: free queue has a bad or repeated block")
         if len(live) != self.num_free_blocks:
             raise InvariantError("vllm: free queue length out of sync")
-        if not 0 <= self._settled <= t:
+        if not 0 <= self._settled <= t or (settled and self._settled != t):
             raise InvariantError("vllm: free queue settled mark outside the window")
+        if self.positions[0] != -1:
+            raise InvariantError("vllm: free queue gives the null block a position")
         written = live_pos < self._settled  # (the rest are written at the next settle)
         if not np.array_equal(self.positions[live[written]], live_pos[written]):
             raise InvariantError("vllm: free queue positions out of sync")

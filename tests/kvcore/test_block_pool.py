@@ -54,17 +54,7 @@ class QueueMachine(RuleBasedStateMachine):
         """Appends leave positions unwritten until a removal reads them: once settled,
         every queued block's position is its index in the queue."""
         self.q.settle()
-        q = self.q
-        live_pos = np.flatnonzero(q._q[q._head : q._tail]) + q._head
-        assert q.positions[q._q[live_pos]].tolist() == live_pos.tolist()
-        assert q.positions[0] == -1
-
-    @invariant()
-    def tombstones_in_range(self) -> None:
-        """Every removed entry of the window lies in the range a pop avoids counting in."""
-        q = self.q
-        tombs = np.flatnonzero(q._q[q._head : q._tail] == 0) + q._head
-        assert all(q._tomb_lo <= p < q._tomb_hi for p in tombs.tolist())
+        self.q.check_invariants(settled=True)
 
     @invariant()
     def same_order(self) -> None:

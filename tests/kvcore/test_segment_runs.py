@@ -74,9 +74,9 @@ def test_the_index_checks_pending_runs() -> None:
     idx.insert_runs(blocks[:4], hashes[:4], [(4, 0, 0, 0)])
     idx.insert_runs(blocks[4:], hashes[4:], [(4, int(hashes[3]), 4, 4)])
     (seg,) = idx.segments.values()
-    assert len(seg._pending) == 2  # nothing written yet
+    assert len(seg.pending) == 2  # nothing written yet
     idx.check_invariants(bh, ph)  # reads them (and so joins)
-    assert not seg._pending and seg.blocks.tolist() == blocks.tolist()
+    assert not seg.pending and seg.blocks.tolist() == blocks.tolist()
     seg.append(np.array([9], dtype=np.int64), np.array([108], dtype=np.uint64), 3)
     seg.n += 1  # a run miscounted
     try:
@@ -86,7 +86,7 @@ def test_the_index_checks_pending_runs() -> None:
     else:
         raise AssertionError("a miscounted pending run passed the index's checks")
     seg.n -= 1
-    seg._pending.append((blocks, hashes, 3, 3, 4))  # an empty part: the counts still agree
+    seg.pending.append((blocks, hashes, 3, 3, 4))  # an empty part: the counts still agree
     try:
         idx.check_invariants(bh, ph)
     except InvariantError as err:
