@@ -34,7 +34,7 @@ def make(kv: int, page_size: int, **kw: object) -> VLLMManager:
     return pol
 
 
-class SourcedVLLMPolicy(VLLMManager):
+class SourcedVLLMManager(VLLMManager):
     """`vllm` that hashes a decode block the moment it fills, as vLLM does, by asking
     `source` for the output ids it needs (the simulator hands them in at cache_prefix /
     finish instead). Before the step that fills a block, the request's known ids are extended
@@ -63,8 +63,8 @@ class SourcedVLLMPolicy(VLLMManager):
 
 
 def make_sourced(kv: int, page_size: int, source: TokenSource, **kw: object
-                 ) -> SourcedVLLMPolicy:
-    return SourcedVLLMPolicy(PolicyConfig(kv_tokens=kv, page_size=page_size, **kw), source)
+                 ) -> SourcedVLLMManager:
+    return SourcedVLLMManager(PolicyConfig(kv_tokens=kv, page_size=page_size, **kw), source)
 
 
 def ids(*parts: tuple[int, int]) -> np.ndarray:
