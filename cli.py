@@ -27,7 +27,9 @@ from experiments.console_out import (
     freeze_heap_at_exit,
     print_lines,
     print_reuse,
+    print_slo,
     warn_overload,
+    warn_skipped_rows,
 )
 from experiments.grid import DEFAULT_PAGE_SIZES, SWEEP_AXES, parse_list
 from experiments.options import RunOptions
@@ -85,6 +87,8 @@ def run(
     for table in run_tables(one.row):  # a hybrid run's pools per layer kind come last
         con.print(table)
     print_reuse(con, [one.row])
+    print_slo(con, [one.row])
+    warn_skipped_rows([one.row])
     warn_overload([one.row])
     if events is not None:
         con.print(f"events: {events} (open in ui.perfetto.dev)")
@@ -122,6 +126,7 @@ def sweep(
     out, df = run_grid(opts, lists, jobs=jobs, executor=executor,
                        scheduler_address=scheduler_address, progress=progress, say=typer.echo)
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
+    warn_skipped_rows(df.to_dict("records"))
     warn_overload(df.to_dict("records"))
     if plot and len(df):
         paths = plot_dir(out, out / "figures", slo_ttft=opts.output.slo_ttft,
@@ -159,6 +164,8 @@ def compare(
         print_lines(con, admission_notes(c.rows, c.names, c.base))
         write_deltas(c)
     print_reuse(con, c.rows)
+    print_slo(con, c.rows)
+    warn_skipped_rows(c.rows)
     warn_overload(c.rows)
     paths = write_compare(opts, c)
     con.print(f"results: {c.out}/; figures: {', '.join(p.name for p in paths)}")
@@ -346,8 +353,10 @@ def plan(
                       at_sustainable_rate, steps, study, bar)
     answer = make_plan(opts, req, on_probe=None if as_json else echo_probe,
                        announce=None if as_json else lambda m: typer.echo(m, err=True))
-    if answer.study is not None and answer.study.recommendation.overloaded:
-        warn_overload(list(answer.study.rows))
+    if answer.study is not None:
+        warn_skipped_rows(list(answer.study.rows))
+        if answer.study.recommendation.overloaded:
+            warn_overload(list(answer.study.rows))
     if as_json:
         typer.echo(json.dumps(answer.to_dict(), indent=2, default=str))
         return

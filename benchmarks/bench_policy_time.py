@@ -3,7 +3,7 @@ structures: allocator, radix cache or block pool, page table) timed from inside 
 `simulate`, the rest of the run being the engine's (SimPy, admission, stretch planning,
 latency, recording).
 
-    python benchmarks/bench_policy_time.py                      # bench_e2e's run: Azure, paged, page 16
+    python benchmarks/bench_policy_time.py                  # bench_e2e's run: Azure, paged, page 16
     python benchmarks/bench_policy_time.py --policy vllm --page-size 1 --chunk 64 \
         --workload mooncake-conv --num-requests 300             # a bench_policies cell
 

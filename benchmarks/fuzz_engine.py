@@ -2,7 +2,7 @@
 stepped and fast-forwarded with invariants checked every iteration (tests/simulator/
 engine_fuzz.py has the generator and the checks). Prints the outcome counts, the cases that
 never took a decode stretch (they compare one code path with itself), the prefill stretches
-taken (reserving policies' chunked prefills, simulator/prefill_stretch.py) and by how many
+taken (reserving policies' chunked prefills, simulator/fastforward/) and by how many
 cases, the wall time and every failing case; exits 1 if any case failed.
 
 With `--reference`, the cases are instead the reference engine's (tests/simulator/

@@ -58,6 +58,23 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     # -- kvcore ------------------------------------------------------------------------------
     Mutation(
+        "state-in-kv-dtype", "kvcore/layers.py",
+        "        conv_dtype = self.conv_dtype or model_dtype\n",
+        "        conv_dtype = kv_dtype\n",  # the KV dtype sizes the conv state (issue 37)
+        ("tests/kvcore/test_vllm_rules.py::test_fp8_kv_does_not_shrink_the_states",
+         "tests/kvcore/test_hybrid_plan.py::test_fp8_kv_leaves_the_state_dtype_alone")),
+    Mutation(
+        "legacy-token-formula-everywhere", "kvcore/hybrid_plan.py",
+        'if rules.token_formula == "blocks":',
+        "if True:",  # vLLM's pre-v0.20.1 "GPU KV cache size" for every version
+        ("tests/kvcore/test_hybrid_plan.py::test_qwen35_4b_current_and_legacy_report",)),
+    Mutation(
+        "align-holds-one-state-page", "kvcore/vllm_rules.py",
+        'base = 2 if mode == "align" else 1',
+        "base = 1",  # mode align's worst case of two state pages forgotten
+        ("tests/kvcore/test_vllm_rules.py::test_mamba_cache_mode_and_state_pages_by_version",
+         "tests/kvcore/test_hybrid_plan.py::test_qwen35_4b_current_and_legacy_report")),
+    Mutation(
         "page-rounding-overshoots", "kvcore/policies/paged_radix.py",
         "return (x + (ps - 1)) // ps * ps",
         "return (x + ps) // ps * ps",  # a length on a page boundary rounds up a whole page
@@ -232,17 +249,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/simulator/test_overload.py::test_sustained_overload_fires_both_signals",
          "tests/simulator/test_overload.py::test_backlog_floor_threshold_both_sides")),
     Mutation(
-        "stretch-runs-past-arrival", "simulator/stretch.py",
-        "return min(k, len(ends))",
-        "return min(k, len(ends) + 1)",  # the step after an arrival is taken blind
+        "stretch-runs-past-arrival", "simulator/fastforward/planner.py",
+        "now, due = e.env.now, e.next_arrival()",
+        "now, due = e.env.now, float('inf')",  # the steps after an arrival taken blind
         ("tests/simulator/test_multistep.py::test_stretches_equal_stepping",)),
     Mutation(
-        "prefill-stretch-completes-blind", "simulator/prefill_stretch.py",
+        "prefill-stretch-completes-blind", "simulator/fastforward/planner.py",
         "n = min(n, (s.prefill_target - s.written - 1) // room)",
         "n = min(n, (s.prefill_target - s.written) // room)",  # its last chunk in a stretch
         ("tests/simulator/test_prefill_stretch.py::test_prefill_stretches_equal_stepping",)),
     Mutation(
-        "prefill-stretch-passes-admissible-head", "simulator/prefill_stretch.py",
+        "sglang-ratio-decays-by-a-product", "simulator/admission.py",
+        "            self.ratio = decayed_ratios(self.ratio, n, p.new_token_ratio_decay,\n"
+        "                                        p.new_token_ratio_min)[-1]",
+        "            self.ratio = max(p.new_token_ratio_min,\n"
+        "                             self.ratio - p.new_token_ratio_decay * n)",
+        ("tests/simulator/test_ratio_decay.py",)),
+    Mutation(
+        "sglang-horizon-ratio-by-a-product", "simulator/admission.py",
+        "        ratio = np.array(decayed_ratios(self.ratio, k, p.new_token_ratio_decay,\n"
+        "                                        p.new_token_ratio_min))",
+        "        ratio = np.maximum(p.new_token_ratio_min,\n"
+        "                           self.ratio - p.new_token_ratio_decay * j)",
+        ("tests/simulator/test_ratio_decay.py::"
+         "test_the_horizon_is_the_step_at_which_stepping_admits",)),
+    Mutation(
+        "prefill-stretch-passes-admissible-head", "simulator/fastforward/planner.py",
         "if not plan or (e.waiting and budget > 0 and not e.admission_stops(e.waiting[0], 0)):",
         "if not plan:",  # a head that memory given back lets in waits out the stretch
         ("tests/simulator/test_prefill_stretch.py::test_prefill_stretches_equal_stepping",)),
@@ -267,6 +299,25 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        ok = ours == pub_k ",
         "        ok = abs(ours - pub_k) <= 0.05 * pub_k ",  # a known miss would pass
         ("tests/experiments/test_validation.py::test_table1_verdicts_need_no_simulation",)),
+    Mutation(
+        "overload-forgets-unfinished", "simulator/overload.py",  # rows only (issue 38 item 11)
+        "    if unfinished.count:\n        arr = np.concatenate",
+        "    if False:\n        arr = np.concatenate",
+        ("tests/simulator/test_overload.py::"
+         "test_requests_the_run_ended_with_count_in_the_verdict",
+         "tests/simulator/test_overload.py::"
+         "test_a_no_drain_run_that_ends_with_a_queue_is_overloaded")),
+    Mutation(
+        "recommend-pairs-the-wrong-batches", "reports/recommend.py",  # issue 38 item 1
+        "    d = _differences(x, y, ratio)",
+        "    d = _differences(x, np.roll(y, 1), ratio)",
+        ("tests/reports/test_recommend.py::test_one_seed_pairs_the_runs_batch_by_batch",)),
+    Mutation(
+        "calibrate-bound-reads-fitted", "experiments/calibrate.py",  # issue 38 item 9
+        "            at_bound.add(k)\n",
+        "",
+        ("tests/experiments/test_calibrate.py::"
+         "test_a_constant_pushed_to_its_bound_is_held_there_and_says_so",)),
     Mutation(
         "capacity-bisection-inverted", "experiments/capacity.py",
         "            m = math.sqrt(lo * hi)\n            if probe(m):\n                hi = m",

@@ -22,9 +22,23 @@ read off the real model by evaluating it at extreme constants, so nothing of its
 copied here. Each iteration is compute- or memory-bound; the fit alternates between
 classifying iterations under the current constants and a linear least-squares fit of
 (1/mfu, 1/mbu, page cost, request cost, iteration cost) on relative errors, until the
-classes settle. A constant the data cannot identify is held at the base profile's value and
-the result says so: page cost needs two kernel page sizes, request cost two batch sizes,
-compute efficiency an iteration that is compute-bound (a prefill).
+classes settle. A constant the fit cannot stand behind is **held**, and the result says which
+and why (`Fit.held`: constant -> reason):
+
+* the data cannot vary its term: page cost needs two kernel page sizes, request cost two
+  batch sizes, compute efficiency an iteration that is compute-bound (a prefill); held at the
+  base profile's value;
+* its term is (nearly) a combination of the others' in this data, so any split between them
+  fits equally well: batch-1 decode at one context length reads the same weights every step,
+  so memory time and the per-iteration cost are both constants and only their sum is
+  measured. A term whose column lies within `COLLINEAR` (relative) of the span of the other
+  free columns, or whose estimate's standard error (least squares, from the residual
+  spread) exceeds `MAX_REL_SE` of the estimate, is held at the base profile's value and the
+  rest refitted; the efficiencies are held before the costs (`HOLD_FIRST`), so the base's
+  efficiency is kept and a constant cost takes up the difference;
+* the least-squares value left its domain (an efficiency above 1, a cost below 0): held at
+  that bound, the rest refitted. A value at its bound is where the data pushed it, not a
+  measurement.
 """
 
 from __future__ import annotations
@@ -47,6 +61,13 @@ from simulator.latency_profiles import (
 )
 
 FITTED = ("mfu", "mbu", "page_head_overhead_s", "request_overhead_s", "iteration_overhead_s")
+# which of several unidentifiable constants is held first: the efficiencies, at the base's
+# value, then the per-page, per-request and per-iteration costs
+HOLD_FIRST = ("mbu", "mfu", "page_head_overhead_s", "request_overhead_s",
+              "iteration_overhead_s")
+COLLINEAR = 1e-3  # a term this close (relative) to a combination of the others is not its own
+MAX_REL_SE = 0.25  # an estimate with a standard error above this share of it is not measured
+_LOW = dict(zip(FITTED, (1.0, 1.0, 0.0, 0.0, 0.0), strict=True))  # 1/mfu, 1/mbu >= 1; costs >= 0
 
 
 @dataclass(frozen=True)
@@ -69,7 +90,7 @@ class Observation:
 class Fit:
     profile: LatencyProfile
     fitted: tuple[str, ...]
-    held: tuple[str, ...]
+    held: dict[str, str]  # constant -> why it was not fitted (module docstring)
     rms_error: float  # relative, over observations
     max_error: float
     observations: int
@@ -244,17 +265,35 @@ def fit_profile(obs: list[Observation], base: LatencyProfile, model: str, gpu: s
     if len(contexts) < 2:
         raise ValueError("calibrate: every observation decodes the same contexts; need at "
                          "least two different context lengths")
-    free = {"mfu": any(it.prefill for o in obs for it in o.iterations),
-            "mbu": True, "page_head_overhead_s": len(kernel_pages) > 1,
-            "request_overhead_s": len(batches) > 1, "iteration_overhead_s": True}
+    held: dict[str, str] = {}
+    if not any(it.prefill for o in obs for it in o.iterations):
+        held["mfu"] = "no compute-bound iteration (a prefill) in the data"
+    if len(kernel_pages) < 2:
+        held["page_head_overhead_s"] = "one kernel page size in the data"
+    if len(batches) < 2:
+        held["request_overhead_s"] = "one batch size in the data"
+    free = {k: k not in held for k in FITTED}
     x = {k: consts[k] for k in FITTED}
-    compute = [[tm[0] / x["mfu"] > tm[1] / x["mbu"] for tm in its] for its in per_it]
-    for _ in range(rounds):
-        x = _solve(per_it, compute, y, x, free)
-        again = [[tm[0] / x["mfu"] > tm[1] / x["mbu"] for tm in its] for its in per_it]
-        if again == compute:
+    at_bound: set[str] = set()
+    for _ in FITTED:  # each pass holds one more unidentifiable constant, or stops
+        # collinear terms first (no fit needed: any split between them fits alike), then
+        # the fit, and the estimates its residuals cannot pin
+        compute = _classes(per_it, x)
+        weak = _collinear(per_it, compute, y, free)
+        if not weak:
+            x, compute, at_bound = _classify_and_solve(per_it, y, x, free, rounds)
+            weak = _uncertain(per_it, compute, y, x,
+                              {k: free[k] and k not in at_bound for k in FITTED})
+        if not weak:
             break
-        compute = again
+        k = next(k for k in HOLD_FIRST if k in weak)
+        held[k] = weak[k] + "; held at the base profile's value"
+        free[k] = False
+        x = {**x, k: consts[k]}
+    for k in at_bound:
+        held[k] = (f"at its bound {_bound_value(k):g} (the least-squares value "
+                   f"{'exceeds 100 % efficiency' if k in ('mfu', 'mbu') else 'is negative'})"
+                   ": where the data pushed it, not a measurement")
     profile = LatencyProfile(
         name=name, engine=base.engine, attention_backend=backend or base.attention_backend,
         mfu=round(float(x["mfu"]), 6), mbu=round(float(x["mbu"]), 6),
@@ -268,40 +307,134 @@ def fit_profile(obs: list[Observation], base: LatencyProfile, model: str, gpu: s
     pred = np.array([sum(fitted_lm.iteration_time(it.prefill, it.decode, it.page_size)
                          for it in o.iterations) for o in obs])
     rel = pred / y - 1.0
-    return Fit(profile, tuple(k for k in FITTED if free[k]),
-               tuple(k for k in FITTED if not free[k]), float(np.sqrt(np.mean(rel ** 2))),
+    return Fit(profile, tuple(k for k in FITTED if k not in held),
+               {k: held[k] for k in FITTED if k in held}, float(np.sqrt(np.mean(rel ** 2))),
                float(np.max(np.abs(rel))), len(obs))
 
 
-def _solve(per_it, compute, y, x: dict[str, float], free: dict[str, bool]) -> dict[str, float]:
+def _bound_value(k: str) -> float:
+    return 1.0 if k in ("mfu", "mbu") else 0.0
+
+
+def _classes(per_it, x: dict[str, float]) -> list[list[bool]]:
+    """Each iteration compute-bound (True) or memory-bound under the constants `x`."""
+    return [[tm[0] / x["mfu"] > tm[1] / x["mbu"] for tm in its] for its in per_it]
+
+
+def _classify_and_solve(per_it, y, x: dict[str, float], free: dict[str, bool], rounds: int
+                        ) -> tuple[dict[str, float], list[list[bool]], set[str]]:
+    """Alternate between classifying iterations (compute- or memory-bound under the current
+    constants) and the least-squares step until the classes settle; the constants, the
+    classes and the constants the last step held at a bound."""
+    compute = _classes(per_it, x)
+    at_bound: set[str] = set()
+    for _ in range(rounds):
+        x, at_bound = _solve(per_it, compute, y, x, free)
+        again = _classes(per_it, x)
+        if again == compute:
+            break
+        compute = again
+    return x, compute, at_bound
+
+
+def _design(per_it, compute) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares columns (1/mfu, 1/mbu, page, request, iteration) per observation,
+    and the fixed seconds (tensor-parallel all-reduces) under the classification."""
+    rows = []
+    for its, cls in zip(per_it, compute, strict=True):
+        f = sum(tm[0] for tm, c in zip(its, cls, strict=True) if c)
+        b = sum(tm[1] for tm, c in zip(its, cls, strict=True) if not c)
+        rows.append([f, b, sum(tm[2] for tm in its), sum(tm[3] for tm in its), len(its)])
+    fixed = np.array([sum(tm[4] for tm in its) for its in per_it])
+    return np.array(rows, dtype=float), fixed
+
+
+def _values(x: dict[str, float]) -> np.ndarray:
+    return np.array([1 / x["mfu"], 1 / x["mbu"], x["page_head_overhead_s"],
+                     x["request_overhead_s"], x["iteration_overhead_s"]])
+
+
+def _weighted(per_it, compute, y, free: dict[str, bool]
+              ) -> tuple[list[str], list[int], np.ndarray]:
+    """The free constants, their column indices and their columns weighted by 1 / y."""
+    a, _ = _design(per_it, compute)
+    names = [k for k in FITTED if free[k]]
+    idx = [FITTED.index(k) for k in names]
+    return names, idx, a[:, idx] / y[:, None]
+
+
+def _collinear(per_it, compute, y, free: dict[str, bool]) -> dict[str, str]:
+    """The free constants whose weighted column is zero, or within COLLINEAR (relative) of
+    the span of the other free columns: the data measures only a combination of them."""
+    names, _, cols = _weighted(per_it, compute, y, free)
+    out: dict[str, str] = {}
+    for j, k in enumerate(names):
+        col = cols[:, j]
+        norm = float(np.linalg.norm(col))
+        if norm == 0:
+            out[k] = "not identifiable: its term is zero in every observation"
+            continue
+        others = np.delete(cols, j, axis=1)
+        if not others.shape[1]:
+            continue
+        sol, *_ = np.linalg.lstsq(others, col, rcond=None)
+        r = float(np.linalg.norm(col - others @ sol)) / norm
+        if r < COLLINEAR:
+            with_ = ", ".join(n for n in names if n != k)
+            out[k] = (f"not identifiable: in this data its term is a combination of "
+                      f"{with_}'s (to {r:.1e}), so only their sum is measured (e.g. one "
+                      "batch size at one context length)")
+    return out
+
+
+def _uncertain(per_it, compute, y, x: dict[str, float], free: dict[str, bool]
+               ) -> dict[str, str]:
+    """The free constants whose least-squares standard error (from the residual spread of
+    the relative errors) exceeds MAX_REL_SE of the estimate."""
+    names, idx, cols = _weighted(per_it, compute, y, free)
+    dof = len(y) - len(idx)
+    if not names or dof <= 0:
+        return {}
+    a, fixed = _design(per_it, compute)
+    vals = _values(x)
+    resid = (y - fixed - a @ vals) / y
+    cov = float(resid @ resid) / dof * np.linalg.pinv(cols.T @ cols)
+    out: dict[str, str] = {}
+    for j, k in enumerate(names):
+        est = abs(float(vals[idx[j]]))
+        se = float(np.sqrt(max(cov[j, j], 0.0)))
+        if est > 0 and se > MAX_REL_SE * est:
+            out[k] = (f"not identifiable: its standard error is {se / est:.0%} of the "
+                      "estimate (the data barely moves its term)")
+    return out
+
+
+def _solve(per_it, compute, y, x: dict[str, float], free: dict[str, bool]
+           ) -> tuple[dict[str, float], set[str]]:
     """One weighted linear least-squares step; a free constant that leaves its domain is
-    held at its bound and the rest refitted."""
+    held at its bound and the rest refitted. The constants, and those held at a bound."""
     free = dict(free)
+    at_bound: set[str] = set()
+    a, fixed = _design(per_it, compute)
+    w = 1.0 / y  # relative errors
     while True:
-        rows = []
-        for its, cls in zip(per_it, compute, strict=True):
-            f = sum(tm[0] for tm, c in zip(its, cls, strict=True) if c)
-            b = sum(tm[1] for tm, c in zip(its, cls, strict=True) if not c)
-            rows.append([f, b, sum(tm[2] for tm in its), sum(tm[3] for tm in its), len(its)])
-        a = np.array(rows)  # columns: 1/mfu, 1/mbu, page, request, iteration
-        vals = np.array([1 / x["mfu"], 1 / x["mbu"], x["page_head_overhead_s"],
-                         x["request_overhead_s"], x["iteration_overhead_s"]])
+        vals = _values(x)
         mask = np.array([free[k] for k in FITTED])
-        fixed = np.array([sum(tm[4] for tm in its) for its in per_it])
         rhs = y - fixed - a[:, ~mask] @ vals[~mask]
-        w = 1.0 / y  # relative errors
-        sol, *_ = np.linalg.lstsq(a[:, mask] * w[:, None], rhs * w, rcond=None)
-        vals = vals.copy()
-        vals[mask] = sol
+        if mask.any():
+            sol, *_ = np.linalg.lstsq(a[:, mask] * w[:, None], rhs * w, rcond=None)
+            vals = vals.copy()
+            vals[mask] = sol
         # 1/mfu and 1/mbu are at least 1 (efficiency <= 1), the costs at least 0
-        low = dict(zip(FITTED, (1.0, 1.0, 0.0, 0.0, 0.0), strict=True))
-        out = [k for i, k in enumerate(FITTED) if mask[i] and vals[i] < low[k]]
+        out = [k for i, k in enumerate(FITTED) if mask[i] and vals[i] < _LOW[k]]
         if not out:
-            return {"mfu": 1 / vals[0], "mbu": 1 / vals[1], "page_head_overhead_s": vals[2],
-                    "request_overhead_s": vals[3], "iteration_overhead_s": vals[4]}
+            return ({"mfu": 1 / vals[0], "mbu": 1 / vals[1], "page_head_overhead_s": vals[2],
+                     "request_overhead_s": vals[3], "iteration_overhead_s": vals[4]},
+                    at_bound)
         for k in out:  # held at its bound, the rest refitted
             free[k] = False
-            x = {**x, k: 1.0 if k in ("mfu", "mbu") else 0.0}
+            at_bound.add(k)
+            x = {**x, k: _bound_value(k)}
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -339,7 +472,8 @@ def fit_lines(fit: Fit) -> list[str]:
              f"{p.attention_backend})"]
     for k in FITTED:
         v = getattr(p, k)
-        lines.append(f"  {k:<22} {v:.6g}  ({'fitted' if k in fit.fitted else 'held'})")
+        why = fit.held.get(k)
+        lines.append(f"  {k:<22} {v:.6g}  ({'fitted' if why is None else 'held: ' + why})")
     lines.append(f"fit error: {fit.rms_error:.2%} rms, {fit.max_error:.2%} max (relative)")
     return lines
 

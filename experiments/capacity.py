@@ -30,13 +30,20 @@ DEFAULT_STEPS = 4
 
 @dataclass(frozen=True)
 class Probe:
-    """One simulated load: its multiplier, the flag value it means, and the verdict."""
+    """One simulated load: its multiplier, the flag value it means, and the verdicts: the
+    queue's (`overloaded`) and, with an SLO, whether it was met (`slo_met`, None without
+    one). The search counts a probe that fails either."""
 
     multiplier: float
     flag_value: float
     rate_req_s: float
-    overloaded: bool  # fails: overloaded, or (with an SLO) misses it
+    overloaded: bool  # the queue grows (simulator/overload.py)
     reason: str
+    slo_met: bool | None = None
+
+    @property
+    def fails(self) -> bool:
+        return self.overloaded or self.slo_met is False
 
 
 @dataclass(frozen=True)
@@ -50,10 +57,11 @@ class CapacityResult:
     input_tok_s: float | None
     output_tok_s: float | None
     throughput_tok_s: float | None  # generated tokens per second the servable run achieved
-    overloaded_at_start: bool
+    overloaded_at_start: bool  # the first probe's queue grows (not: it only missed the SLO)
     probes: tuple[Probe, ...] = field(default_factory=tuple)
     slo: str | None = None  # the SLO searched on ("99 % of requests: TTFT <= 2 s"), if any
     binding: str | None = None  # what failed just above the answer: "overload" or a target
+    slo_met_at_start: bool | None = None  # the first probe met the SLO (None: no SLO)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "probes"}
@@ -109,14 +117,16 @@ def find_sustainable_rate(opts: RunOptions, *, steps: int = DEFAULT_STEPS,
         else:
             row = simulate(scaled(opts, flag, base[0] * m))
         rows[m] = row
-        p = Probe(m, base[0] * m, float(row["rate_req_s"]), *_fails(row))
+        slo_met = row.get("slo_met")
+        p = Probe(m, base[0] * m, float(row["rate_req_s"]), bool(row["overloaded"]),
+                  _why(row), None if slo_met is None else bool(slo_met))
         probes.append(p)
         if on_probe is not None:
             on_probe(p)
-        return p.overloaded
+        return p.fails
 
-    over_at_1 = probe(1.0)
-    lo, hi = (None, 1.0) if over_at_1 else (1.0, None)
+    fails_at_1 = probe(1.0)
+    lo, hi = (None, 1.0) if fails_at_1 else (1.0, None)
     for _ in range(MAX_BRACKET):
         if lo is not None and hi is not None:
             break
@@ -140,20 +150,22 @@ def find_sustainable_rate(opts: RunOptions, *, steps: int = DEFAULT_STEPS,
             else:
                 lo = m
     slo = slo_text(opts)
-    above = [p for p in probes if p.overloaded and (lo is None or p.multiplier > lo)]
+    above = [p for p in probes if p.fails and (lo is None or p.multiplier > lo)]
     binding = None
     if above:
         first = rows[min(above, key=lambda p: p.multiplier).multiplier]
         binding = "overload" if bool(first["overloaded"]) else first.get("slo_binding")
+    first_probe = probes[0]
     if lo is None:
-        return CapacityResult(flag, None, None, None, None, None, None, over_at_1,
-                              tuple(probes), slo, binding)
+        return CapacityResult(flag, None, None, None, None, None, None,
+                              first_probe.overloaded, tuple(probes), slo, binding,
+                              first_probe.slo_met)
     row = rows[lo]
     rate = float(row["rate_req_s"])
     mean_in, mean_out = _mean_lengths(scaled(opts, flag, base[0] * lo))
     return CapacityResult(flag, lo, base[0] * lo, rate, rate * mean_in, rate * mean_out,
-                          float(row["throughput_tok_s"]), over_at_1, tuple(probes), slo,
-                          binding)
+                          float(row["throughput_tok_s"]), first_probe.overloaded,
+                          tuple(probes), slo, binding, first_probe.slo_met)
 
 
 def slo_text(opts: RunOptions) -> str | None:
@@ -164,13 +176,13 @@ def slo_text(opts: RunOptions) -> str | None:
     return f"{o.slo_percentile:g} % of requests: {' and '.join(targets)}" if targets else None
 
 
-def _fails(row: dict[str, Any]) -> tuple[bool, str]:
-    """Whether a probe fails (overloaded, or it misses the SLO when one is given) and why."""
+def _why(row: dict[str, Any]) -> str:
+    """Why a probe fails (overloaded, and or it misses the SLO when one is given); ''."""
     reasons = [str(row.get("overload_reason") or "")] if bool(row["overloaded"]) else []
     if row.get("slo_met") is False:
         reasons.append(f"SLO missed: {float(row['slo_attainment']):.1%} of requests met every "
                        f"target ({row.get('slo_binding')} binds)")
-    return bool(reasons), "; ".join(r for r in reasons if r)
+    return "; ".join(r for r in reasons if r)
 
 
 def _mean_lengths(opts: RunOptions) -> tuple[float, float]:

@@ -5,8 +5,10 @@ usage lines (from the typer app, cli.py) and the option tables (from the specs' 
 the whole file with it. The template marks what is generated: `<<options>>` (every option
 under its help panel, experiments/options.py `option_reference`, then the grid axes) and
 `<<usage COMMAND>>` (the command's usage: the options it shares with the others as
-`[OPTIONS]`, its arguments, its own flags). Every command has exactly one row, so a new
-command without prose, or a row for a command that is gone, fails the generation.
+`[OPTIONS]`, its arguments, its own flags) and `<<default pool>>` (the KV pool a `kvsim run`
+without options simulates, computed by the planner: a number in prose goes stale when a
+rule changes). Every command has exactly one row, so a new command without prose, or a row
+for a command that is gone, fails the generation.
 
 The commands' examples (`--help` epilogs) live here too: one list per command.
 """
@@ -18,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from experiments.grid import SWEEP_AXES
-from experiments.options import OPTIONS, option_reference
+from experiments.options import OPTIONS, RunOptions, option_reference
 
 TEMPLATE = Path(__file__).with_name("cli_reference.md")
 _USAGE = re.compile(r"<<usage ([a-z -]+)>>")
@@ -55,6 +57,14 @@ def axis_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+def default_pool() -> str:
+    """The pool `kvsim run` simulates without options, as the planner computes it."""
+    from experiments.planning import static_plan
+
+    plan = static_plan(RunOptions.from_mapping({}))
+    return f"{plan.kv_tokens:,} slots at page {plan.page_size}"
+
+
 def render(usages: Mapping[str, str], template: str | None = None) -> str:
     """docs/cli.md: the template with the usages (command path without `kvsim`, e.g. `trace
     stats` -> its usage line) and the option tables put in. ValueError when a command has no
@@ -69,7 +79,9 @@ def render(usages: Mapping[str, str], template: str | None = None) -> str:
                          f"for no command: {unknown or 'none'}; rows given twice: "
                          f"{twice or 'none'}")
     text = _USAGE.sub(lambda m: f"`{usages[m.group(1)]}`", text)
+    if "<<default pool>>" in text:
+        text = text.replace("<<default pool>>", default_pool())
     return text.replace("<<options>>\n", option_reference() + "\n" + axis_reference())
 
 
-__all__ = ["COMMAND_EXAMPLES", "TEMPLATE", "axis_reference", "epilog", "render"]
+__all__ = ["COMMAND_EXAMPLES", "TEMPLATE", "axis_reference", "default_pool", "epilog", "render"]

@@ -1,8 +1,8 @@
 """What the commands print to the terminal besides their tables, and how the process ends.
 
 cli.py keeps the commands; these are the small printing helpers several of them share (the
-overload warning, the reuse lines, the capacity probes) and `freeze_heap_at_exit`, the one
-process-wide setting a `kvsim` command makes.
+overload warning, the skipped trace rows, the reuse lines, the SLO verdicts, the capacity
+probes) and `freeze_heap_at_exit`, the one process-wide setting a `kvsim` command makes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,18 @@ def warn_overload(rows: list[dict[str, Any]]) -> None:
         typer.echo(line, err=True)
 
 
+def warn_skipped_rows(rows: list[dict[str, Any]]) -> None:
+    """How many malformed trace rows `--skip-bad-rows` skipped, once per trace, on stderr."""
+    seen: dict[str, int] = {}
+    for r in rows:
+        n = r.get("trace_bad_rows")
+        if isinstance(n, (int, float)) and n == n and n > 0:
+            seen.setdefault(str(r.get("trace") or r.get("workload")), int(n))
+    for trace, n in seen.items():
+        typer.echo(f"note: --skip-bad-rows skipped {n:,} malformed row{'s' if n != 1 else ''} "
+                   f"of {trace}", err=True)
+
+
 def print_lines(con, lines: list[str]) -> None:
     for line in lines:
         con.print(line, markup=False, highlight=False)
@@ -40,6 +52,15 @@ def print_reuse(con, rows: list[dict[str, Any]]) -> None:
     from reports.reuse_view import reuse_lines
 
     print_lines(con, reuse_lines(rows, [str(r.get("policy", "")) for r in rows]))
+
+
+def print_slo(con, rows: list[dict[str, Any]]) -> None:
+    """Whether each run met its SLO (reports.slo_view); nothing without a target."""
+    from reports.slo_view import slo_line
+
+    named = len(rows) > 1
+    print_lines(con, [line for r in rows
+                      if (line := slo_line(r, str(r.get("policy", "")) if named else ""))])
 
 
 def echo_lines(lines: list[str]) -> None:

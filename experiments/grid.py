@@ -5,9 +5,9 @@ paged,vllm`) applied to one set of options; each combination is a cell, a `RunOp
 options a grid can vary are declared on their fields (`spec_field(..., axis=True)`); each has
 one list flag, its plural (experiments/spellings.py `list_flag`), with one meaning in every
 command that offers it: the values to run, a comma list (integers also `a..b`, the powers of
-two from a to b). `kv_tokens` is its own plural, so `--kv-tokens` is that list everywhere; a
-command that runs one configuration takes a list of one value (cli.py says which command runs
-more).
+two from a to b: `3..17` is 4, 8, 16, as page sizes are; a range without one is an error).
+`kv_tokens` is its own plural, so `--kv-tokens` is that list everywhere; a command that runs
+one configuration takes a list of one value (cli.py says which command runs more).
 """
 
 from __future__ import annotations
@@ -30,6 +30,16 @@ AXIS_TYPES: dict[str, type] = {name: OPTIONS[name].type for name in SWEEP_AXES}
 DEFAULT_PAGE_SIZES = "1,2,4,8,16,32,64,128,256"
 
 
+def powers_of_two(lo: int, hi: int) -> list[int]:
+    """The powers of two p with lo <= p <= hi (3..17 -> 4, 8, 16)."""
+    p = 1 << max(lo - 1, 0).bit_length()  # the smallest power of two >= lo
+    out = []
+    while p <= hi:
+        out.append(p)
+        p *= 2
+    return out
+
+
 def parse_list(text: str | None, kind: type, name: str) -> list[Any] | None:
     """'1,2,4' -> [1, 2, 4]; 'a..b' (ints) -> the powers of two from a to b; None -> None."""
     if text is None:
@@ -44,15 +54,18 @@ def parse_list(text: str | None, kind: type, name: str) -> list[Any] | None:
                 lo, hi = (int(x) for x in part.split(".."))
                 if lo <= 0 or hi < lo:
                     raise ValueError
-                v = lo
-                while v <= hi:
-                    out.append(v)
-                    v *= 2
+                span = powers_of_two(lo, hi)
+                if not span:
+                    raise ValueError(f"{name} {text!r}: {part} holds no power of two")
+                out.extend(span)
             else:
                 out.append(kind(part))
-        except ValueError:
+        except ValueError as e:
+            if "holds no power of two" in str(e):
+                raise
             raise ValueError(f"{name} {text!r}: expected a comma list of {kind.__name__}s"
-                             + (" (or a..b for powers of two)" if kind is int else "")) from None
+                             + (" (or a..b for the powers of two from a to b)" if kind is int
+                                else "")) from None
     if not out:
         raise ValueError(f"{name} is empty")
     return out
@@ -104,4 +117,4 @@ def cells(base: RunOptions, axes: Mapping[str, Iterable[Any]]) -> list[RunOption
 
 
 __all__ = ["AXIS_PARAMS", "DEFAULT_PAGE_SIZES", "SWEEP_AXES", "cells", "page_sizes_for",
-           "parse_list", "sweep_axes"]
+           "parse_list", "powers_of_two", "sweep_axes"]

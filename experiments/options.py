@@ -46,13 +46,14 @@ from kvcore.fields import (
     spec_field,
 )
 from kvcore.hybrid_presets import hybrid_layout
-from kvcore.memory import MemorySpec
+from kvcore.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
 from kvcore.planner import resolve_kv_bytes, resolve_kv_tokens
+from kvcore.vllm_rules import DEFAULT_VLLM_VERSION
 from simulator.config import PoolSpec, SimConfig
 from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout
 from simulator.latency_profiles import is_profile_file, profile_for_rule
 from simulator.specs import EngineSpec, PolicySpec, TierSpec
-from workloads.spec import WorkloadSpec, arrival_only_unused
+from workloads.spec import WorkloadSpec, unused_options
 
 
 @dataclass(frozen=True)
@@ -239,8 +240,9 @@ class RunOptions:
         e = self.engine
         if e.latency != "roofline":
             return e
-        if e.latency_profile is None:
-            e = replace(e, latency_profile=profile_for_rule(self.memory.rule))
+        if e.latency_profile is None:  # a budget given with a direct size names the engine
+            e = replace(e, latency_profile=profile_for_rule(self.memory.budget
+                                                            or self.memory.rule))
         consts = e.latency_constants(self.policy.page_size)
         return replace(e, attention_backend=e.resolved_backend(),
                        page_head_overhead_s=consts["page_head_overhead_s"],
@@ -281,11 +283,22 @@ class RunOptions:
         (simulator/hybrid.py) appear, at the values in effect, for a hybrid model only, so a
         full-attention model's columns and config hash are what they were."""
         d = self.to_dict()
-        model = self.memory.model_preset().id
-        for name in HYBRID_OPTIONS:
+        m = self.memory
+        model = m.model_preset().id
+        for name in (*HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS):
             del d[name]
+        if d.get("kv_cache_memory_bytes") is None:  # a column only when given
+            del d["kv_cache_memory_bytes"]
         if hybrid_layout(model) is not None:
-            d.update(resolved_hybrid_options(self.policy))
+            version = m.vllm_version or DEFAULT_VLLM_VERSION
+            d.update(resolved_hybrid_options(self.policy, model, version))
+            d["vllm_version"] = version
+            layout = run_layout(replace(self.policy, kv_layout="hybrid"), model, version,
+                                m.mamba_cache_dtype, m.mamba_ssm_cache_dtype)
+            states = layout.state_groups() if layout is not None else ()
+            d["mamba_cache_dtype"] = states[0].conv_dtype if states else m.mamba_cache_dtype
+            d["mamba_ssm_cache_dtype"] = (states[0].state_dtype if states
+                                          else m.mamba_ssm_cache_dtype)
         d["model"] = model
         d["max_context_len"] = self.memory.resolved_max_context_len()
         d["memory_rule"] = self.memory.rule
@@ -311,7 +324,10 @@ class RunOptions:
         pool = PoolSpec(model=model, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
                         kv_tokens=self.resolved_kv_tokens(),
                         max_context_len=m.resolved_max_context_len(),
-                        kv_bytes=resolve_kv_bytes(m, self.policy.page_size) if hybrid else 0)
+                        kv_bytes=resolve_kv_bytes(m, self.policy.page_size) if hybrid else 0,
+                        vllm_version=m.vllm_version or DEFAULT_VLLM_VERSION,
+                        mamba_cache_dtype=m.mamba_cache_dtype,
+                        mamba_ssm_cache_dtype=m.mamba_ssm_cache_dtype)
         return SimConfig(policy=self.policy, pool=pool, engine=self.engine_spec(), tier=self.tier,
                          duration_s=self.workload.duration_s or 0.0)
 
@@ -320,7 +336,7 @@ class RunOptions:
         devices, checks, or the memory inputs whose resolved kv_tokens is hashed instead): two
         runs with the same hash give the same numbers."""
         d = {k: v for k, v in self.resolved().items() if k in OPTIONS and OPTIONS[k].hashed}
-        for k in arrival_only_unused(d):  # an option this run's arrivals never read
+        for k in unused_options(d):  # an option this run's arrivals or generator never read
             del d[k]
         if self.memory.model_config:
             d["model_config"] = hashlib.sha256(

@@ -24,7 +24,9 @@ def static_plan(opts: RunOptions, context_len: int | None = None,
     `context_len` (default: the maximum context) sizes the page-table figure. With
     `with_workload` (plan --trace / --workload) the per-page-size rounding and page-table
     entries are taken over the workload's own final lengths (prompt + output of every request)
-    rather than the single maximum context, which rounds to 0.0 at every page size."""
+    rather than the single maximum context, which rounds to 0.0 at every page size. A hybrid's
+    engine figures follow `--enable-prefix-caching` and `--mamba-cache-mode` as a `vllm` run
+    of the same options does (kvcore.vllm_rules)."""
     lengths = None
     if with_workload:
         from workloads import build_workload
@@ -33,7 +35,8 @@ def static_plan(opts: RunOptions, context_len: int | None = None,
         lengths = [r.prompt_len + r.output_len for r in reqs] or None
     return plan(opts.memory, page_size=opts.policy.page_size,
                 max_running_requests=opts.engine.max_running_requests, context_len=context_len,
-                lengths=lengths)
+                lengths=lengths, prefix_caching=opts.policy.enable_prefix_caching,
+                mamba_cache_mode=opts.policy.mamba_cache_mode)
 
 
 def page_size_grid(opts: RunOptions, sizes: Sequence[int],

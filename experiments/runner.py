@@ -22,7 +22,7 @@ from experiments.progress import RequestBar
 from experiments.shared import SharedWorkloads
 from reports.schema import METRICS, SUMMARY_FILE
 from simulator.config import FLAT_FIELDS
-from workloads.spec import arrival_only_unused
+from workloads.spec import unused_options
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,11 +59,13 @@ def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
     other counters; the engine's echo of its own configuration is left out)."""
     row: dict[str, Any] = {"config_hash": opts.config_hash()}
     row.update(opts.resolved())
-    for k in arrival_only_unused(row):  # a column only for the arrival process that reads it
+    for k in unused_options(row):  # a column only for the arrivals or generator that read it
         del row[k]
     trace = opts.workload.trace
     row["workload"] = workload.name if trace is None else trace
     row["rate_req_s"] = _rate(opts, workload)
+    # malformed trace rows --skip-bad-rows left out (0 without a trace): the commands say so
+    row["trace_bad_rows"] = int(workload.meta.get("bad_rows") or 0)
     row["capacity_slots"] = summary.get("capacity_slots")
     if opts.tier.enabled:  # the line a host-tier sweep is drawn against (docs/tiers.md)
         from workloads.reuse import ideal_reuse
@@ -107,7 +109,8 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
                                     event_sink)
     row = summary_row(opts, result.summary, workload)
     out = opts.output
-    row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile))
+    row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile,
+                           int(result.summary.get("requests_total", 0))))
     return row, result
 
 

@@ -6,7 +6,8 @@ arXiv 2401.09670, section 2) defines **goodput** as the highest request rate at 
 stated share of requests (the SLO attainment goal, e.g. 90 %) meets both the TTFT and the TPOT
 target. kvsim takes the share from `--slo-percentile` (default 99: `--slo-ttft-p99 2` is "99 %
 of the requests start within 2 s"), and counts every request of the run in the denominator: a
-request that was rejected or had not finished when the run ended met no target.
+request that was rejected or had not finished when the run ended met no target (an unfinished
+request has no result row, so the caller passes the run's request count, `total`).
 
 A one-token output has no TPOT; it meets the TPOT target.
 """
@@ -24,11 +25,12 @@ SLO_COLUMNS = ("slo_ttft_attainment", "slo_tpot_attainment", "slo_attainment", "
 
 
 def slo_columns(requests: pd.DataFrame, ttft: float | None, tpot: float | None,
-                percentile: float) -> dict[str, Any]:
+                percentile: float, total: int | None = None) -> dict[str, Any]:
     """The SLO columns of a run's summary row (NaN / None when no target is given): the
     share of requests meeting the TTFT target, the TPOT target and both; whether the share
     meeting both reaches `percentile` %; and which target binds (the one met by the smaller
-    share, when the run misses its SLO)."""
+    share, when the run misses its SLO). `total`: the run's requests, rows or not (default:
+    the rows)."""
     if ttft is None and tpot is None:
         return {"slo_ttft_attainment": math.nan, "slo_tpot_attainment": math.nan,
                 "slo_attainment": math.nan, "slo_met": None, "slo_binding": None}
@@ -42,8 +44,10 @@ def slo_columns(requests: pd.DataFrame, ttft: float | None, tpot: float | None,
         t = requests["tpot_s"].to_numpy(dtype=float)
         ok_tpot &= ~(t > tpot)  # NaN (one output token): met
 
+    count = max(n, total or 0)
+
     def share(ok: np.ndarray) -> float:
-        return float(ok.mean()) if n else 0.0
+        return float(ok.sum()) / count if count else 0.0
 
     a_ttft = share(ok_ttft) if ttft is not None else math.nan
     a_tpot = share(ok_tpot) if tpot is not None else math.nan

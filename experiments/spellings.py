@@ -38,6 +38,10 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
     # memory
     "num_pages": ("--num-gpu-blocks-override",),
     "mem_fraction": ("--gpu-memory-utilization", "--mem-fraction-static"),
+    # hybrid models: one version flag for the engine whose rules apply; SGLang's name of the
+    # recurrent-state dtype (python/sglang/srt/server_args.py --mamba-ssm-dtype)
+    "vllm_version": ("--engine-version",),
+    "mamba_ssm_cache_dtype": ("--mamba-ssm-dtype",),
     # engine
     "max_running_requests": ("--max-num-seqs",),
     "warmup_s": ("--warmup",),

@@ -1,26 +1,28 @@
 """How vLLM and SGLang lay out the KV memory of a hybrid model, from a per-rank KV budget.
 
-vLLM (v0.11.0, commit 0144dd5, plus the grouping fix of #29303;
-vllm/model_executor/models/config.py `HybridAttentionMambaModelConfig`,
-vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py):
+vLLM: the rules change with the version and are data (kvcore.vllm_rules, each with its file
+and version); the functions here apply one version's `VllmRules`
+(vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py, vllm/model_executor/models/
+config.py, vllm/platforms/interface.py):
 
 * attention + Mamba / linear attention: the attention block size is raised to
-  `16 * cdiv(mamba_page, 16 * attn_page_1_token)` (16: the kernels' block alignment) unless the
-  user's block size is already larger, then the Mamba page (one layer's conv + recurrent state)
-  is padded to the attention page ("Padding mamba page size by X%");
+  `a * cdiv(mamba_page, a * attn_page_1_token)` (a: the block alignment of the version)
+  unless the user's block size is already larger, or, in mamba cache mode "all", to a
+  multiple of lcm(mamba chunk, a) holding one state page; then the Mamba page (one layer's
+  conv + recurrent state) is padded to the attention page ("Padding mamba page size by X%");
 * layers are grouped by kind into KV cache groups of `group_size` layers (the smallest kind's
-  count, or the largest when it is under 1.25 x the smallest: the special case of vllm #29303,
-  merged 2025-11-24, for gpt-oss + EAGLE's 19 full + 18 sliding layers), padding the last group
-  of a kind and warning "Add N padding layers, may waste at most X% KV cache memory" with X =
-  N / that kind's layers (the figures quoted in #29303); every group has the same page size
-  in bytes and all draw block ids from one pool of `num_blocks = budget // (page_bytes *
-  group_size)` blocks;
-* "GPU KV cache size: N tokens" = num_blocks // number of groups * smallest block size;
-* "Maximum concurrency for L tokens per request: X" = num_blocks / cdiv(sum over groups of one
-  request's worst-case bytes, page_bytes), the worst case being cdiv(L, block) pages for full
-  attention, cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1 for a sliding
-  window, cdiv(min(chunk + max_num_batched_tokens, L), block) for chunked local attention and
-  one page for a Mamba group (mamba_cache_mode "none").
+  count, or the largest when it is under the version's ratio x the smallest), padding the
+  last group of a kind and warning "Add N padding layers, may waste at most X% KV cache
+  memory" with X = N / that kind's layers; every group has the same page size in bytes and
+  all draw block ids from one pool of `num_blocks = budget // (page_bytes * group_size)`
+  blocks;
+* "Maximum concurrency for L tokens per request: X" = num_blocks / (sum over groups of one
+  request's worst-case pages): cdiv(L, block) for full attention, cdiv(min(window - 1 +
+  max_num_batched_tokens, L), block) + 1 for a sliding window, cdiv(min(chunk +
+  max_num_batched_tokens, L), block) for chunked local attention, and the state pages of the
+  mamba cache mode for a Mamba group (`VllmRules.state_pages`);
+* "GPU KV cache size: N tokens": num_blocks // groups x the smallest group block size up to
+  v0.20.0 (a state group's block is max_model_len in mode none), int(X x L) from v0.20.1.
 
 SGLang (v0.5; python/sglang/srt/model_executor/model_runner.py and pool_configurator.py):
 
@@ -32,17 +34,28 @@ SGLang (v0.5; python/sglang/srt/model_executor/model_runner.py and pool_configur
   KV; the running-request cap is the state slots over `MAMBA_SLOTS_PER_REQUEST` (3 with the
   radix cache: a running request's slot, the state it forks when its prefix is cached and
   one in flight; 1 without the cache).
+
+State dtypes are the layout's (kvcore.state_dtypes resolves them per engine before these
+functions run); the KV dtype sizes attention only.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from math import lcm
 from typing import Any
 
 from kvcore.layers import CHUNKED, FULL, KIND_LABELS, SLIDING, HybridLayout, LayerGroup
 from kvcore.validation import cdiv
+from kvcore.vllm_rules import VllmRules, vllm_rules
 
-VLLM_BLOCK_ALIGNMENT = 16  # vLLM v0.11 HybridAttentionMambaModelConfig: FA/FlashInfer blocks
+#: the smallest kernel block of the attention backends (FlashAttention, FlashInfer) on
+#: non-MLA models: HybridAttentionMambaModelConfig's kernel_block_alignment_size (v0.11 -
+#: v0.19), the backends' get_supported_kernel_block_sizes minimum from v0.20
+VLLM_BLOCK_ALIGNMENT = 16
+#: vLLM ModelConfig.get_mamba_chunk_size: config `mamba_chunk_size`, else `chunk_size`, else
+#: 2048 (Mamba-1 has no chunk)
+VLLM_DEFAULT_MAMBA_CHUNK = 2048
 VLLM_DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE
 # vLLM v0.11 EngineArgs usage-context default of max_num_batched_tokens for `vllm serve` on a
 # GPU with >= 70 GiB (H100 / H200 class); it sizes the sliding-window worst case.
@@ -68,8 +81,11 @@ class BlockSizeRule:
 
 def vllm_block_size(layout: HybridLayout, kv_dtype: str = "bf16", tp: int = 1,
                     requested: int | None = None,
-                    alignment: int = VLLM_BLOCK_ALIGNMENT) -> BlockSizeRule:
-    """The attention block size vLLM picks (see the module notes)."""
+                    alignment: int = VLLM_BLOCK_ALIGNMENT, *, rules: VllmRules | None = None,
+                    mamba_cache_mode: str = "none") -> BlockSizeRule:
+    """The attention block size vLLM picks (see the module notes) under `rules` (default:
+    the default version's) in `mamba_cache_mode`."""
+    rules = rules or vllm_rules()
     attn = layout.attention_groups()
     base = requested or VLLM_DEFAULT_BLOCK_SIZE
     if not attn:
@@ -78,8 +94,14 @@ def vllm_block_size(layout: HybridLayout, kv_dtype: str = "bf16", tp: int = 1,
     states = layout.state_groups()
     if not states:
         return BlockSizeRule(base, base * per_token, 0, 0.0, False)
-    mamba = max(g.state_bytes_layer(kv_dtype, tp) for g in states)
-    needed = alignment * cdiv(mamba, alignment * per_token)
+    mamba = max(g.state_bytes_layer(kv_dtype, tp, layout.model_dtype) for g in states)
+    align = alignment if rules.block_alignment == "fixed" else max(alignment, base)
+    if mamba_cache_mode == "all" and layout.mamba2:  # Mamba-2 SSD chunks (vLLM's "all")
+        chunk = max(g.mamba_chunk_size for g in states) or VLLM_DEFAULT_MAMBA_CHUNK
+        step = lcm(chunk, align)
+        needed = step * cdiv(cdiv(mamba, per_token), step)
+    else:
+        needed = align * cdiv(mamba, align * per_token)
     raised = requested is None or requested < needed
     bs = needed if raised else base
     page = bs * per_token
@@ -113,6 +135,15 @@ class HybridPlan:
     baseline_max_concurrency: float
     running_request_cap: int | None = None  # SGLang: min(state slots, limit)
     log: list[str] = field(default_factory=list)
+    # vLLM only: the version whose rules were applied, the mamba cache mode and prefix
+    # caching they resolved to, the shared pool's blocks and one block id's bytes, and the
+    # source of each rule (kvcore.vllm_rules)
+    vllm_version: str = ""
+    mamba_cache_mode: str = ""
+    prefix_caching: bool | None = None
+    num_blocks: int = 0
+    block_bytes: int = 0
+    rules: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,17 +163,18 @@ def vllm_kinds(layout: HybridLayout) -> dict[tuple[str, int, int], LayerGroup]:
     return kinds
 
 
-def vllm_group_size(counts: list[int]) -> int:
+def vllm_group_size(counts: list[int], ratio: float = 1.5) -> int:
     """Layers per KV cache group: the smallest kind's count, or the largest when it is under
-    1.25 x the smallest (vllm #29303; see the module notes)."""
+    `ratio` x the smallest (the version's `VllmRules.group_ratio`; see the module notes)."""
     group_size = min(counts)
-    return max(counts) if max(counts) < group_size * 1.25 else group_size
+    return max(counts) if max(counts) < group_size * ratio else group_size
 
 
-def _worst_case_pages(g: LayerGroup, bs: int, ctx: int, batched: int) -> int:
+def _worst_case_pages(g: LayerGroup, bs: int, ctx: int, batched: int, rules: VllmRules,
+                      mode: str, spec: int) -> int:
     """Pages one request of `ctx` tokens may need in one group (vLLM max_memory_usage_bytes)."""
     if g.is_state:
-        return 1
+        return rules.state_pages(mode, ctx, bs, spec)
     if g.kind == SLIDING:
         return cdiv(min(g.window - 1 + batched, ctx), bs) + 1
     if g.kind == CHUNKED:
@@ -152,9 +184,18 @@ def _worst_case_pages(g: LayerGroup, bs: int, ctx: int, batched: int) -> int:
 
 def vllm_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
               kv_dtype: str = "bf16", tp: int = 1, block_size: int | None = None,
-              max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS) -> HybridPlan:
-    """vLLM's KV cache groups, block count and start-up figures for a per-rank budget."""
-    rule = vllm_block_size(layout, kv_dtype, tp, block_size)
+              max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS,
+              rules: VllmRules | None = None, mamba_cache_mode: str | None = None,
+              prefix_caching: bool | None = None, speculative_tokens: int = 0) -> HybridPlan:
+    """vLLM's KV cache groups, block count and start-up figures for a per-rank budget, under
+    `rules` (default: the default version's). The mamba cache mode is `mamba_cache_mode`,
+    else what the version picks with `prefix_caching` (None: its default for hybrids)."""
+    rules = rules or vllm_rules()
+    mode = rules.mamba_cache_mode(layout.mamba2, prefix_caching, speculative_tokens,
+                                  mamba_cache_mode) if layout.state_groups() else "none"
+    on = rules.hybrid_prefix_caching if prefix_caching is None else prefix_caching
+    rule = vllm_block_size(layout, kv_dtype, tp, block_size, rules=rules,
+                           mamba_cache_mode=mode)
     bs, page = rule.block_size, rule.attn_page_bytes
     log = []
     if rule.raised and layout.state_groups():
@@ -165,7 +206,7 @@ def vllm_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
                    "page size and attention page size are exactly equal.")
     kinds = vllm_kinds(layout)
     counts = [g.layers for g in kinds.values()]
-    group_size = vllm_group_size(counts)
+    group_size = vllm_group_size(counts, rules.group_ratio)
     for n in counts:  # vLLM warns per kind: padding / that kind's layers
         padding = cdiv(n, group_size) * group_size - n
         if padding:
@@ -182,20 +223,27 @@ def vllm_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
         gbs = bs if g.is_state else page // g.kv_bytes_per_token_layer(kv_dtype, tp)
         if not g.is_state and gbs * g.kv_bytes_per_token_layer(kv_dtype, tp) != page:
             raise ValueError(f"{g.label}: its page does not divide the largest attention page")
-        block_sizes.append(gbs)
-        worst += cdiv(g.layers, group_size) * _worst_case_pages(g, gbs, context_len,
-                                                                 max_num_batched_tokens)
+        # a state group's block: max_model_len in mode none (one state per request), the
+        # attention block otherwise (vLLM MambaModelConfig mamba_block_size)
+        block_sizes.append(context_len if g.is_state and mode == "none" else gbs)
+        worst += cdiv(g.layers, group_size) * _worst_case_pages(
+            g, gbs, context_len, max_num_batched_tokens, rules, mode, speculative_tokens)
         pools.append(Pool(g.kind, g.layers, page, num_blocks,
                           0 if g.is_state else num_blocks * gbs,
                           note=f"{cdiv(g.layers, group_size)} group(s) of {group_size}"))
-    tokens = num_blocks // n_groups * min(block_sizes)
-    log.append(f"GPU KV cache size: {tokens:,} tokens")
     conc = num_blocks / worst
+    if rules.token_formula == "blocks":
+        tokens = num_blocks // n_groups * min(block_sizes)
+    else:
+        tokens = int(conc * context_len)
+    log.append(f"GPU KV cache size: {tokens:,} tokens")
     log.append(f"Maximum concurrency for {context_len:,} tokens per request: {conc:.2f}x")
     base_tokens, base_conc = _baseline(layout, budget_bytes, context_len, kv_dtype, tp,
                                        VLLM_DEFAULT_BLOCK_SIZE)
     return HybridPlan("vllm", bs, tokens, conc, context_len, pools, base_tokens, base_conc,
-                      None, log)
+                      None, log, vllm_version=rules.version, mamba_cache_mode=mode,
+                      prefix_caching=on, num_blocks=num_blocks, block_bytes=page * group_size,
+                      rules=dict(rules.sources))
 
 
 def _baseline(layout: HybridLayout, budget: float, ctx: int, kv_dtype: str, tp: int,
@@ -222,7 +270,7 @@ def sglang_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
     full_bpt = sum(g.kv_bytes_per_token(kv_dtype, tp) for g in layout.groups if g.kind == FULL)
     swa_bpt = sum(g.kv_bytes_per_token(kv_dtype, tp) for g in layout.groups
                   if g.kind in (SLIDING, CHUNKED))
-    state = layout.state_bytes_per_request(kv_dtype, tp)
+    state = layout.state_bytes_per_request(kv_dtype, tp)  # the layout's state dtypes
     pools: list[Pool] = []
     log: list[str] = []
     budget = float(budget_bytes)
@@ -237,7 +285,8 @@ def sglang_plan(layout: HybridLayout, budget_bytes: float, context_len: int, *,
         if budget <= 0:
             raise ValueError(f"{slots} state slots of {state:,} B leave no memory for KV")
         for g in layout.state_groups():
-            pools.append(Pool(g.kind, g.layers, g.state_bytes_layer(kv_dtype, tp), slots, 0,
+            pools.append(Pool(g.kind, g.layers,
+                              g.state_bytes_layer(kv_dtype, tp, layout.model_dtype), slots, 0,
                               note="state slots"))
         log.append(f"mamba state: {slots:,} slots x {state:,} B")
     cell = full_bpt + swa_full_tokens_ratio * swa_bpt

@@ -4,10 +4,13 @@ Keys are ids of kvcore.presets.MODELS; values are the groups `kvcore.model_confi
 the same config.json (sources on the ModelPreset line). A model absent here is all full
 attention (`layout_of` builds that layout), so every earlier result is unchanged.
 
-Recurrent-state dtype: Qwen3.5's config.json says `mamba_ssm_dtype: float32`, and vLLM takes it
-from there (vllm/model_executor/models/config.py, the Qwen3.5 `mamba_ssm_cache_dtype` rewrite);
-Qwen3-Next's config.json has no such field, so its state is in the KV dtype (None), as vLLM's
-`--mamba-ssm-cache-dtype auto` keeps it. Nemotron Nano v2's likewise.
+Each layout also records what decides its state dtypes per engine (kvcore.state_dtypes): the
+model dtype (bf16 for all), the family (`model_type`) and the recurrent-state dtype the config
+names. Qwen3.5's config.json says `mamba_ssm_dtype: float32` (the groups carry it: vLLM takes
+it from there, `Qwen3_5ForConditionalGenerationConfig`); Qwen3-Next's has no such field, so
+vLLM keeps the conv state's dtype; Nemotron-H's has none either, and vLLM from v0.13 stores
+its recurrent state in float32 (`NemotronHForCausalLMConfig`). The groups' dtypes are vLLM's
+current defaults; a plan or run resolves them for its engine and version.
 """
 
 from __future__ import annotations
@@ -26,9 +29,15 @@ def _gdn(n: int, kh: int, vh: int, kd: int, vd: int, kernel: int, state: str | N
                       conv_kernel=kernel, state_dtype=state)
 
 
-def _mamba2(n: int, heads: int, hd: int, state: int, groups: int, kernel: int) -> LayerGroup:
+def _mamba2(n: int, heads: int, hd: int, state: int, groups: int, kernel: int, chunk: int
+            ) -> LayerGroup:
     return LayerGroup(MAMBA, n, num_v_heads=heads, v_head_dim=hd, k_head_dim=state,
-                      n_groups=groups, conv_kernel=kernel)
+                      n_groups=groups, conv_kernel=kernel, state_dtype="fp32",
+                      mamba_chunk_size=chunk)
+
+
+def _qwen35(*groups: LayerGroup) -> HybridLayout:
+    return HybridLayout(groups, arch="qwen3_5_text", config_ssm_dtype="fp32")
 
 
 # fmt: off
@@ -37,10 +46,13 @@ LAYOUTS: dict[str, HybridLayout] = {
     "gpt-oss-120b": HybridLayout((_attn(SLIDING, 18, 8, 64, window=128), _attn(FULL, 18, 8, 64))),
     "gemma-3-27b": HybridLayout((_attn(SLIDING, 52, 16, 128, window=1024), _attn(FULL, 10, 16, 128))),
     "llama-4-scout": HybridLayout((_attn(CHUNKED, 36, 8, 128, chunk=8192), _attn(FULL, 12, 8, 128))),
-    "qwen3-next-80b-a3b": HybridLayout((_gdn(36, 16, 32, 128, 128, 4, None), _attn(FULL, 12, 2, 256))),
-    "qwen3.5-4b": HybridLayout((_gdn(24, 16, 32, 128, 128, 4, "fp32"), _attn(FULL, 8, 4, 256))),
-    "qwen3.5-27b": HybridLayout((_gdn(48, 16, 48, 128, 128, 4, "fp32"), _attn(FULL, 16, 4, 256))),
-    "nemotron-nano-9b-v2": HybridLayout((_mamba2(27, 128, 80, 128, 8, 4), _attn(FULL, 4, 8, 128))),
+    "qwen3-next-80b-a3b": HybridLayout((_gdn(36, 16, 32, 128, 128, 4, None), _attn(FULL, 12, 2, 256)), arch="qwen3_next"),
+    "qwen3.5-0.8b": _qwen35(_gdn(18, 16, 16, 128, 128, 4, "fp32"), _attn(FULL, 6, 2, 256)),
+    "qwen3.5-4b": _qwen35(_gdn(24, 16, 32, 128, 128, 4, "fp32"), _attn(FULL, 8, 4, 256)),
+    "qwen3.5-27b": _qwen35(_gdn(48, 16, 48, 128, 128, 4, "fp32"), _attn(FULL, 16, 4, 256)),
+    "qwen3.6-27b": _qwen35(_gdn(48, 16, 48, 128, 128, 4, "fp32"), _attn(FULL, 16, 4, 256)),
+    "qwen3.5-35b-a3b": HybridLayout((_gdn(30, 16, 32, 128, 128, 4, "fp32"), _attn(FULL, 10, 2, 256)), arch="qwen3_5_moe_text", config_ssm_dtype="fp32"),
+    "nemotron-nano-9b-v2": HybridLayout((_mamba2(27, 128, 80, 128, 8, 4, 128), _attn(FULL, 4, 8, 128)), arch="nemotron_h"),
     "gemma-2-9b": HybridLayout((_attn(SLIDING, 21, 8, 256, window=4096), _attn(FULL, 21, 8, 256))),
     "ministral-8b": HybridLayout((_attn(SLIDING, 27, 8, 128, window=32768), _attn(FULL, 9, 8, 128))),
 }

@@ -8,9 +8,16 @@ state), whatever the request's length. The planner (kvcore.hybrid_plan) sizes th
 pools from these figures.
 
 State shapes follow vLLM v0.11 (vllm/model_executor/layers/mamba/mamba_utils.py,
-`MambaStateShapeCalculator.mamba2_state_shape` and `.gated_delta_net_state_shape`): heads and
-groups are split over the tensor-parallel ranks; Mamba-2 groups that do not divide by tp are
-replicated up to tp (`extra_groups_for_head_shards`).
+`MambaStateShapeCalculator.mamba2_state_shape` and `.gated_delta_net_state_shape`, unchanged
+to v0.31): heads and groups are split over the tensor-parallel ranks; Mamba-2 groups that do
+not divide by tp are replicated up to tp (`extra_groups_for_head_shards`); a gated delta net's
+conv state holds `conv_kernel - 1 + speculative tokens` positions.
+
+State dtypes are the engine's, never the KV dtype: the conv state is in `conv_dtype` (None:
+the model's dtype, `HybridLayout.model_dtype`), the recurrent state in `state_dtype` (None:
+the conv state's), as vLLM's `--mamba-cache-dtype auto` / `--mamba-ssm-cache-dtype auto`
+resolve them (vllm/model_executor/layers/mamba/mamba_utils.py `_mamba_state_dtype`).
+kvcore.state_dtypes fills them per engine from the config and the options.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcore.presets import dtype_bytes
+
+#: the dtype of a model whose config names none (every preset here is bf16)
+MODEL_DTYPE = "bf16"
 
 FULL, SLIDING, CHUNKED, LINEAR, MAMBA = "full", "sliding", "chunked", "linear", "mamba"
 KIND_LABELS: dict[str, str] = {FULL: "full", SLIDING: "SWA", CHUNKED: "chunked-local",
@@ -37,8 +47,11 @@ class LayerGroup:
     """`layers` layers of one kind. Attention kinds use `kv_heads`, `head_dim` (and `window`
     for SLIDING, `chunk` for CHUNKED); LINEAR uses `num_k_heads`, `num_v_heads`, `k_head_dim`,
     `v_head_dim`, `conv_kernel`; MAMBA uses `num_heads` (as `num_v_heads`), `head_dim` (as
-    `v_head_dim`), `state_size` (as `k_head_dim`), `n_groups` and `conv_kernel`. `conv_dtype`
-    and `state_dtype` are the state dtypes (None: the KV dtype the plan uses)."""
+    `v_head_dim`), `state_size` (as `k_head_dim`), `n_groups`, `conv_kernel` and
+    `mamba_chunk_size` (the SSD kernel's chunk, config `chunk_size`; vLLM aligns blocks to it
+    in mamba cache mode "all"). `conv_dtype` and `state_dtype` are the state dtypes (None:
+    the model's dtype for the conv state, the conv state's for the recurrent one);
+    `spec_tokens` speculative tokens widen a gated delta net's conv state."""
 
     kind: str
     layers: int
@@ -54,6 +67,8 @@ class LayerGroup:
     conv_kernel: int = 0
     conv_dtype: str | None = None
     state_dtype: str | None = None
+    mamba_chunk_size: int = 0
+    spec_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KIND_LABELS:
@@ -92,7 +107,7 @@ class LayerGroup:
         if self.kind == LINEAR:  # vLLM gated_delta_net_state_shape
             conv_dim = (2 * _per_rank(self.num_k_heads * self.k_head_dim, tp, "key dim")
                         + _per_rank(self.num_v_heads * self.v_head_dim, tp, "value dim"))
-            return ((self.conv_kernel - 1, conv_dim),
+            return ((self.conv_kernel - 1 + self.spec_tokens, conv_dim),
                     (_per_rank(self.num_v_heads, tp, "linear value heads"), self.k_head_dim,
                      self.v_head_dim))
         groups = self.n_groups if self.n_groups % tp == 0 else self.n_groups + (tp - self.n_groups)
@@ -103,17 +118,22 @@ class LayerGroup:
                 (_per_rank(self.num_v_heads, tp, "mamba heads"), self.v_head_dim,
                  self.k_head_dim))
 
-    def state_bytes_layer(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
-        """One request's conv + recurrent state in one layer on one rank."""
+    def state_bytes_layer(self, kv_dtype: str = "bf16", tp: int = 1,
+                          model_dtype: str = MODEL_DTYPE) -> int:
+        """One request's conv + recurrent state in one layer on one rank. The KV dtype does
+        not apply (`kv_dtype` is accepted for a uniform signature): states are stored in
+        their own dtypes (module notes)."""
         if not self.is_state:
             return 0
         conv, ssm = self.state_shapes(tp)
-        cb = dtype_bytes(self.conv_dtype or kv_dtype)
-        sb = dtype_bytes(self.state_dtype or kv_dtype)
+        conv_dtype = self.conv_dtype or model_dtype
+        cb = dtype_bytes(conv_dtype)
+        sb = dtype_bytes(self.state_dtype or conv_dtype)
         return conv[0] * conv[1] * cb + ssm[0] * ssm[1] * ssm[2] * sb
 
-    def state_bytes_per_request(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
-        return self.layers * self.state_bytes_layer(kv_dtype, tp)
+    def state_bytes_per_request(self, kv_dtype: str = "bf16", tp: int = 1,
+                                model_dtype: str = MODEL_DTYPE) -> int:
+        return self.layers * self.state_bytes_layer(kv_dtype, tp, model_dtype)
 
     # -- a request ------------------------------------------------------------------
     def tokens_held(self, length: int, step_tokens: int = 0) -> int:
@@ -131,10 +151,10 @@ class LayerGroup:
         return 0
 
     def bytes_for_length(self, length: int, kv_dtype: str = "bf16", tp: int = 1,
-                         step_tokens: int = 0) -> int:
+                         step_tokens: int = 0, model_dtype: str = MODEL_DTYPE) -> int:
         """Bytes a request of `length` tokens holds in this group on one rank."""
         return (self.tokens_held(length, step_tokens) * self.kv_bytes_per_token(kv_dtype, tp)
-                + (self.state_bytes_per_request(kv_dtype, tp) if length else 0))
+                + (self.state_bytes_per_request(kv_dtype, tp, model_dtype) if length else 0))
 
     @property
     def label(self) -> str:
@@ -145,9 +165,16 @@ class LayerGroup:
 
 @dataclass(frozen=True)
 class HybridLayout:
-    """A model's layers as groups of one kind each (in no particular order)."""
+    """A model's layers as groups of one kind each (in no particular order), with what the
+    engines read besides the shapes: the model's dtype (config `torch_dtype`), its
+    architecture family (`arch`: config `model_type`, e.g. qwen3_5, qwen3_next, nemotron_h)
+    and the state dtype its config names (`config_ssm_dtype`: `mamba_ssm_dtype`, or
+    Nemotron-H's `mamba_ssm_cache_dtype`), which kvcore.state_dtypes resolves per engine."""
 
     groups: tuple[LayerGroup, ...]
+    model_dtype: str = MODEL_DTYPE
+    arch: str = ""
+    config_ssm_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -171,12 +198,27 @@ class HybridLayout:
         return tuple(g for g in self.groups if g.is_state)
 
     def state_bytes_per_request(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
-        return sum(g.state_bytes_per_request(kv_dtype, tp) for g in self.groups)
+        """One request's states over every state layer on one rank (the KV dtype does not
+        apply; see the module notes)."""
+        return sum(g.state_bytes_per_request(kv_dtype, tp, self.model_dtype)
+                   for g in self.groups)
+
+    def kv_bytes_per_token(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
+        """One token's KV over the attention layers on one rank (state layers hold none)."""
+        return sum(g.kv_bytes_per_token(kv_dtype, tp) for g in self.attention_groups())
+
+    @property
+    def mamba2(self) -> bool:
+        """State layers that are all Mamba-2: vLLM's SupportsMambaPrefixCaching models
+        (NemotronH, Mamba2, Bamba, ...); gated delta net models are not."""
+        states = self.state_groups()
+        return bool(states) and all(g.kind == MAMBA for g in states)
 
     def bytes_for_length(self, length: int, kv_dtype: str = "bf16", tp: int = 1,
                          step_tokens: int = 0) -> int:
         """Bytes one request of `length` tokens holds over all layers on one rank."""
-        return sum(g.bytes_for_length(length, kv_dtype, tp, step_tokens) for g in self.groups)
+        return sum(g.bytes_for_length(length, kv_dtype, tp, step_tokens, self.model_dtype)
+                   for g in self.groups)
 
     def full_attention_bytes(self, length: int, kv_bytes_per_token_layer: int) -> int:
         """The pre-hybrid baseline: every layer stored as full attention at the given bytes
@@ -189,5 +231,5 @@ class HybridLayout:
         return " + ".join(g.label for g in self.groups)
 
 
-__all__ = ["CHUNKED", "FULL", "KIND_LABELS", "LINEAR", "MAMBA", "SLIDING", "HybridLayout",
-           "LayerGroup"]
+__all__ = ["CHUNKED", "FULL", "KIND_LABELS", "LINEAR", "MAMBA", "MODEL_DTYPE", "SLIDING",
+           "HybridLayout", "LayerGroup"]

@@ -15,8 +15,12 @@ net) or Mamba-2 is read, in this order, from:
   layer (Ministral's interleaved window, vllm #9464); a single `sliding_window` on every layer
   otherwise (Mistral).
 
-Everything else is full attention. The dtypes of the linear / Mamba state come from
-`mamba_ssm_dtype` (recurrent state) and `mamba_conv_dtype` (default: the KV dtype).
+Everything else is full attention. Besides the layers, the layout records what the engines
+read to pick the state dtypes (kvcore.state_dtypes): the model's dtype (`torch_dtype` /
+`dtype`), its family (`model_type`), and the recurrent-state dtype the config names
+(`mamba_ssm_dtype`; Nemotron-H's `mamba_ssm_cache_dtype`); `mamba_conv_dtype`, where a config
+has it, fixes the conv state's. Mamba-2 layers carry the SSD chunk (`mamba_chunk_size`, else
+`chunk_size`; vLLM aligns blocks to it in mamba cache mode "all").
 """
 
 from __future__ import annotations
@@ -125,8 +129,10 @@ def layout_from_hf_config(config: Mapping[str, Any] | str | os.PathLike[str]) ->
     kv_heads = int(c.get("num_key_value_heads") or heads)
     hidden = int(c.get("hidden_size") or 0)
     head_dim = int(c.get("head_dim") or (hidden // heads if heads else 0))
-    state_dtype = _dtype(c, "mamba_ssm_dtype")
+    ssm_dtype = _dtype(c, "mamba_ssm_dtype") or _dtype(c, "mamba_ssm_cache_dtype")
     conv_dtype = _dtype(c, "mamba_conv_dtype")
+    model_dtype = model_dtype_of(c)
+    chunk = int(c.get("mamba_chunk_size") or c.get("chunk_size") or 0)
     groups = []
     for (kind, extra), n in Counter(kinds).items():
         if kind in (FULL, SLIDING, CHUNKED):
@@ -142,7 +148,7 @@ def layout_from_hf_config(config: Mapping[str, Any] | str | os.PathLike[str]) ->
             groups.append(LayerGroup(
                 LINEAR, n, num_k_heads=int(c[need[0]]), num_v_heads=int(c[need[1]]),
                 k_head_dim=int(c[need[2]]), v_head_dim=int(c[need[3]]),
-                conv_kernel=int(c[need[4]]), conv_dtype=conv_dtype, state_dtype=state_dtype))
+                conv_kernel=int(c[need[4]]), conv_dtype=conv_dtype, state_dtype=ssm_dtype))
         else:
             mneed = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "conv_kernel")
             missing = [k for k in mneed if not c.get(k)]
@@ -152,11 +158,24 @@ def layout_from_hf_config(config: Mapping[str, Any] | str | os.PathLike[str]) ->
                 MAMBA, n, num_v_heads=int(c["mamba_num_heads"]),
                 v_head_dim=int(c["mamba_head_dim"]), k_head_dim=int(c["ssm_state_size"]),
                 n_groups=int(c.get("n_groups") or 1), conv_kernel=int(c["conv_kernel"]),
-                conv_dtype=conv_dtype, state_dtype=state_dtype))
+                conv_dtype=conv_dtype, state_dtype=ssm_dtype, mamba_chunk_size=chunk))
     for g in groups:
         if not g.is_state and not (g.kv_heads and g.head_dim):
             raise ValueError(f"{where}: attention layers need num_attention_heads / head_dim")
-    return HybridLayout(tuple(groups))
+    return HybridLayout(tuple(groups), model_dtype=model_dtype,
+                        arch=str(c.get("model_type") or ""), config_ssm_dtype=ssm_dtype)
 
 
-__all__ = ["LAYER_TYPES", "PATTERN_CHARS", "layout_from_hf_config", "load_config"]
+def model_dtype_of(c: Mapping[str, Any]) -> str:
+    """The model's dtype: `torch_dtype` (or `dtype`), bf16 when the config names none (an
+    unknown name is an error naming it)."""
+    for key in ("torch_dtype", "dtype"):
+        if c.get(key) is not None:
+            got = _dtype(c, key)
+            assert got is not None
+            return "bf16" if got == "fp8" else got
+    return "bf16"
+
+
+__all__ = ["LAYER_TYPES", "PATTERN_CHARS", "layout_from_hf_config", "load_config",
+           "model_dtype_of"]

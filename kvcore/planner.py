@@ -37,8 +37,15 @@ from kvcore.layers import HybridLayout
 from kvcore.memory import BUDGET_RULES, MemorySpec
 from kvcore.model_config import layout_from_hf_config
 from kvcore.presets import GiB, GpuPreset, ModelPreset, get_gpu
+from kvcore.state_dtypes import resolve_state_dtypes
+from kvcore.vllm_rules import vllm_rules
 
 PAGE_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: a hybrid plan's figures that store every layer as full attention: named `baseline_<key>`
+#: in its JSON (PlanResult.to_dict)
+BASELINE_KEYS: tuple[str, ...] = ("kv_tokens", "kv_pages", "kv_tokens_unaligned",
+                                  "kv_bytes_per_token", "kv_bytes_per_token_per_rank",
+                                  "concurrency", "page_sizes")
 DEFAULT_MAX_RUNNING_REQUESTS = 256
 DEFAULT_CONCURRENCY_CONTEXTS: tuple[int, ...] = (512, 2048, 8192, 32768)
 INT32_BYTES = 4
@@ -79,30 +86,52 @@ class PlanResult:
     warnings: list[str] = field(default_factory=list)
     layer_mix: str = ""
     hybrid: HybridPlan | None = None  # hybrids only: what the engine prints at start-up
+    # hybrids only, per rank: KV bytes per token of the attention layers, state bytes per
+    # request of the Mamba / linear-attention layers (the engine's state dtypes)
+    attention_kv_bytes_per_token: int = 0
+    state_bytes_per_request: int = 0
+    weights_unknown: str = ""  # a KV-only config: why (its weights count as 0 here)
 
     @property
     def kv_budget_gib(self) -> float:
         return self.kv_budget_bytes / GiB
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form; a hybrid's engine figures (block_size, kv_cache_tokens,
-        max_concurrency, pools, ...) are top-level keys, a full-attention model has none."""
+        """The JSON form. `kv_tokens` answers how many tokens fit: for a hybrid the engine's
+        own figure ("GPU KV cache size" or SGLang's full-attention tokens), with the figures
+        of every layer stored as full attention under `baseline_` names (`baseline_kv_tokens`,
+        ...) and the engine's layout (block_size, max_concurrency, pools, ...) as top-level
+        keys; a full-attention model has none of these and its keys are unchanged."""
         d = asdict(self)
+        if not d["weights_unknown"]:
+            d.pop("weights_unknown")
         h = d.pop("hybrid")
         if not h:
-            d.pop("layer_mix")
+            for key in ("layer_mix", "attention_kv_bytes_per_token", "state_bytes_per_request"):
+                d.pop(key)
             return d
+        for key in BASELINE_KEYS:
+            d[f"baseline_{key}"] = d.pop(key)
         d["hybrid_engine"] = h.pop("engine")
+        d["kv_tokens"] = h.pop("kv_cache_tokens")
+        h.pop("baseline_tokens")  # the same baseline at the engine's default page
         d.update(h)
         return d
 
 
-def model_layout(memory: MemorySpec, model: ModelPreset) -> HybridLayout | None:
+def model_layout(memory: MemorySpec, model: ModelPreset,
+                 engine: str | None = None) -> HybridLayout | None:
     """The layout of a hybrid model (a preset in kvcore.hybrid_presets or a --model-config
-    with more than one layer kind), else None: full-attention plans stay as they were."""
+    with more than one layer kind), its state dtypes as `engine` (default: the spec's,
+    `MemorySpec.engine`) stores them under the spec's options and vLLM version; None for a
+    full-attention model, whose plans stay as they were."""
     layout: HybridLayout | None = (layout_from_hf_config(memory.model_config)
                                    if memory.model_config else LAYOUTS.get(model.id))
-    return layout if layout is not None and layout.is_hybrid else None
+    if layout is None or not layout.is_hybrid:
+        return None
+    return resolve_state_dtypes(layout, engine or memory.engine,
+                                vllm_rules(memory.vllm_version), memory.mamba_cache_dtype,
+                                memory.mamba_ssm_cache_dtype)
 
 
 # -- pieces ----------------------------------------------------------------------------------
@@ -149,6 +178,10 @@ def _budget(mem: MemorySpec, m: ModelPreset, g: GpuPreset, page_size: int) -> _B
         assert mem.kv_mem_gib is not None
         per_rank = mem.kv_mem_gib * GiB / tp
         return _Budget(rule, "kv_mem_gib / tp", None, total, per_rank, None)
+    if rule == "kv_cache_memory_bytes":
+        assert mem.kv_cache_memory_bytes is not None
+        return _Budget(rule, "kv_cache_memory_bytes (per GPU)", None, total,
+                       float(mem.kv_cache_memory_bytes), None)
     if rule in ("kv_tokens", "num_pages"):
         n = mem.kv_tokens if rule == "kv_tokens" else mem.num_pages
         assert n is not None
@@ -173,6 +206,8 @@ def plan(
     lengths: np.ndarray | Sequence[int] | None = None,
     page_sizes: Sequence[int] = PAGE_SIZES,
     engine_figures: bool = True,
+    prefix_caching: bool | None = None,
+    mamba_cache_mode: str | None = None,
 ) -> PlanResult:
     """Plan the KV pool that `memory` describes (model on `tp` GPUs, a direct size or a budget
     rule; see kvcore.memory).
@@ -184,13 +219,17 @@ def plan(
     budget below one page raises ValueError saying how many GiB are missing. For a hybrid
     model (kvcore.hybrid_presets, or a --model-config with several layer kinds)
     `engine_figures` adds what the engine prints at start-up (kvcore.hybrid_plan: SGLang's
-    pools under the sglang rule, vLLM's KV cache groups otherwise).
+    pools under the sglang rule, vLLM's KV cache groups otherwise, by the rules of the spec's
+    vLLM version with prefix caching `prefix_caching` (None: the version's default) or the
+    mode `mamba_cache_mode`; an explicit `page_size` is vLLM's --block-size). A preset whose
+    weights are unknown (a KV-only config) plans with a direct size only.
     """
     m = memory.model_preset()
     g = get_gpu(memory.gpu)
     tp = memory.tp
     act = memory.activation_peak_gib * GiB
     nt = memory.non_torch_gib * GiB
+    block_size = page_size
     if page_size is None:
         rule = memory.rule
         page_size = BUDGET_RULES[rule].native_page_size if rule in BUDGET_RULES else 1
@@ -201,7 +240,9 @@ def plan(
     b = _budget(memory, m, g, ps)
 
     bpt = m.kv_bytes_per_token(memory.kv_dtype, tp)
-    w_rank = m.weight_bytes(tp)
+    # a KV-only config (weights unknown) plans a direct size: its weights count as 0 below
+    # and a note says so; a budget rule needed them and refused in _budget
+    w_rank = 0.0 if m.weights_unknown else m.weight_bytes(tp)
     gpu_label = g.id
     where = f"{tp} x {gpu_label}" if tp > 1 else gpu_label
     page_bytes = bpt * ps
@@ -254,11 +295,16 @@ def plan(
             "block_table_bytes_per_request": INT32_BYTES * -(-ctx // p),
         })
     notes = []
+    if m.weights_unknown:
+        notes.append(f"weights unknown ({m.weights_unknown}): the KV memory is the size "
+                     "given, the weights are not checked against the GPU")
     layout = model_layout(memory, m)
     hybrid = None
     if layout is not None and engine_figures:
-        if b.rule != "sglang":  # vLLM's layout for every other rule and the direct sizes
-            hybrid = vllm_plan(layout, b.per_rank, ctx, kv_dtype=memory.kv_dtype, tp=tp)
+        if memory.engine == "vllm":  # vLLM's layout for every rule but sglang's
+            hybrid = vllm_plan(layout, b.per_rank, ctx, kv_dtype=memory.kv_dtype, tp=tp,
+                               block_size=block_size, rules=vllm_rules(memory.vllm_version),
+                               prefix_caching=prefix_caching, mamba_cache_mode=mamba_cache_mode)
         else:
             # SGLang v0.5 runs a model with Mamba / linear-attention layers at page size 1:
             # its Mamba radix cache (mem_cache/mamba_radix_cache.py, the default no_buffer
@@ -270,8 +316,9 @@ def plan(
                 notes.append(f"sglang layout at page size 1, not {ps}: SGLang's Mamba radix "
                              "cache (v0.5) runs no other")
     if layout is not None:
-        notes.append(f"hybrid: {layout.mix}; the headline KV tokens above store every layer "
-                     "as full attention (the pre-hybrid baseline)")
+        notes.append(f"hybrid: {layout.mix}; the KV bytes per token, tokens, pages and "
+                     "max requests above store every layer as full attention (the "
+                     "pre-hybrid baseline); the engine's own figures are in its layout")
     elif m.sliding_window:
         notes.append(f"{m.id} uses a sliding window of {m.sliding_window} tokens; kvsim "
                      "models full attention, so KV per request is not capped by the window")
@@ -302,6 +349,11 @@ def plan(
         req_to_token_bytes=(mrr + 1) * ctx * INT32_BYTES,
         concurrency=concurrency, page_sizes=rows, notes=notes, warnings=warnings,
         layer_mix=layout.mix if layout is not None else "", hybrid=hybrid,
+        attention_kv_bytes_per_token=(layout.kv_bytes_per_token(memory.kv_dtype, tp)
+                                      if layout is not None else 0),
+        state_bytes_per_request=(layout.state_bytes_per_request(memory.kv_dtype, tp)
+                                 if layout is not None else 0),
+        weights_unknown=m.weights_unknown,
     )
 
 

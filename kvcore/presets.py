@@ -123,6 +123,7 @@ class ModelPreset:
     first_k_dense: int = 0  # leading layers with a dense MLP in an MoE model
     q_lora_rank: int = 0  # MLA query compression (0 = full query projection)
     v_head_dim: int = 0  # MLA value head dim (0 = head_dim)
+    weights_unknown: str = ""  # why the weights cannot be counted (a KV-only config), or ""
 
     # -- KV -------------------------------------------------------------------------------
     @property
@@ -163,7 +164,12 @@ class ModelPreset:
 
     # -- weights --------------------------------------------------------------------------
     def weight_bytes(self, tp: int = 1) -> float:
-        """Resident weight bytes on one rank (all experts; weights split evenly over tp)."""
+        """Resident weight bytes on one rank (all experts; weights split evenly over tp);
+        ValueError naming the missing fields for a preset whose weights are unknown."""
+        if self.weights_unknown:
+            raise ValueError(f"{self.weights_unknown}, which the weights need (a KV-only "
+                             "config plans with a direct size: --kv-mem-gib or "
+                             "--kv-cache-memory-bytes)")
         return self.num_params * weight_dtype_bytes(self.weight_dtype) / tp
 
     @property
@@ -263,9 +269,16 @@ class ModelPreset:
                     return int(c[k])
             raise ValueError(f"model config lacks {' / '.join(keys)}")
 
+        # the weights need the embedding and hidden sizes, KV sizing does not: a config with
+        # only the attention (and state) fields makes a preset whose weights are unknown,
+        # which direct KV sizes (--kv-mem-gib) can plan and budget rules refuse
+        weightless = [k for k in ("vocab_size", "hidden_size")
+                      if c.get(k) is None and not (k == "hidden_size"
+                                                   and (c.get("n_embd") or c.get("d_model")))]
         layers = need("num_hidden_layers", "n_layer", "num_layers")
         heads = need("num_attention_heads", "n_head")
-        hidden = need("hidden_size", "n_embd", "d_model")
+        hidden = (int(c.get("hidden_size") or c.get("n_embd") or c.get("d_model") or 0)
+                  if c.get("head_dim") else need("hidden_size", "n_embd", "d_model"))
         kv_heads = int(c.get("num_key_value_heads") or heads)
         kv_lora = int(c.get("kv_lora_rank") or 0)
         rope = int(c.get("qk_rope_head_dim") or 0)
@@ -299,7 +312,7 @@ class ModelPreset:
             id=(id or name.split("/")[-1]).lower(), name=name.split("/")[-1],
             num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
             hidden_size=hidden, intermediate_size=intermediate,
-            vocab_size=need("vocab_size"),
+            vocab_size=int(c.get("vocab_size") or 0),
             max_position=int(c.get("max_position_embeddings") or 2048),
             num_params=0.0, weight_dtype=weight_dtype, kv_lora_rank=kv_lora,
             qk_rope_head_dim=rope, sliding_window=int(window) if window else None,
@@ -314,6 +327,8 @@ class ModelPreset:
             q_lora_rank=int(c.get("q_lora_rank") or 0),
             v_head_dim=int(c.get("v_head_dim") or 0) if kv_lora else 0,
         )
+        if weightless:
+            return replace(preset, weights_unknown=f"{where} lacks {', '.join(weightless)}")
         total, active = preset.count_params()
         return replace(preset, num_params=float(total),
                        active_params=float(active) if experts else 0.0)
@@ -433,7 +448,10 @@ HYBRID_ERA_MODELS: list[ModelPreset] = [
     ModelPreset("qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B-Instruct", num_layers=48, num_heads=16, num_kv_heads=2, head_dim=256, hidden_size=2048, intermediate_size=5120, vocab_size=151936, max_position=262144, num_params=80e9, active_params=3e9, num_experts=512, experts_per_token=10, moe_intermediate_size=512, num_shared_experts=1, source="Qwen/Qwen3-Next-80B-A3B-Instruct config.json (full_attention_interval 4, shared_expert_intermediate_size 512, no mamba_ssm_dtype; verified); model card (80B / 3B active)"),
     ModelPreset("qwen3.5-4b", "Qwen3.5-4B", num_layers=32, num_heads=16, num_kv_heads=4, head_dim=256, hidden_size=2560, intermediate_size=9216, vocab_size=248320, max_position=262144, num_params=4.66e9, tie_word_embeddings=True, source="Qwen/Qwen3.5-4B config.json (text_config: full_attention_interval 4, mamba_ssm_dtype float32; tie_word_embeddings true; verified); 4.66B is text 4.21B + vision tower 0.33B + MTP layer 0.12B counted from the same config"),
     ModelPreset("qwen3.5-27b", "Qwen3.5-27B", num_layers=64, num_heads=24, num_kv_heads=4, head_dim=256, hidden_size=5120, intermediate_size=17408, vocab_size=248320, max_position=262144, num_params=27.8e9, source="Qwen/Qwen3.5-27B config.json (text_config: full_attention_interval 4, mamba_ssm_dtype float32; verified); 27.8B is text 26.90B + vision tower 0.46B + MTP layer 0.43B counted from the same config"),
-    ModelPreset("nemotron-nano-9b-v2", "NVIDIA-Nemotron-Nano-9B-v2", num_layers=56, num_heads=40, num_kv_heads=8, head_dim=128, hidden_size=4480, intermediate_size=15680, vocab_size=131072, max_position=131072, num_params=8.89e9, source="nvidia/NVIDIA-Nemotron-Nano-9B-v2 config.json (hybrid_override_pattern: 27 M, 4 *, 25 -; n_groups 8, conv_kernel 4; verified)"),
+    ModelPreset("qwen3.5-0.8b", "Qwen3.5-0.8B", num_layers=24, num_heads=8, num_kv_heads=2, head_dim=256, hidden_size=1024, intermediate_size=3584, vocab_size=248320, max_position=262144, num_params=0.873e9, tie_word_embeddings=True, source="Qwen/Qwen3.5-0.8B config.json at revision 2fc06364 (text_config: layer_types 6 x [3 linear_attention, full_attention], 16 key / 16 value GDN heads of 128, kernel 4; vision_config depth 12, hidden 768), as transcribed in a public test fixture; mamba_ssm_dtype float32 as quoted with the same model's state layout in vLLM's benchmarks/kernels/bench_copy_mamba_state_block.py; 0.873B counted from that config (kvcore.hybrid_weights: text 0.75B + vision 0.10B + one MTP layer 0.02B)"),
+    ModelPreset("qwen3.6-27b", "Qwen3.6-27B", num_layers=64, num_heads=24, num_kv_heads=4, head_dim=256, hidden_size=5120, intermediate_size=17408, vocab_size=248320, max_position=262144, num_params=27.8e9, source="Qwen/Qwen3.6-27B config.json (Qwen3_5ForConditionalGeneration, model_type qwen3_5: 64 layers = 48 Gated DeltaNet + 16 full attention, full_attention_interval 4, 24 / 4 heads of 256, 16 / 48 GDN heads, hidden 5120, 262,144 positions, as a public model card transcription quotes the family); the remaining text fields and the parameter count are Qwen3.5-27B's, whose architecture it reuses; its KV geometry reproduces club-3090 issues #294 / #295 (docs/validation.md)"),
+    ModelPreset("qwen3.5-35b-a3b", "Qwen3.5-35B-A3B", num_layers=40, num_heads=16, num_kv_heads=2, head_dim=256, hidden_size=2048, intermediate_size=8192, vocab_size=248320, max_position=262144, num_params=35e9, active_params=3e9, num_experts=256, experts_per_token=8, moe_intermediate_size=512, num_shared_experts=1, source="Qwen/Qwen3.5-35B-A3B config.json (qwen3_5_moe: 40 layers, full_attention_interval 4, 16 / 2 heads of 256, 16 / 32 GDN heads of 128, 256 experts, 8 per token, moe and shared expert intermediate 512, hidden 2048), as a public Qwen3.5 configuration transcription gives them; its KV geometry reproduces the block size 2,096 vLLM prints with fp8 KV (kvsim issue 37) and club-3090 issues #612 / #652; 35B / 3B active from the model name (text counted: 34.66B)"),
+    ModelPreset("nemotron-nano-9b-v2", "NVIDIA-Nemotron-Nano-9B-v2", num_layers=56, num_heads=40, num_kv_heads=8, head_dim=128, hidden_size=4480, intermediate_size=15680, vocab_size=131072, max_position=131072, num_params=8.89e9, source="nvidia/NVIDIA-Nemotron-Nano-9B-v2 config.json (hybrid_override_pattern: 27 M, 4 *, 25 -; n_groups 8, conv_kernel 4; verified; chunk_size 128 is the Nemotron-H family's, not found in a stored copy of this file); 8.89B as published and as kvcore.hybrid_weights counts it from the config (8,888,227,328)"),
     ModelPreset("qwen3-8b", "Qwen3-8B", num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096, intermediate_size=12288, vocab_size=151936, max_position=40960, num_params=8.19e9, source="Qwen/Qwen3-8B config.json (verified); model card (8.2B)"),
     ModelPreset("qwen3-32b", "Qwen3-32B", num_layers=64, num_heads=64, num_kv_heads=8, head_dim=128, hidden_size=5120, intermediate_size=25600, vocab_size=151936, max_position=40960, num_params=32.8e9, source="Qwen/Qwen3-32B config.json (verified); model card (32.8B)"),
     ModelPreset("llama-3.3-70b", "Llama-3.3-70B-Instruct", num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, hidden_size=8192, intermediate_size=28672, vocab_size=128256, max_position=131072, num_params=70.55e9, source="meta-llama/Llama-3.3-70B-Instruct config.json (verified)"),
@@ -447,7 +465,8 @@ MODELS.update({p.id: p for p in HYBRID_ERA_MODELS})
 # a config.json round trip recounts them differently.
 PUBLISHED_PARAMS_ONLY: frozenset[str] = frozenset({
     "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b", "llama-4-scout", "qwen3-next-80b-a3b",
-    "qwen3.5-4b", "qwen3.5-27b", "nemotron-nano-9b-v2"})
+    "qwen3.5-4b", "qwen3.5-27b", "nemotron-nano-9b-v2", "qwen3.5-0.8b", "qwen3.6-27b",
+    "qwen3.5-35b-a3b"})
 
 GPUS: dict[str, GpuPreset] = {g.id: g for g in [
     GpuPreset("a100-40gb", "A100-40GB SXM", mem_gb=40, bandwidth_tb_s=1.555, bf16_tflops=312, host_link_gb_s=32, source="NVIDIA A100 datasheet; PCIe Gen4 x16", reported_gib=39.50, mem_source="PyTorch OOM message on an A100 40GB: 'total capacity of 39.50 GiB' (github.com/TianheWu/CoSeR issue 10)"),

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from reports.deltas import DELTA_METRICS, delta_records, delta_table
-from reports.io import read_csv_or_empty, save_figure_atomic, write_csv_atomic
+from reports.io import check_writable, read_csv_or_empty, save_figure_atomic, write_csv_atomic
 from reports.schema import CONFIG_FILE, REQUESTS_FILE, SUMMARY_FILE
 
 FIGURE_METRICS = ("normalized_latency_s", "ttft_p99_s", "throughput_tok_s", "prefix_hit_rate",
@@ -163,7 +163,9 @@ def _bars(pairs: pd.DataFrame, keys: list[str], a: Side, b: Side):
         ax.grid(True, axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(metrics):]:
         ax.remove()
-    axes.flat[0].legend(fontsize=8)
+    # one legend for the figure, above the panels: inside a panel it covered a bar
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside upper right",
+               ncols=2, fontsize=8)
     fig.suptitle(f"{a.label} vs {b.label}")
     return fig
 
@@ -225,6 +227,7 @@ def diff_view(run_a: Path, run_b: Path, out: Path, label_a: str | None = None,
     lb = label_b or run_b.resolve().name
     if la == lb:
         la, lb = f"A:{la}", f"B:{lb}"
+    check_writable(out, "--out")  # one line, not an OSError halfway through the figures
     a = load_side(run_a, la, "RUN_A")
     b = load_side(run_b, lb, "RUN_B")
     pairs, keys, figs = write_diff(a, b, out)

@@ -4,19 +4,32 @@ from __future__ import annotations
 
 
 def model_lines() -> list[str]:
-    """Model presets, one line each (hybrids: their layer mix)."""
+    """Model presets, one line each, bf16 KV on one GPU. A hybrid shows the KV bytes per
+    token of its attention layers only (a Mamba / linear-attention or MLP-only layer holds
+    none), its state bytes per request (in current vLLM's state dtypes, kvcore.state_dtypes)
+    and its layer mix."""
     from kvcore.hybrid_presets import LAYOUTS
     from kvcore.presets import MODELS
+    from kvcore.state_dtypes import resolve_state_dtypes
+    from kvcore.vllm_rules import vllm_rules
 
+    rules = vllm_rules()
     lines = []
     for m in MODELS.values():
         extra = " MLA" if m.is_mla else ""
         extra += f" MoE {m.num_experts}x" if m.is_moe else ""
-        extra += f"  [{LAYOUTS[m.id].mix}]" if m.id in LAYOUTS else ""
+        layout = LAYOUTS.get(m.id)
+        kv = m.kv_bytes_per_token()
+        if layout is not None and layout.is_hybrid:
+            layout = resolve_state_dtypes(layout, "vllm", rules)
+            kv = layout.kv_bytes_per_token()
+            state = layout.state_bytes_per_request()
+            if state:
+                extra += f"  + {state / 2**20:,.1f} MiB state/request"
+            extra += f"  [{layout.mix}]"
         lines.append(f"{m.id:<19} {m.num_params / 1e9:7.1f}B  {m.num_layers:3d} layers  "
                      f"{m.num_kv_heads:3d} KV heads x {m.head_dim}  "
-                     f"{m.kv_bytes_per_token():>9,} B/token KV  max ctx {m.max_position:,}"
-                     f"{extra}")
+                     f"{kv:>9,} B/token KV  max ctx {m.max_position:,}{extra}")
     return lines
 
 

@@ -44,9 +44,19 @@ def overload_warning(rows: Iterable[Mapping[str, Any]]) -> str | None:
 
 
 def _verdict(p: Any) -> str:
-    if not p.overloaded:
-        return "servable"
-    return "misses the SLO" if p.reason.startswith("SLO") else "overloaded"
+    """A probe's verdict: servable, overloaded (the queue grows), or servable but missing the
+    SLO; both when both."""
+    missed = getattr(p, "slo_met", None) is False
+    if p.overloaded:
+        return "overloaded and misses the SLO" if missed else "overloaded"
+    return "misses the SLO" if missed else "servable"
+
+
+def _amount(v: float) -> str:
+    """A rate in the one number format: 1,235 and 0.4213 alike (never 0 for 0.4)."""
+    from reports.interactive import fmt_number
+
+    return fmt_number(float(v))
 
 
 def capacity_lines(cap: Any) -> list[str]:
@@ -54,9 +64,9 @@ def capacity_lines(cap: Any) -> list[str]:
     lines = [f"probe {p.flag_value:.4g} ({cap.flag}): {p.rate_req_s:.4g} req/s "
              f"{_verdict(p)}" for p in cap.probes]
     if cap.multiplier is None:
-        smallest = min(p.flag_value for p in cap.probes)
-        lines.append(f"no sustainable rate found: still overloaded at {cap.flag} {smallest:.4g}"
-                     f" ({min(p.rate_req_s for p in cap.probes):.4g} req/s)")
+        low = min(cap.probes, key=lambda p: p.flag_value)
+        lines.append(f"no sustainable rate found: still {_verdict(low)} at {cap.flag} "
+                     f"{low.flag_value:.4g} ({low.rate_req_s:.4g} req/s)")
         return lines
     slo = getattr(cap, "slo", None)
     what = f"goodput ({slo})" if slo else "highest sustainable rate"
@@ -66,17 +76,15 @@ def capacity_lines(cap: Any) -> list[str]:
         binds = ("; above it the GPU is overloaded" if binding == "overload"
                  else f"; above it {binding} binds")
     lines.append(f"{what}: {cap.rate_req_s:.4g} req/s = "
-                 f"{cap.input_tok_s:,.0f} prompt + {cap.output_tok_s:,.0f} output tokens/s "
-                 f"(use {cap.flag} {cap.flag_value:.4g}; generated {cap.throughput_tok_s:,.0f} "
-                 f"tok/s){binds}")
+                 f"{_amount(cap.input_tok_s)} prompt + {_amount(cap.output_tok_s)} output "
+                 f"tokens/s (use {cap.flag} {cap.flag_value:.4g}; generated "
+                 f"{_amount(cap.throughput_tok_s)} tok/s){binds}")
     return lines
 
 
 def probe_line(p: Any) -> str:
     """One capacity probe as it finishes (each is a whole simulation)."""
-    verdict = ("servable  " if not p.overloaded else "misses SLO" if p.reason.startswith("SLO")
-               else "overloaded")
-    return f"  {verdict} at {p.flag_value:.4g} ({p.rate_req_s:.4g} req/s)"
+    return f"  {_verdict(p)} at {p.flag_value:.4g} ({p.rate_req_s:.4g} req/s)"
 
 
 __all__ = ["capacity_lines", "is_overloaded", "overload_warning", "probe_line"]

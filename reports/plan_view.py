@@ -43,24 +43,47 @@ def render_plan(result: PlanResult) -> Table:
               f"input (default {DEFAULT_ACTIVATION_PEAK_GIB:g} GiB)")
     t.add_row("non-torch memory", _gib(r.non_torch_bytes) + per_rank,
               f"input (default {DEFAULT_NON_TORCH_GIB:g} GiB)")
-    t.add_row("weights", _gib(r.weight_bytes), f"{_gib(r.weight_bytes_per_rank)} per GPU, "
-              f"{r.weight_dtype}")
-    t.add_row("KV bytes per token", f"{r.kv_bytes_per_token:,} B",
+    if r.weights_unknown:
+        t.add_row("weights", "unknown", r.weights_unknown)
+    else:
+        t.add_row("weights", _gib(r.weight_bytes), f"{_gib(r.weight_bytes_per_rank)} per "
+                  f"GPU, {r.weight_dtype}")
+    h = r.hybrid
+    full = " (all full)" if h is not None else ""  # a hybrid's baseline figures say so
+    if h is not None:
+        t.add_row("attention KV per token", f"{r.attention_kv_bytes_per_token:,} B",
+                  f"per GPU, {r.kv_dtype}; the attention layers only")
+        t.add_row("state per request", _bytes(r.state_bytes_per_request),
+                  "per GPU; Mamba / linear-attention layers, the engine's state dtypes")
+    t.add_row(f"KV bytes per token{full}", f"{r.kv_bytes_per_token:,} B",
               f"{_bytes(r.kv_bytes_per_token)}; {r.kv_bytes_per_token_per_rank:,} B per GPU, "
               f"{r.kv_dtype}")
     t.add_row("KV budget", _gib(r.kv_budget_bytes), f"{_gib(r.kv_budget_bytes_per_rank)} per GPU")
-    t.add_row("KV tokens", f"{r.kv_tokens:,}", f"floored to pages of {r.page_size}")
-    t.add_row("KV pages", f"{r.kv_pages:,}", f"page size {r.page_size}")
+    if h is not None:
+        t.add_row("KV tokens", f"{h.kv_cache_tokens:,}",
+                  f"the engine's figure ({_engine_label(h)}; its layout below)")
+    t.add_row(f"KV tokens{full}", f"{r.kv_tokens:,}", f"floored to pages of {r.page_size}")
+    t.add_row(f"KV pages{full}", f"{r.kv_pages:,}", f"page size {r.page_size}")
     t.add_row("req_to_token", _bytes(r.req_to_token_bytes),
               f"int32 [({r.max_running_requests}+1) x {r.context_len}]")
     for c in r.concurrency:
-        t.add_row(f"max requests @ {c['context_len']:,}", f"{c['max_requests']:,}",
+        t.add_row(f"max requests @ {c['context_len']:,}{full}", f"{c['max_requests']:,}",
                   f"{c['pages_per_request']:,} pages each")
     for n in r.notes:
         t.add_row("note", "", n)
     for w in r.warnings:
         t.add_row("[yellow]warning[/]", "", w)
     return t
+
+
+def _engine_label(h) -> str:
+    """Which engine and rules a hybrid plan's figures follow."""
+    if h.engine == "vllm":
+        caching = "on" if h.prefix_caching else "off"
+        return (f"vLLM v{h.vllm_version} rules, prefix caching {caching}, mamba cache mode "
+                f"{h.mamba_cache_mode}; one pool of {h.num_blocks:,} blocks of "
+                f"{h.block_bytes:,} B shared by every group")
+    return "SGLang v0.5 pools"
 
 
 def render_page_sizes(result: PlanResult) -> Table:
@@ -83,7 +106,7 @@ def render_hybrid(result: PlanResult) -> Table | None:
     if h is None:
         return None
     t = Table(title=f"{h.engine} layout of {result.model}: {result.layer_mix}",
-              caption="\n".join(h.log))
+              caption="\n".join([*h.log, _engine_label(h)]))
     for col in ("pool", "layers", "page bytes (1 layer)", "pages / slots", "tokens", "note"):
         t.add_column(col, justify="left" if col in ("pool", "note") else "right")
     for p in h.pools:
@@ -110,15 +133,24 @@ def _pct(v: object) -> str:
     return f"{v:.1%}" if isinstance(v, float) and math.isfinite(v) else "-"
 
 
+def _vs_best(row: dict, best: float) -> str:
+    """A candidate's latency against the best, with the band it had to be within."""
+    if row["fails"] == ["servable"] or not math.isfinite(best) or best <= 0:
+        return "-"
+    gap = (row["normalized_latency_s"] - best) / best
+    return f"{gap:+.1%} / {row['latency_margin_s'] / best:.1%}"
+
+
 def render_recommendation(rec: PageSizeRecommendation) -> Table:
-    """The sweep figures behind a page-size recommendation: per page size its latency, its
-    hit rate next to the ideal and where the gap went, and the rules it fails; the chosen row
-    marked, the reason (or why nothing is recommended) as the caption."""
+    """The sweep figures behind a page-size recommendation: per page size its latency and how
+    far from the best against its band, its hit rate next to the ideal and where the gap went,
+    and the rules it fails; the chosen row marked, the reason (or why nothing is recommended)
+    as the caption."""
     title = (f"Recommended page size: {rec.page_size}" if rec.page_size is not None
              else "No page size recommended")
-    t = Table(title=title, caption=f"{rec.reason}. Rule: {rec.rule}.")
-    cols = ["page", "latency s/tok", "hit", "ideal", "lost: align", "lost: not arrived",
-            "lost: capacity", "verdict"]
+    t = Table(title=title, caption=f"{rec.reason}.")
+    cols = ["page", "latency s/tok", "vs best / band", "hit", "ideal", "lost: align",
+            "lost: not arrived", "lost: capacity", "verdict"]
     for col in cols:
         t.add_column(col, justify="right" if col != "verdict" else "left")
     for row in rec.rows:
@@ -126,6 +158,7 @@ def render_recommendation(rec: PageSizeRecommendation) -> Table:
         style = "bold green" if row["page_size"] == rec.page_size else (
             "red" if row["overloaded"] else None)
         t.add_row(str(row["page_size"]), f"{row['normalized_latency_s']:.4f}",
+                  _vs_best(row, rec.best_latency_s),
                   _pct(row["prefix_hit_rate"]), _pct(row.get("ideal_hit_rate")),
                   _pct(row.get("reuse_gap_alignment")), _pct(row.get("reuse_gap_not_arrived")),
                   _pct(row.get("reuse_gap_capacity")), verdict, style=style)

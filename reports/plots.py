@@ -26,7 +26,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from reports.interactive import fmt_number, write_interactive
-from reports.io import read_csv_or_empty, save_figure_atomic
+from reports.io import check_writable, read_csv_or_empty, save_figure_atomic
 from reports.offscale import draw_line, fit_servable
 from reports.schema import CONFIG_FILE, REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
 from reports.schema import PARTS_PCT as PART_COLUMNS
@@ -287,43 +287,70 @@ def cdf_figure(requests: pd.DataFrame, label_of: dict[str, str],
     return fig
 
 
-def host_tier_figure(summary: pd.DataFrame, notes: list[str] | None = None) -> Figure:
+# a host-tier figure's hit-rate parts: column, name, marker, line style (color: the series)
+TIER_PARTS = (("prefix_hit_rate", "total", "o", "-"), ("device_hit_rate", "device", "s", "--"),
+              ("host_hit_rate", "host", "^", ":"), ("storage_hit_rate", "storage", "D", "-."))
+
+
+def host_tier_keys(summary: pd.DataFrame, axes: Axes_ = None) -> list[str]:
+    """What tells the host-tier figure's lines apart: the series keys (policy and the other
+    swept axes), and the write policy when the rows differ in it (runs of several write
+    policies read together): every axis the user compares gets its own line."""
+    keys = series_keys(summary, "hicache_ratio", axes)
+    if ("hicache_write_policy" in summary.columns and "hicache_write_policy" not in keys
+            and summary["hicache_write_policy"].astype(str).nunique() > 1):
+        keys.append("hicache_write_policy")
+    return keys
+
+
+def host_tier_figure(summary: pd.DataFrame, notes: list[str] | None = None,
+                     axes: Axes_ = None) -> Figure:
     """Hit rate (total and its device / host / storage parts) and TTFT against the host
-    tier's size (x the device pool), one panel each, with the trace's ideal reuse as a line:
-    how much host memory a hit rate needs, and what the loads cost in time to first token.
-    The hit-rate axis starts at 0; overloaded sizes are hollow and do not set the TTFT range
-    (off-scale ones go to `notes`)."""
-    s = summary.groupby("hicache_ratio").mean(numeric_only=True).sort_index()
-    over = _over_by(summary, "hicache_ratio").reindex(s.index, fill_value=False).to_numpy()
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
-    x = s.index.to_numpy(dtype=float)
-    drawn = []
-    for col, tier_name, marker in (("prefix_hit_rate", "total", "o"),
-                                     ("device_hit_rate", "device", "s"),
-                                     ("host_hit_rate", "host", "^"),
-                                     ("storage_hit_rate", "storage", "D")):
-        if col in s.columns and (col == "prefix_hit_rate" or s[col].any()):
-            drawn.append(draw_line(ax, x, s[col].to_numpy(), over, marker=marker,
-                                   name=tier_name, alpha=0.85))
+    tier's size (x the device pool), one panel each, one color per policy (and per other
+    swept axis, and per write policy when the rows differ in it: never averaged over them;
+    seeds are), with the trace's ideal reuse as a line: how much host memory a hit rate
+    needs, and what the loads cost in time to first token. The hit-rate axis starts at 0;
+    overloaded sizes are hollow and do not set the TTFT range (off-scale ones go to
+    `notes`)."""
+    summary = ordered(with_axis_values(summary, axes), axes)
+    keys = host_tier_keys(summary, axes)
+    groups = summary.groupby(keys, sort=False) if keys else [((), summary)]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
+    drawn, lat = [], []
+    xs: list[float] = []
+    for i, (_key, g) in enumerate(groups):
+        s = g.groupby("hicache_ratio").mean(numeric_only=True).sort_index()
+        over = _over_by(g, "hicache_ratio").reindex(s.index, fill_value=False).to_numpy()
+        x = s.index.to_numpy(dtype=float)
+        xs.extend(x.tolist())
+        prefix = f"{label(g.iloc[0], keys)}: " if keys else ""
+        color = f"C{i % 10}"
+        for col, part, marker, style in TIER_PARTS:
+            if col in s.columns and (col == "prefix_hit_rate" or s[col].any()):
+                drawn.append(draw_line(ax, x, s[col].to_numpy(), over, marker=marker,
+                                       linestyle=style, name=f"{prefix}{part}", color=color,
+                                       alpha=0.85))
+        lat.append(draw_line(bx, x, s["ttft_p50_s"].to_numpy(), over, color=color,
+                             name=f"{prefix}TTFT p50"))
+        if "ttft_p99_s" in s.columns:
+            lat.append(draw_line(bx, x, s["ttft_p99_s"].to_numpy(), over, marker="s",
+                                 linestyle="--", color=color, name=f"{prefix}TTFT p99"))
     ideal = _ideal(summary)
     if ideal is not None:
         ax.axhline(ideal, color="k", linestyle="--", linewidth=1, label="ideal reuse (trace)")
     ax.set_xlabel("host tier (x device pool)")
     ax.set_ylabel("prefix hit rate")
     ax.set_title("hit rate vs host-tier size")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fit_servable(ax, drawn, from_zero=True, ref=ideal, top=1.02)
-    lat = [draw_line(bx, x, s["ttft_p50_s"].to_numpy(), over, name="TTFT p50")]
-    if "ttft_p99_s" in s.columns:
-        lat.append(draw_line(bx, x, s["ttft_p99_s"].to_numpy(), over, marker="s",
-                             linestyle="--", name="TTFT p99"))
     bx.set_xlabel("host tier (x device pool)")
     bx.set_ylabel("seconds")
     bx.set_title("TTFT vs host-tier size")
-    bx.legend(fontsize=8)
+    bx.legend(fontsize=7)
     off = fit_servable(bx, lat, x_fmt=lambda v: f"host x{v:g}")
     if notes is not None:
         notes.extend(off)
+    x = np.unique(np.asarray(xs, dtype=float))
     for a in (ax, bx):
         if len(x) > 2 and x.max() >= 8 * max(x[x > 0].min(), 1e-9):  # sizes spread by powers
             a.set_xscale("symlog", base=2, linthresh=max(float(x[x > 0].min()), 1e-3))
@@ -353,6 +380,7 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
     written: list[Path] = []
     if summary.empty:
         return written
+    check_writable(out, "the figure directory")
     _save(breakdown_figure(summary, axes=axes), out / "breakdown.png", written)
     skipped = left_out(summary)
     if "page_size" in summary.columns and summary["page_size"].nunique() > 1:
@@ -363,7 +391,8 @@ def plot_results(summary: pd.DataFrame, out: str | Path, *,
                 _save(vs_page_size_figure(summary, metric, axes, notes), out / name, written)
     if "hicache_ratio" in summary.columns and summary["hicache_ratio"].nunique() > 1:
         name = "hit_rate_ttft_vs_host_tier.png"
-        _save(host_tier_figure(summary, off_scale.setdefault(name, [])), out / name, written)
+        _save(host_tier_figure(summary, off_scale.setdefault(name, []), axes), out / name,
+              written)
     if "rate_req_s" in summary.columns and summary["rate_req_s"].nunique() > 1:
         _save(latency_vs_rate_figure(summary, slo_ttft, slo_tpot, axes,
                                      off_scale.setdefault("latency_vs_rate.png", [])),

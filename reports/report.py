@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.io import atomic_write_text, read_csv_or_empty
+from reports.io import atomic_write_text, check_writable, read_csv_or_empty
 from reports.plots import left_out, plot_dir, saved_axes
 from reports.pool_view import HEADER as POOL_HEADER
 from reports.pool_view import pool_rows
@@ -66,6 +66,7 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
     if df.empty:
         raise ValueError(f"DIR {str(d)!r} has no summary.csv with rows (expected the --out "
                          "directory of kvsim run / sweep / compare)")
+    check_writable(d, "DIR")  # report.md / .html and the figures go there
     axes = saved_axes(d)
     off_scale: dict[str, list[str]] = {}
     written = plot_dir(d, d / "figures", axes=axes, off_scale=off_scale, **plot_kw)
@@ -99,11 +100,14 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
 
     h = ["<!doctype html><html><head><meta charset='utf-8'>",
          f"<title>{html.escape(title)}</title><style>",
-         "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}",
+         "body{font-family:sans-serif;max-width:1400px;margin:2em auto;color:#222}",
          ".wide{overflow-x:auto;max-width:100%}",
          "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;",
          "padding:2px 6px;text-align:right}th{background:#f3f3f3}",
-         "figure{display:inline-block;margin:8px}img{max-width:520px}</style></head><body>",
+         # each figure at the size it was drawn (its 8 pt legend readable), shrunk only to
+         # the page's width: a fixed cap scaled a wide breakdown to half size
+         "figure{display:inline-block;margin:8px;max-width:100%}",
+         "img{max-width:100%;height:auto}</style></head><body>",
          f"<h1>{html.escape(title)}</h1><h2>Summary</h2><ul>"]
     h += [f"<li>{_md_inline(line)}</li>" for line in summary]
     h += ["</ul><h2>Setup</h2><ul>"]

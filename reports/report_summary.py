@@ -43,8 +43,9 @@ def _reason(row: pd.Series) -> str:
 
 def best_page_sizes(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None = None,
                     tolerance: float = TOLERANCE) -> list[str]:
-    """One line per policy (and other swept axis): the recommended page size and the rule's
-    reason, from the rows that are not overloaded."""
+    """One line per policy (and other swept axis): the recommendation's own sentence
+    (reports.recommend: the same rule and words as `kvsim plan`), from the rows that are not
+    overloaded."""
     if "page_size" not in df.columns or df["page_size"].nunique() < 2:
         return []
     df = ordered(df, axes)
@@ -58,20 +59,9 @@ def best_page_sizes(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None =
             lines.append(f"**{name}**: no page size recommended, every run is overloaded")
             continue
         rec = recommend_page_size(ok, tolerance)
-        if rec.page_size is None:
-            lines.append(f"**{name}**: no page size meets the rule ({rec.rule})")
-            continue
-        hits = (f"the best hit rate ({fmt_number(rec.best_hit_rate)} at page "
-                f"{rec.best_hit_page_size})" if rec.best_hit_rate > 0 else
-                "no prefix hits at any page size")
-        why = (f"the largest within {tolerance:.0%} of the best latency "
-               f"({fmt_number(rec.best_latency_s)} s/token at page {rec.best_latency_page_size})"
-               f" and {hits}" if rec.within_tolerance else
-               f"no page size is within {tolerance:.0%} of both the best latency and the best "
-               f"hit rate, so the lowest latency's")
         skipped = len(g) - len(ok)
         note = f"; {skipped} overloaded run(s) left out" if skipped else ""
-        lines.append(f"**{name}**: page size {rec.page_size}: {why}{note}")
+        lines.append(f"**{name}**: {rec.reason}{note}")
     return lines
 
 

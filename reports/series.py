@@ -4,8 +4,10 @@ A sweep varies a few options (its axes, kept in config.json); every other column
 between cells is a consequence of them. The default memory rule, for one, resolves a pool one
 slot different per page size, so grouping lines by every varying column split each policy's
 curve into one fragment per page size (legend "kv_tokens=410485"). Lines are therefore grouped
-by the swept axes only; without the axes (a summary.csv on its own) by the varying options a
-user chooses, never by resolved ones (`DERIVED`).
+by the swept axes and by the options a user chooses (`CHOSEN`) that vary, never by resolved
+ones (`DERIVED`). A chosen option varies outside the axes when a results directory holds
+several sweeps (a resumed sweep run again with another `--hicache-write-policy`): its rows
+are then drawn apart, never averaged together (seeds alone are averaged).
 
 Figures, the report table and the interactive page all order rows the same way: by policy
 (the order the user listed them in, else alphabetical), then page size, then the other axes.
@@ -22,9 +24,10 @@ import pandas as pd
 # columns the run resolves from the options rather than takes from the user
 DERIVED: tuple[str, ...] = ("kv_tokens", "max_context_len", "model", "memory_rule")
 # options that tell runs apart when no sweep axes are known (in label order)
-CHOSEN: tuple[str, ...] = ("policy", "placement", "workload", "rate", "admission", "schedule",
-                           "preempt", "eviction", "gpu", "tp", "kv_dtype", "latency", "budget",
-                           "mem_fraction")
+CHOSEN: tuple[str, ...] = ("policy", "placement", "workload", "rate", "rate_scale", "admission",
+                           "schedule", "preempt", "eviction", "gpu", "tp", "kv_dtype", "latency",
+                           "budget", "mem_fraction", "hicache_ratio", "hicache_write_policy",
+                           "storage_size")
 # an x-axis column -> the option it measures (a rate sweep's x is the measured arrival rate)
 X_OPTION = {"rate_req_s": "rate"}
 NOT_SERIES = ("seed",)  # seeds of one configuration are averaged, not drawn apart
@@ -54,10 +57,10 @@ def with_axis_values(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None)
 def series_keys(df: pd.DataFrame, x: str | None,
                 axes: Mapping[str, Sequence[Any]] | None = None) -> list[str]:
     """The columns whose values name one line (besides the x axis `x`): the swept axes that
-    vary here, or, without axes, the chosen options that vary; policy always leads when
-    present, so a one-policy figure still says which policy it shows."""
+    vary here, then the chosen options that vary; policy always leads when present, so a
+    one-policy figure still says which policy it shows."""
     skip = {x, X_OPTION.get(x or ""), *NOT_SERIES}
-    pool = list(axes) if axes else list(CHOSEN)
+    pool = list(dict.fromkeys([*(axes or ()), *CHOSEN]))
     keys = [k for k in pool if k not in skip and _varies(df, k)]
     if "policy" in df.columns and x != "policy":
         keys = ["policy", *[k for k in keys if k != "policy"]]

@@ -5,8 +5,8 @@ registered by name (`--admission`); the engine holds one and asks it, never the 
 * `sglang` (SGLang's PrefillAdder): budget = available (free + evictable) - sum over running
   requests of min(remaining max_new_tokens, 4096) x new_token_ratio - what this round already
   admitted; a request charges its extend tokens + min(remaining max_new_tokens, 4096). The
-  ratio decays per decode step and is reset after a retraction; the victim is the request
-  with the fewest decoded tokens.
+  ratio decays per decode step (`decayed_ratios`) and is reset after a retraction; the
+  victim is the request with the fewest decoded tokens.
 * `vllm` (vLLM v1's scheduler): admit while the pages a request needs now,
   ceil((prompt + 1) / page_size) less its cached pages, leave at least a watermark (1 %) of
   all pages free (cache counts as free: vLLM evicts it lazily); the victim is the most recent
@@ -113,7 +113,8 @@ class Admission(ABC):
         return preempt_victim(list(pool))
 
     def after_steps(self, n: int) -> None:  # noqa: B027 - optional hook
-        """`n` decode steps ran."""
+        """`n` decode steps ran: the state after them is exactly the state after n calls
+        with 1 (a stretch calls it once for its n steps, stepping once per step)."""
 
     def after_retraction(self, running: Sequence[SimRequest]) -> None:  # noqa: B027
         """A decode step ran out of memory and a victim left; `running` are those left."""
@@ -145,11 +146,13 @@ class SGLangAdmission(Admission):
 
     def horizon(self, head, peek, running, k) -> int:
         # running requests' remaining outputs shrink by one per step and the ratio decays:
-        # the budget at step j is a bound the stepping engine could reach no earlier
+        # the budget at step j is a bound the stepping engine could reach no earlier (with
+        # the very ratio stepping holds after j steps)
         j = np.arange(1, k + 1, dtype=np.int64)
         rem = _remaining(running)
         p = self.params
-        ratio = np.maximum(p.new_token_ratio_min, self.ratio - p.new_token_ratio_decay * j)
+        ratio = np.array(decayed_ratios(self.ratio, k, p.new_token_ratio_decay,
+                                        p.new_token_ratio_min))
         left = np.clip(rem[None, :] - j[:, None], 0, None).sum(axis=1)
         avail = self.policy.available_tokens() - peek.evictable - peek.other_pools
         need = head.prefill_target - peek.hit + remaining_new_tokens(head)
@@ -160,7 +163,9 @@ class SGLangAdmission(Admission):
 
     def after_steps(self, n: int) -> None:
         p = self.params
-        self.ratio = max(p.new_token_ratio_min, self.ratio - p.new_token_ratio_decay * n)
+        if n > 0 and self.ratio != p.new_token_ratio_min:  # at the floor no step moves it
+            self.ratio = decayed_ratios(self.ratio, n, p.new_token_ratio_decay,
+                                        p.new_token_ratio_min)[-1]
 
     def after_retraction(self, running: Sequence[SimRequest]) -> None:
         # SGLang: the ratio jumps to what the running requests have actually produced
@@ -213,6 +218,27 @@ class ReserveAdmission(Admission):
         left = np.clip(held[None, :] - j[:, None], 0, None).sum(axis=1)
         avail = self.policy.available_tokens() - peek.evictable - peek.other_pools
         return _first_true(avail - left >= head.prompt_len + head.max_new - peek.hit, k)
+
+
+def decayed_ratios(ratio: float, n: int, decay: float, floor: float) -> list[float]:
+    """SGLang's new_token_ratio after each of the next n decode steps, from `ratio`: each
+    decode batch that needs no retraction lowers it by `decay`, never below `floor`
+    (python/sglang/srt/managers/scheduler.py `update_running_batch` in v0.4:
+    `max(new_token_ratio - new_token_ratio_decay, min_new_token_ratio)`, the constants in
+    global_config.py; the same rule in today's main, managers/scheduler_components/
+    new_token_ratio_tracker.py `decay_step`). Step j's value is j rounded subtractions, the
+    arithmetic stepping does, never ratio - j * decay: that product rounds once and differs
+    from the j subtractions in the last bit (from step 61 of the default 0.7 by 0.001), and
+    an admission budget compared at that bit would decide differently in a stretch than in
+    stepping. At the floor it stays there (floor - decay < floor)."""
+    out: list[float] = []
+    for _ in range(n):
+        ratio = max(ratio - decay, floor)
+        out.append(ratio)
+        if ratio == floor:
+            out.extend([floor] * (n - len(out)))
+            break
+    return out
 
 
 def _remaining(running: Sequence[SimRequest]) -> np.ndarray:

@@ -23,7 +23,7 @@ class AdmissionRound:
     def continuing_chunks(self) -> tuple[Plan, int]:
         """This iteration's chunks of the prefills under way (in order, while the prefill
         budget lasts) and the budget they leave for admissions; read-only (the prefill
-        stretch plans from it too, simulator/prefill_stretch.py)."""
+        stretch plans from it too, simulator/fastforward/)."""
         budget = self.cfg.engine.max_prefill_tokens
         chunk = self.cfg.engine.chunked_prefill_size or None
         plan: Plan = []

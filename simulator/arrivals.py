@@ -25,6 +25,7 @@ import numpy as np
 import simpy
 
 from simulator.request import SimRequest
+from simulator.stage_gate import StageGate
 from workloads.columns import arrival_column, arrival_order
 from workloads.request import Request, Session, Workload
 
@@ -47,6 +48,9 @@ class Arrivals:
         self._next_open = 0
         self._releases: list[tuple[float, int]] = []  # announced session releases (heap)
         self._sessions_left = len(workload.sessions)
+        # a QPS ladder whose stages wait for the one before to drain (simulator/stage_gate.py)
+        ladder = workload.meta.get("ladder")
+        self.gate = StageGate(env, ladder) if ladder is not None and ladder.drain else None
 
     def start(self) -> None:
         self.env.process(self._open_loop())
@@ -57,6 +61,8 @@ class Arrivals:
         """The next open-loop arrival or announced session release (inf when none)."""
         t = float(self._times[self._next_open]) if self._next_open < len(self._open) \
             else np.inf
+        if self.gate is not None and t < np.inf:
+            t = self.gate.due(t)
         if self._releases:
             t = min(t, self._releases[0][0])
         return t
@@ -67,6 +73,8 @@ class Arrivals:
 
     def done(self, sreq: SimRequest) -> None:
         """A request finished or was rejected: its slot goes to the longest-waiting one."""
+        if self.gate is not None:
+            self.gate.ended()
         if sreq.rid in self._in_flight:
             self._in_flight.discard(sreq.rid)
             if self._gated:
@@ -83,11 +91,19 @@ class Arrivals:
         self.enqueue(req)
 
     def _open_loop(self) -> Generator[simpy.Event, Any, None]:
+        gate = self.gate
         while self._next_open < len(self._open):
+            if gate is not None and gate.opens_stage(self._next_open):
+                yield from gate.open_next()
             req = self._open[self._next_open]
-            if req.arrival_s > self.env.now:
-                yield self.env.timeout(req.arrival_s - self.env.now)
+            due = req.arrival_s if gate is None else gate.due(req.arrival_s)
+            if due > self.env.now:
+                yield self.env.timeout(due - self.env.now)
             self._next_open += 1
+            if gate is not None:
+                gate.sent()
+                if due != req.arrival_s:  # the stage moved: its time is the send time
+                    req = dataclasses.replace(req, arrival_s=due)
             self._send(req)
 
     def _release_at(self, due: float, session_id: int) -> Generator[simpy.Event, Any, None]:

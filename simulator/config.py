@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from kvcore.vllm_rules import DEFAULT_VLLM_VERSION, check_vllm_version
 from simulator.admission import AdmissionParams
 from simulator.hybrid import check_hybrid_options
 from simulator.specs import EngineSpec, PolicySpec, TierSpec
@@ -43,7 +44,9 @@ class PoolSpec:
     or a budget rule, kvcore.planner.resolve_kv_tokens); `max_context_len` 0 means the
     model's maximum position. `kv_bytes` is the KV budget of one rank in bytes, which a
     hybrid model's pools are sized from (kvcore.hybrid_plan; the planner's
-    kv_budget_bytes_per_rank); 0 means `kv_tokens` slots of every layer as full attention."""
+    kv_budget_bytes_per_rank); 0 means `kv_tokens` slots of every layer as full attention.
+    A hybrid model also reads the vLLM version whose rules the `vllm` policy follows and the
+    state dtype options (None: the engine's defaults; kvcore.state_dtypes)."""
 
     model: str = "llama-3.1-8b"
     gpu: str = "h100"
@@ -52,9 +55,13 @@ class PoolSpec:
     kv_tokens: int = 65536
     max_context_len: int = 0
     kv_bytes: int = 0
+    vllm_version: str = DEFAULT_VLLM_VERSION
+    mamba_cache_dtype: str | None = None
+    mamba_ssm_cache_dtype: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "kv_tokens")
+        check_vllm_version(self.vllm_version)
         if isinstance(self.kv_bytes, bool) or not isinstance(self.kv_bytes, int) \
                 or self.kv_bytes < 0:
             raise ValueError(f"PoolSpec.kv_bytes must be an integer >= 0, got "
@@ -99,7 +106,8 @@ class SimConfig:
         if not self.duration_s >= 0:
             raise ValueError(f"--duration-s must be >= 0, got {self.duration_s!r}")
         # the hybrid options against the model and policy (simulator/hybrid.py)
-        check_hybrid_options(self.policy, self.pool.model, self.tier.enabled)
+        check_hybrid_options(self.policy, self.pool.model, self.tier.enabled,
+                             self.pool.vllm_version)
 
     @classmethod
     def of(cls, **flat: Any) -> SimConfig:

@@ -11,10 +11,10 @@ One iteration (see docs/engine.md for the diagram):
 
 The rules that differ between the engines imitated (who is admitted, what is charged, whom to
 preempt) live in an `Admission` strategy (simulator/admission.py); requests come from
-`Arrivals` (simulator/arrivals.py); when an iteration would only decode, `FastForward`
-(simulator/stretch.py) advances many steps at once with results identical to stepping, and
-under a reserving policy whose queue head is refused, `PrefillStretch`
-(simulator/prefill_stretch.py) takes the chunked-prefill iterations many at once the same way.
+`Arrivals` (simulator/arrivals.py); when the next iterations' outcome is fixed in advance (only
+decoding while the queue head waits; a reserving policy's chunked prefills while its head is
+refused), `FastForward` (simulator/fastforward/) takes many of them at once with results
+identical to stepping.
 """
 
 from __future__ import annotations
@@ -31,15 +31,13 @@ from simulator.admission import make_admission
 from simulator.admission_round import AdmissionRound, Plan
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
+from simulator.fastforward import FastForward, stretch_rules
 from simulator.guard import LivelockError, LivelockGuard
 from simulator.latency import LatencyModel
 from simulator.metrics import Recorder
-from simulator.prefill_stretch import PrefillStretch
 from simulator.request import SimRequest
 from simulator.running_batch import RunningBatch
 from simulator.scheduler import PREEMPTS, SCHEDULES
-from simulator.stretch import FastForward
-from simulator.stretch_rules import stretch_rules
 from simulator.transfers import TierTraffic, TransferModel
 from workloads.request import Request, Workload
 
@@ -103,11 +101,6 @@ class Engine(AdmissionRound):
                      if self.tiered is not None and transfers is not None else None)
         self.fast_forward = FastForward(self, stretch_rules(policy, config, latency,
                                                             self.schedule, self.tier))
-        # a reserving policy's chunked prefills while its head is refused, many at once
-        self.prefill_stretch = (
-            PrefillStretch(self, self.reserving, policy.page_size,
-                           config.tuning.max_steps_per_stretch)
-            if self.reserving is not None and self.tier is None else None)
 
     def start(self) -> None:
         self.arrivals.start()
@@ -166,7 +159,7 @@ class Engine(AdmissionRound):
             self.progress(1)
         sreq.done.succeed()
 
-    # -- what the fast-forward asks (simulator/stretch.py StretchHost) ------------------------
+    # -- what the fast-forward asks (simulator/fastforward/ StretchHost) ---------------------
     def next_arrival(self) -> float:
         return self.arrivals.next_due()
 
@@ -183,23 +176,14 @@ class Engine(AdmissionRound):
         head = self.waiting[0]
         return self.admission.horizon(head, self.peek_admission(head), self.running, k)
 
-    def stretch_started(self) -> None:
-        """Its first step carries the tier write-backs not charged yet; record the host."""
-        if self.tier is not None and self.tiered is not None:
-            state = self.tiered.tier_state()
-            self.tier.written_since(state)
-            self.rec.host = (state.host_used, state.host_locked)
-
-    def steps_taken(self, k: int) -> None:
-        """A stretch applied k decode steps."""
+    def stretch_applied(self, n: int, decoded: bool) -> None:
+        """A stretch applied n iterations (`decoded`: the running batch decoded a token in
+        each): what stepping does after an iteration, for all n at once: the policy's checks
+        (counted as one iteration's) and the admission's per-step state (`after_steps(n)` is
+        n single steps)."""
         self.maybe_check_invariants()
-        self.admission.after_steps(k)
-
-    def decoded_steps(self, k: int) -> None:
-        """A prefill stretch's k iterations decoded the running batch: k iterations'
-        `after_steps(1)`, one at a time (SGLang's decayed ratio rounds as stepping's)."""
-        for _ in range(k):
-            self.admission.after_steps(1)
+        if decoded:
+            self.admission.after_steps(n)
 
     def head_reservation(self) -> int:
         if not self.waiting:
@@ -288,16 +272,10 @@ class Engine(AdmissionRound):
             # the head that a stretch must not pass is the head in schedule order (lpm
             # reorders; stepping sorts at the start of every iteration)
             self.waiting = self.schedule.order(self.waiting, self._peek)
-            if self.fast_forward.possible():
-                k = self.fast_forward.length()
-                if k >= 2:
-                    yield from self.fast_forward.run(k)
-                    continue
-            elif self.prefill_stretch is not None:
-                k = self.prefill_stretch.length()
-                if k >= 2:
-                    yield from self.prefill_stretch.run(k)
-                    continue
+            stretch = self.fast_forward.plan()
+            if stretch is not None:
+                yield from self.fast_forward.run(stretch)
+                continue
             yield from self._iteration()
 
     def close_idle(self, until: float) -> None:

@@ -22,6 +22,8 @@ from kvcore.hybrid_presets import hybrid_layout
 from kvcore.layers import CHUNKED, SLIDING, HybridLayout
 from kvcore.policies.base import POLICIES, PolicyConfig
 from kvcore.presets import ModelPreset
+from kvcore.state_dtypes import resolve_state_dtypes
+from kvcore.vllm_rules import DEFAULT_VLLM_VERSION, vllm_rules
 from simulator.specs import PolicySpec
 
 #: the options only a hybrid run has: a full-attention model's summary leaves them out, so
@@ -37,15 +39,37 @@ def hybrid_policies() -> list[str]:
     return [n for n in POLICIES.names() if POLICIES.get(n).supports_hybrid]
 
 
-def run_layout(policy: PolicySpec, model_id: str) -> HybridLayout | None:
-    """The hybrid layout a run of `model_id` simulates: None for a full-attention model and
-    for the pre-hybrid baseline (`--kv-layout full-attention`)."""
+def policy_engine(policy: PolicySpec) -> str:
+    """The engine whose layout and state dtypes a hybrid run under `policy` follows."""
+    return "vllm" if policy.policy == "vllm" else "sglang"
+
+
+def run_layout(policy: PolicySpec, model_id: str, vllm_version: str = DEFAULT_VLLM_VERSION,
+               mamba_cache_dtype: str | None = None,
+               mamba_ssm_cache_dtype: str | None = None) -> HybridLayout | None:
+    """The hybrid layout a run of `model_id` simulates, its states in the dtypes of the
+    policy's engine: None for a full-attention model and for the pre-hybrid baseline
+    (`--kv-layout full-attention`)."""
     if policy.kv_layout != "hybrid":
         return None
-    return hybrid_layout(model_id)
+    layout = hybrid_layout(model_id)
+    if layout is None:
+        return None
+    return resolve_state_dtypes(layout, policy_engine(policy), vllm_rules(vllm_version),
+                                mamba_cache_dtype, mamba_ssm_cache_dtype)
 
 
-def check_hybrid_options(policy: PolicySpec, model_id: str, tiers: bool) -> None:
+def run_mamba_cache_mode(policy: PolicySpec, layout: HybridLayout,
+                         vllm_version: str = DEFAULT_VLLM_VERSION) -> str:
+    """The mamba cache mode a `vllm` run of `layout` uses: `--mamba-cache-mode`, else the
+    version's pick with prefix caching as `--enable-prefix-caching` says (None: the
+    version's default for hybrids)."""
+    return vllm_rules(vllm_version).mamba_cache_mode(
+        layout.mamba2, policy.enable_prefix_caching, 0, policy.mamba_cache_mode)
+
+
+def check_hybrid_options(policy: PolicySpec, model_id: str, tiers: bool,
+                         vllm_version: str = DEFAULT_VLLM_VERSION) -> None:
     """ValueError (one line, naming the option) for a hybrid option this run would ignore,
     for a policy without a hybrid implementation and for a host tier on a hybrid run."""
     layout = hybrid_layout(model_id)
@@ -85,6 +109,8 @@ def check_hybrid_options(policy: PolicySpec, model_id: str, tiers: bool) -> None
     if hybrid and tiers:
         raise ValueError(f"--hicache-size / --hicache-ratio: host tiers of a hybrid model's "
                          f"pools are not modelled ({model_id}); use --kv-layout full-attention")
+    if hybrid and policy.policy == "vllm" and layout.state_groups():
+        run_mamba_cache_mode(policy, layout, vllm_version)  # the mode exists in the version
 
 
 @dataclass(frozen=True)
@@ -94,41 +120,58 @@ class HybridFields:
     layout: HybridLayout | None
     kv_bytes: int
 
+    vllm_version: str = DEFAULT_VLLM_VERSION
+
     def policy_kwargs(self, policy: PolicySpec) -> dict[str, object]:
         """Keyword arguments for PolicyConfig: none for a full-attention run (its config is
-        the one it always was); the layout, the budget and the options given otherwise (an
-        option not given keeps PolicyConfig's default, the engines' own)."""
+        the one it always was); the layout, the budget, the vLLM version and the options
+        given otherwise (an SGLang option not given keeps PolicyConfig's default, the
+        engine's own; vLLM's mamba cache mode is the version's pick when not given)."""
         if self.layout is None:
             return {}
-        out: dict[str, object] = {"layout": self.layout, "kv_bytes": self.kv_bytes}
+        out: dict[str, object] = {"layout": self.layout, "kv_bytes": self.kv_bytes,
+                                  "vllm_version": self.vllm_version}
         for name in HYBRID_OPTIONS[1:]:
             value = getattr(policy, name)
             if value is not None:
                 out[name] = value
+        if policy.policy == "vllm" and self.layout.state_groups():
+            out["mamba_cache_mode"] = run_mamba_cache_mode(policy, self.layout,
+                                                           self.vllm_version)
         return out
 
 
 def hybrid_fields(policy: PolicySpec, model: ModelPreset, kv_tokens: int, kv_bytes: int,
-                  kv_dtype: str, tp: int) -> HybridFields:
+                  kv_dtype: str, tp: int, vllm_version: str = DEFAULT_VLLM_VERSION,
+                  mamba_cache_dtype: str | None = None,
+                  mamba_ssm_cache_dtype: str | None = None) -> HybridFields:
     """The layout and the per-rank KV budget in bytes (`kv_bytes`, or, when 0, the bytes of
     `kv_tokens` slots stored as full attention: the planner's figure for a direct size)."""
-    layout = run_layout(policy, model.id)
+    layout = run_layout(policy, model.id, vllm_version, mamba_cache_dtype,
+                        mamba_ssm_cache_dtype)
     if layout is None:
         return HybridFields(None, 0)
-    return HybridFields(layout, kv_bytes or kv_tokens * model.kv_bytes_per_token(kv_dtype, tp))
+    return HybridFields(layout, kv_bytes or kv_tokens * model.kv_bytes_per_token(kv_dtype, tp),
+                        vllm_version)
 
 
-def resolved_hybrid_options(policy: PolicySpec) -> dict[str, object]:
+def resolved_hybrid_options(policy: PolicySpec, model_id: str | None = None,
+                            vllm_version: str = DEFAULT_VLLM_VERSION) -> dict[str, object]:
     """The hybrid options as a hybrid run's summary shows them: the values in effect (the
-    engines' defaults, from PolicyConfig, where none was given)."""
+    engines' defaults, from PolicyConfig, where none was given; the mamba cache mode of a
+    `vllm` run as its version picks it)."""
     defaults = PolicyConfig(kv_tokens=1)
     out: dict[str, object] = {"kv_layout": policy.kv_layout}
     for name in HYBRID_OPTIONS[1:]:
         value = getattr(policy, name)
         out[name] = getattr(defaults, name) if value is None else value
+    layout = hybrid_layout(model_id) if model_id is not None else None
+    if (policy.policy == "vllm" and policy.mamba_cache_mode is None and layout is not None
+            and layout.state_groups()):
+        out["mamba_cache_mode"] = run_mamba_cache_mode(policy, layout, vllm_version)
     return out
 
 
 __all__ = ["HYBRID_OPTIONS", "HybridFields", "check_hybrid_options", "hybrid_fields",
-           "hybrid_policies",
-           "resolved_hybrid_options", "run_layout"]
+           "hybrid_policies", "policy_engine", "resolved_hybrid_options", "run_layout",
+           "run_mamba_cache_mode"]

@@ -232,6 +232,7 @@ class RooflineLatency(LatencyModel):
         if self.tp_link_gb_s <= 0:
             raise ValueError(f"tp_link_gb_s must be > 0, got {self.tp_link_gb_s!r}")
         m, tp = self.model, self.tp
+        m.weight_bytes(tp)  # the roofline reads the weights: a KV-only config cannot run it
         wb = weight_dtype_bytes(m.weight_dtype)  # mxfp4 / nvfp4 / int4 too (gpt-oss)
         heads = m.num_heads / tp
         if m.is_mla:  # absorbed attention over the latent: q.k over 576, values over 512

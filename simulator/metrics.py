@@ -72,7 +72,7 @@ class Recorder:
     pools: Callable[[], Mapping[str, Any]] | None = None
     pool_seconds: dict[str, np.ndarray] = field(default_factory=dict)
     # a hybrid policy with decode stretches: each kind's (used, cached) bytes after each step
-    # of the stretch just applied (kvcore/policies/vllm_hybrid_stretch.py), set by the run
+    # of the stretch just applied (kvcore/vllm/stretch.py), set by the run
     pool_steps: Callable[[], Mapping[str, np.ndarray]] | None = None
 
     def _add_pools(self, w: float) -> None:
@@ -216,6 +216,17 @@ class Recorder:
         self.timeline.append((now, *row, batch, waiting, running, self.host[0]))
         self._forced.append(force)
 
+    def sample_steps(self, starts: list[float] | np.ndarray, rows: list[list[int]] | np.ndarray,
+                     batch: int, waiting: int, running: int) -> None:
+        """`sample` at the start of each step of a stretch (`rows`: the breakdown after each
+        step), as stepping samples each iteration: the same rows at the same instants."""
+        times = starts if isinstance(starts, list) else starts.tolist()
+        if times[-1] - self._last_sample < self.timeline_interval_s:
+            return  # the starts only grow: no earlier one is due either
+        for i, t in enumerate(times):
+            if t - self._last_sample >= self.timeline_interval_s:
+                self.sample(t, rows[i], batch, waiting, running)
+
     def _thin_timeline(self) -> None:
         """Keep memory bounded (the rule in the module docstring): drop every other periodic
         sample and double the interval; forced (idle) samples stay unless they fill half the
@@ -265,7 +276,11 @@ class Recorder:
         """Percentiles of the pooled gaps (numpy's linear rule over the gaps listed one by
         one); equal for any grouping of the same gaps, so stretches and stepping agree."""
         if self.gap_spill is not None:
-            return self.gap_spill.percentiles(self.gaps, qs)
+            memory = None
+            if self.gaps:
+                values, counts = merge_gap_groups(self.gaps)
+                memory = (values, np.cumsum(counts))
+            return self.gap_spill.percentiles(memory, qs)
         return weighted_percentiles(self.gaps, qs)
 
     def add_request(self, row: tuple) -> None:

@@ -27,11 +27,18 @@ burst out of ten do not make a trend):
   milliseconds is no user-visible overload).
 
 Both are computed from the per-request arrival and first-admission times, which are the
-same whether decode runs step by step or in multi-step stretches (simulator/stretch.py), so
+same whether decode runs step by step or in multi-step stretches (simulator/fastforward/), so
 the verdict is too (tests/simulator/test_engine_fuzz.py). A request the engine rejects
 (it can never fit) leaves the queue at once. A request not admitted by the window end waits
 at least until then: its wait is counted as that lower bound (censored), which can only
 understate a growing delay, never invent one.
+
+Every request that arrived counts, finished or not: a run that stops with a queue
+(`--no-drain`, or a closed loop cut off) has requests still queued or running, which get no
+result row. Read from the completed rows alone, the queue would lose every request that
+never got through, and a backlog growing to hundreds of requests could read as draining.
+`Unfinished` carries their arrival and first-admission times, taken from the engine when the
+run ends (simulator/run.py), and the verdict merges them with the rows.
 
 `overload_reason` names the signal(s) that decided it. Without per-request rows (a run whose
 rows went to a sink) the verdict falls back to the queue left at the window end
@@ -101,28 +108,58 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.median((y[j] - y[i])[keep] / dx[keep]))
 
 
-def _queued(requests: Rows) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class Unfinished:
+    """The requests a run ended with, which have no result row: still queued (first
+    admission NaN) or admitted and not finished (a preempted one keeps its first admission)."""
+
+    arrival_s: np.ndarray
+    admit_s: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def queued(self) -> int:
+        """How many were never admitted."""
+        return int(np.isnan(self.admit_s).sum())
+
+
+NONE_UNFINISHED = Unfinished(np.zeros(0), np.zeros(0))
+
+
+def _queued(requests: Rows, unfinished: Unfinished = NONE_UNFINISHED
+            ) -> tuple[np.ndarray, np.ndarray]:
     """Arrival and first-admission times of the requests that queued (rejected ones leave
-    at once, so they are left out), in table order."""
-    arr = column(requests, "arrival_s").astype(float, copy=False)
-    adm = column(requests, "admit_s").astype(float, copy=False)
-    if "status" in requests:
-        keep = column(requests, "status") != "rejected"
-        arr, adm = arr[keep], adm[keep]
+    at once, so they are left out): the rows in table order, then the unfinished ones."""
+    if len(requests):
+        arr = column(requests, "arrival_s").astype(float, copy=False)
+        adm = column(requests, "admit_s").astype(float, copy=False)
+        if "status" in requests:
+            keep = column(requests, "status") != "rejected"
+            arr, adm = arr[keep], adm[keep]
+    else:
+        arr = adm = np.zeros(0)
+    if unfinished.count:
+        arr = np.concatenate([arr, unfinished.arrival_s.astype(float)])
+        adm = np.concatenate([adm, unfinished.admit_s.astype(float)])
     return arr, adm
 
 
-def _queue_events(requests: Rows) -> tuple[np.ndarray, np.ndarray]:
+def _queue_events(requests: Rows, unfinished: Unfinished = NONE_UNFINISHED
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Sorted arrival and first-admission times of the requests that queued."""
-    arrivals, admits = _queued(requests)
+    arrivals, admits = _queued(requests, unfinished)
     return np.sort(arrivals), np.sort(admits[np.isfinite(admits)])
 
 
-def backlog_floor(requests: Rows, edges: np.ndarray) -> np.ndarray:
+def backlog_floor(requests: Rows, edges: np.ndarray,
+                  unfinished: Unfinished = NONE_UNFINISHED) -> np.ndarray:
     """The smallest queue within each window [edges[k], edges[k+1]]: the queue is a step
     function changing at arrivals (+1) and admissions (-1), so its minimum over a window is at
     the window's start or just after an admission inside it."""
-    arrivals, admits = _queue_events(requests)
+    arrivals, admits = _queue_events(requests, unfinished)
 
     def queue(t: np.ndarray) -> np.ndarray:
         return (np.searchsorted(arrivals, t, side="right")
@@ -136,11 +173,12 @@ def backlog_floor(requests: Rows, edges: np.ndarray) -> np.ndarray:
     return floors
 
 
-def delay_by_window(requests: Rows, edges: np.ndarray) -> np.ndarray:
+def delay_by_window(requests: Rows, edges: np.ndarray,
+                    unfinished: Unfinished = NONE_UNFINISHED) -> np.ndarray:
     """The median wait from arrival to first admission of the requests arriving in each
     window (NaN for a window without arrivals); one not admitted by the window end counts as
     waiting until then (a lower bound)."""
-    arr, adm = _queued(requests)
+    arr, adm = _queued(requests, unfinished)
     end = edges[-1]
     wait = np.where(np.isfinite(adm), adm, np.maximum(end, arr)) - arr
     k = np.searchsorted(edges, arr, side="right") - 1
@@ -154,23 +192,26 @@ def delay_by_window(requests: Rows, edges: np.ndarray) -> np.ndarray:
 
 
 def queue_growth(requests: Rows, start: float, end: float,
-                 windows: int = THRESHOLDS.windows) -> float:
+                 windows: int = THRESHOLDS.windows,
+                 unfinished: Unfinished = NONE_UNFINISHED) -> float:
     """Theil-Sen slope (requests per second) of the backlog floor over the window (0 for an
     empty or unbounded window)."""
-    if len(requests) == 0 or not math.isfinite(end) or end <= start:
+    if len(requests) + unfinished.count == 0 or not math.isfinite(end) or end <= start:
         return 0.0
     edges = np.linspace(start, end, windows + 1)
-    return theil_sen((edges[:-1] + edges[1:]) / 2, backlog_floor(requests, edges))
+    return theil_sen((edges[:-1] + edges[1:]) / 2, backlog_floor(requests, edges, unfinished))
 
 
 def delay_growth(requests: Rows, start: float, end: float,
-                 windows: int = THRESHOLDS.windows) -> float:
+                 windows: int = THRESHOLDS.windows,
+                 unfinished: Unfinished = NONE_UNFINISHED) -> float:
     """Theil-Sen slope (seconds of wait per second of trace) of the median queueing delay
     over the window."""
-    if len(requests) == 0 or not math.isfinite(end) or end <= start:
+    if len(requests) + unfinished.count == 0 or not math.isfinite(end) or end <= start:
         return 0.0
     edges = np.linspace(start, end, windows + 1)
-    return theil_sen((edges[:-1] + edges[1:]) / 2, delay_by_window(requests, edges))
+    return theil_sen((edges[:-1] + edges[1:]) / 2,
+                     delay_by_window(requests, edges, unfinished))
 
 
 def ttft_halves(requests: Rows, start: float, end: float) -> tuple[float, float]:
@@ -190,18 +231,20 @@ def ttft_halves(requests: Rows, start: float, end: float) -> tuple[float, float]
 def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests: Rows,
                      start: float, end: float, backlog: int,
                      latency: LatencyModel, chunk: int, page_size: int,
-                     th: OverloadThresholds = THRESHOLDS) -> dict[str, Any]:
+                     th: OverloadThresholds = THRESHOLDS,
+                     unfinished: Unfinished = NONE_UNFINISHED) -> dict[str, Any]:
     """The overload columns of a run's summary (OVERLOAD_COLUMNS). `arrivals` and
     `prompt_lens` describe every request of the workload (nominal arrival times); `requests`
-    is the run's per-request rows (empty when they went to a sink: the backlog fallback)."""
+    is the run's per-request rows (empty when they went to a sink: the backlog fallback) and
+    `unfinished` the requests it ended with, queued or running, which have no row."""
     reasons: list[str] = []
     total = len(arrivals)
     span = end - start if math.isfinite(end) and end > start else 0.0
     arrived = int(((arrivals >= start) & (arrivals <= end)).sum()) if span > 0 else 0
     arrival_rate = arrived / span if span > 0 else 0.0
-    growth = queue_growth(requests, start, end, th.windows)
-    waits = delay_growth(requests, start, end, th.windows)
-    if len(requests) == 0:
+    growth = queue_growth(requests, start, end, th.windows, unfinished)
+    waits = delay_growth(requests, start, end, th.windows, unfinished)
+    if len(requests) + unfinished.count == 0:
         if backlog > max(th.backlog_min, th.backlog_share * total):
             reasons.append(f"backlog: {backlog:,} of {total:,} requests still queued at the "
                            "window end (no per-request rows to judge the trend)")
@@ -223,6 +266,6 @@ def overload_verdict(*, arrivals: np.ndarray, prompt_lens: np.ndarray, requests:
             "unloaded_prefill_s": unloaded, "ttft_over_unloaded": ratio}
 
 
-__all__ = ["OVERLOAD_COLUMNS", "THRESHOLDS", "OverloadThresholds", "backlog_floor",
-           "delay_by_window", "delay_growth", "overload_verdict", "queue_growth", "theil_sen",
-           "ttft_halves", "unloaded_prefill_s"]
+__all__ = ["NONE_UNFINISHED", "OVERLOAD_COLUMNS", "THRESHOLDS", "OverloadThresholds",
+           "Unfinished", "backlog_floor", "delay_by_window", "delay_growth", "overload_verdict",
+           "queue_growth", "theil_sen", "ttft_halves", "unloaded_prefill_s"]

@@ -9,7 +9,9 @@ has no such policy and none of these columns, so its summary keeps its exact col
 
 Columns, for each kind the policy reports (`<kind>` one of POOL_KINDS):
 `<kind>_pool_capacity_bytes`, `<kind>_pool_used_pct` (in use, cache included),
-`<kind>_pool_cached_pct` (held by the prefix cache alone), `<kind>_pool_hit_rate`.
+`<kind>_pool_cached_pct` (held by the prefix cache alone), `<kind>_pool_hit_rate`; and
+`pools_shared`: True when the kinds share one pool (vLLM), whose bytes every kind's capacity
+column then repeats and whose use the kinds' used shares add up to.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ POOL_COLUMN_SUFFIXES = ("pool_capacity_bytes", "pool_used_pct", "pool_cached_pct
 
 
 def pool_columns(usage: Mapping[str, PoolUsage], seconds: Mapping[str, np.ndarray],
-                 span: float) -> dict[str, float]:
+                 span: float, shared: bool = False) -> dict[str, float | bool]:
     """The columns of each pool kind: `usage` at the end of the run, `seconds` each kind's
-    integral of (used, cached) bytes over the window of length `span`."""
-    out: dict[str, float] = {}
+    integral of (used, cached) bytes over the window of length `span`; `shared`: the kinds
+    share one pool (PoolKinds.shared_pool)."""
+    out: dict[str, float | bool] = {"pools_shared": bool(shared)}
     for kind in POOL_KINDS:
         u = usage.get(kind)
         if u is None:

@@ -15,13 +15,13 @@ from kvcore.breakdown import mean_frag_index, mean_share_pct
 from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy, policy_kind
 from kvcore.policies.capabilities import DecodeStretch, LowerTiers, PoolKinds
 from kvcore.presets import get_gpu, get_model
-from simulator.batch_means import batch_means_se, batch_ratio_se
+from simulator.batch_means import batch_means, batch_ratios, batch_se, batch_text
 from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.hybrid import hybrid_fields, run_layout
 from simulator.latency import make_latency_model
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
-from simulator.overload import overload_verdict
+from simulator.overload import Unfinished, overload_verdict
 from simulator.pool_columns import pool_columns
 from simulator.request_table import RequestColumns, column, nan_mean
 from simulator.reuse_gap import reuse_gap
@@ -106,7 +106,8 @@ def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
         storage_tokens=storage if host else 0,
         hicache_write_policy=tier.hicache_write_policy,
         **hybrid_fields(pol, model, pool.kv_tokens, pool.kv_bytes, pool.kv_dtype,
-                        pool.tp).policy_kwargs(pol))
+                        pool.tp, pool.vllm_version, pool.mamba_cache_dtype,
+                        pool.mamba_ssm_cache_dtype).policy_kwargs(pol))
 
 
 def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
@@ -127,8 +128,11 @@ def _window(workload: Workload, cfg: SimConfig) -> tuple[float, float]:
     start = first + cfg.engine.warmup_s
     if cfg.duration_s:
         return start, first + cfg.duration_s
-    if workload.sessions or not workload.requests or cfg.engine.max_concurrency:
-        # closed loop (sessions, or requests sent as others finish): ends with the run
+    ladder = workload.meta.get("ladder")
+    if workload.sessions or not workload.requests or cfg.engine.max_concurrency or (
+            ladder is not None and ladder.drain):
+        # closed loop (sessions, requests sent as others finish, ladder stages that wait for
+        # the one before to drain): ends with the run
         return start, np.inf
     return start, max(float(workload.open_arrivals().max()), start)
 
@@ -158,7 +162,8 @@ def simulate(
     gpu = get_gpu(cfg.pool.gpu)
     max_ctx = cfg.pool.max_context_len or model.max_position
     policy = build_policy(cfg, max_ctx)
-    layout = run_layout(cfg.policy, model.id)
+    layout = run_layout(cfg.policy, model.id, cfg.pool.vllm_version, cfg.pool.mamba_cache_dtype,
+                        cfg.pool.mamba_ssm_cache_dtype)
     latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp, cfg.pool.kv_dtype,
                                  **cfg.engine.latency_constants(cfg.policy.page_size),
                                  layout=layout)
@@ -210,7 +215,8 @@ def simulate(
     requests = rec.requests_columns()
     summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
     summary.update(latency_columns(cfg, latency))
-    summary.update(_overload(workload, cfg, latency, rec, requests, summary))
+    summary.update(_overload(workload, cfg, latency, rec, requests, summary,
+                             unfinished_requests(engine)))
     summary.update(reuse_gap(workload, requests, _block(cfg, policy)))
     summary["sim_wall_s"] = time.perf_counter() - wall0
     return SimResult(summary, requests, rec.timeline, cfg, {"latency": latency.describe()})
@@ -237,9 +243,18 @@ def latency_columns(cfg: SimConfig, latency) -> dict:
             "kernel_page_size": latency.kernel_page_size(cfg.policy.page_size)}
 
 
+def unfinished_requests(engine: Engine) -> Unfinished:
+    """The requests the run ended with (queued, prefilling, running), which have no result
+    row: the overload verdict counts them (simulator/overload.py)."""
+    live = [*engine.waiting, *engine.prefilling, *engine.running]
+    return Unfinished(np.array([s.req.arrival_s for s in live], dtype=float),
+                      np.array([s.admit_s for s in live], dtype=float))
+
+
 def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
-              requests: RequestColumns, summary: dict) -> dict:
-    """The overload columns (simulator/overload.py) from the run's window and queue."""
+              requests: RequestColumns, summary: dict, unfinished: Unfinished) -> dict:
+    """The overload columns (simulator/overload.py) from the run's window, its rows and the
+    requests it ended with."""
     # columns, not every request built and sorted: the verdict counts arrivals in the window
     # and takes the median prompt, neither of which depends on the order
     arrivals, prompt_lens = workload.arrivals_and_prompt_lens()
@@ -247,7 +262,8 @@ def _overload(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
         arrivals=arrivals, prompt_lens=prompt_lens,
         requests=requests, start=rec.window_start, end=rec.window_end,
         backlog=int(summary["queue_backlog"]), latency=latency,
-        chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size)
+        chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size,
+        unfinished=unfinished)
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -257,8 +273,8 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 def _completed(requests: RequestColumns | pd.DataFrame) -> dict[str, np.ndarray]:
     """The float columns the summary reads, of the completed requests (no rows: empty)."""
-    names = ("arrival_s", "ttft_s", "tpot_s", "normalized_latency_s", "cached_tokens",
-             "prompt_len")
+    names = ("request_id", "arrival_s", "ttft_s", "tpot_s", "normalized_latency_s",
+             "cached_tokens", "prompt_len")
     if not len(requests):
         return {c: np.zeros(0) for c in names}
     done = column(requests, "status") == "completed"
@@ -329,7 +345,8 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
         # the page (block) size the policy ran: vLLM raises a hybrid's attention block to fit
         # its Mamba page (kvcore/hybrid_plan.py), so it may differ from --page-size
         out["effective_page_size"] = policy.page_size
-        out.update(pool_columns(policy.pool_usage(), rec.pool_seconds, span))
+        out.update(pool_columns(policy.pool_usage(), rec.pool_seconds, span,
+                                policy.shared_pool))
     return out
 
 
@@ -365,17 +382,17 @@ def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
 
 
 def noise_columns(done: dict[str, np.ndarray]) -> dict:
-    """Standard errors, by batch means over completed requests in arrival order, of the mean
-    normalized latency and of the prefix hit rate (NaN with too few requests); `done`: the
-    completed requests' float columns (`_completed`)."""
-    arrival = done["arrival_s"]
-    if not len(arrival):
-        return {"normalized_latency_se_s": float("nan"), "prefix_hit_rate_se": float("nan")}
-    return {
-        "normalized_latency_se_s": batch_means_se(arrival, done["normalized_latency_s"]),
-        "prefix_hit_rate_se": batch_ratio_se(arrival, done["cached_tokens"],
-                                             done["prompt_len"]),
-    }
+    """Standard errors, by batch means over completed requests in arrival order (ties by
+    request id), of the mean normalized latency and of the prefix hit rate (NaN with too few
+    requests), and the batch figures themselves (`;`-separated; '' with too few), which a
+    page-size recommendation pairs batch by batch across page sizes; `done`: the completed
+    requests' float columns (`_completed`)."""
+    arrival, ids = done["arrival_s"], done["request_id"]
+    lat = batch_means(arrival, done["normalized_latency_s"], ids)
+    hit = batch_ratios(arrival, done["cached_tokens"], done["prompt_len"], ids)
+    return {"normalized_latency_se_s": batch_se(lat), "prefix_hit_rate_se": batch_se(hit),
+            "normalized_latency_batches_s": batch_text(lat),
+            "prefix_hit_rate_batches": batch_text(hit)}
 
 
 def policy_page_table_bytes(policy) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 
 from workloads.errors import WorkloadError
 
-ARRIVAL_KINDS = ("poisson", "gamma", "fixed", "trace", "diurnal")
+ARRIVAL_KINDS = ("poisson", "gamma", "fixed", "trace", "diurnal", "ladder", "burst")
 _CHUNK = 4096
 
 
@@ -133,6 +133,16 @@ def trace_arrivals(
     return t
 
 
+def burst_arrivals(num_requests: int | None = None,
+                   duration_s: float | None = None) -> np.ndarray:
+    """Every request at t = 0: the benchmark clients' `--request-rate inf` (sglang
+    bench_serving's default, vllm bench serve's too), which send the whole dataset at once."""
+    if num_requests is None:
+        raise WorkloadError("burst arrivals (all at t = 0) need a number of requests")
+    _check_bounds(num_requests, duration_s)
+    return np.zeros(num_requests)
+
+
 DAY_S = 86400.0  # the diurnal curve's period
 
 
@@ -202,7 +212,11 @@ def arrival_times(
     if kind == "diurnal":
         return diurnal_arrivals(config.rate, config.peak_to_trough, rng, num_requests,
                                 duration_s)
+    if kind == "burst":
+        return burst_arrivals(num_requests, duration_s)
     if kind == "trace":
         raise WorkloadError("arrival 'trace' needs a trace with timestamps")
+    if kind == "ladder":
+        raise WorkloadError("arrival 'ladder' is generated from its stages (workloads/ladder.py)")
     choices = ", ".join(ARRIVAL_KINDS)
     raise WorkloadError(f"unknown arrival process {kind!r} (choose from {choices})")

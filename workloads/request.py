@@ -28,6 +28,8 @@ PROMPT_TAG = 1  # a request's own unique prompt (traces without prefix info, gen
 SHARED_TAG = 2  # a prefix shared by many requests (system prompt, k-shot examples)
 TURN_TAG = 3  # the new user input of a session turn
 STEP_TAG = 4  # the per-node instruction of a tree-of-thought step
+QUESTION_TAG = 5  # a question of a benchmark's prompt group (the same text each time the
+# harness sends that prompt again, workloads/prompt_groups.py)
 
 
 def mix64(*parts: int) -> int:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
 from workloads.errors import WorkloadError
+from workloads.ladder import DEFAULT_GAP_S, LADDER_TYPES, parse_ladder
 from workloads.traces.formats import TRACE_FORMATS
 from workloads.traces.load import DEFAULT_MAX_CONTEXT_LEN
 
 DEFAULT_WORKLOAD = "sharegpt"
-ARRIVALS = ("poisson", "gamma", "fixed", "trace", "diurnal")
+ARRIVALS = ("poisson", "gamma", "fixed", "trace", "diurnal", "ladder", "burst")
 LENGTH_MODELS = ("sharegpt", "alpaca", "sharegpt-real", "fixed", "uniform", "lognormal")
 
 # options read by one arrival process only -> that process. Summary rows and the config hash
@@ -31,21 +32,54 @@ LENGTH_MODELS = ("sharegpt", "alpaca", "sharegpt-real", "fixed", "uniform", "log
 # RunOptions.config_hash), so the columns and hashes of every other run are what they were
 # before the option existed: a resumed sweep does not re-run its cells, and recorded results
 # keep their columns.
-ARRIVAL_ONLY: dict[str, str] = {"peak_to_trough": "diurnal"}
+ARRIVAL_ONLY: dict[str, str] = {"peak_to_trough": "diurnal", "ladder": "ladder",
+                                "ladder_type": "ladder", "ladder_gap_s": "ladder",
+                                "ladder_drain": "ladder"}
+# options read by one kind of generator only (workloads.registry's `generator` of a built-in
+# workload) -> those kinds; kept out of every other run's row and hash the same way
+GROUPED = ("shared-prefix", "generated-shared-prefix")  # workloads/prompt_groups.py
+GENERATOR_ONLY: dict[str, tuple[str, ...]] = {
+    name: GROUPED for name in ("gsp_num_groups", "gsp_prompts_per_group",
+                               "gsp_system_prompt_len", "gsp_question_len", "gsp_output_len",
+                               "ignore_eos")}
 
 
-def arrival_only_unused(values: dict) -> list[str]:
-    """The ARRIVAL_ONLY options among `values` (flat option name -> value) that the run's
-    arrival process does not read."""
-    return [k for k, kind in ARRIVAL_ONLY.items() if k in values and values.get("arrival") != kind]
+def unused_options(values: dict) -> list[str]:
+    """The ARRIVAL_ONLY and GENERATOR_ONLY options among `values` (flat option name -> value)
+    that the run's arrival process or workload generator does not read. The arrival process
+    is `arrival`, else the built-in workload's default (a named ladder workload reads its
+    ladder options without `--arrival ladder`)."""
+    name = values.get("workload")
+    trace = values.get("trace") is not None
+    defaults = {} if trace else workload_defaults(name)
+    arrival = values.get("arrival") or defaults.get("arrival")
+    out = [k for k, kind in ARRIVAL_ONLY.items() if k in values and arrival != kind]
+    generator = None if trace else defaults.get("generator")
+    out += [k for k, kinds in GENERATOR_ONLY.items() if k in values and generator not in kinds]
+    return out
 
 
 _NAME_SOURCES: list[Callable[[], Iterable[str]]] = []
+_DEFAULT_SOURCES: list[Callable[[str], dict]] = []
 
 
 def register_workload_names(source: Callable[[], Iterable[str]]) -> None:
     """Called by workloads.registry at import: where the built-in names come from."""
     _NAME_SOURCES.append(source)
+
+
+def register_workload_defaults(source: Callable[[str], dict]) -> None:
+    """Called by workloads.registry at import: a built-in workload's defaults by name
+    (`arrival`, `generator` and the options it sets)."""
+    _DEFAULT_SOURCES.append(source)
+
+
+def workload_defaults(name: str | None) -> dict:
+    """What the built-in workload `name` sets when an option is left at None ({} for none)."""
+    out: dict = {}
+    for source in _DEFAULT_SOURCES:
+        out.update(source(name or DEFAULT_WORKLOAD))
+    return out
 
 
 def workload_names() -> list[str]:
@@ -126,12 +160,48 @@ class WorkloadSpec:
                                          domain=_NONNEG)
     num_samples: int = spec_field(4, "parallel-sampling: outputs per prompt",
                                   domain=_positive(MAX_I32))
+    # the benchmarks' grouped shared-prefix datasets (workloads/prompt_groups.py), named
+    # after SGLang's bench_serving flags; llm-d's shared_prefix has the same five
+    gsp_num_groups: int | None = spec_field(
+        None, "shared-prefix workloads: prompt groups, each with its own system prompt "
+        "(default: the workload's)", domain=_positive(MAX_I32))
+    gsp_prompts_per_group: int | None = spec_field(
+        None, "shared-prefix workloads: prompts (questions) per group (default: the "
+        "workload's)", domain=_positive(MAX_I32))
+    gsp_system_prompt_len: int | None = spec_field(
+        None, "shared-prefix workloads: system prompt tokens (default: the workload's)",
+        domain=Domain(0, MAX_TOKENS))
+    gsp_question_len: int | None = spec_field(
+        None, "shared-prefix workloads: question tokens (default: the workload's)",
+        domain=_positive(MAX_TOKENS))
+    gsp_output_len: int | None = spec_field(
+        None, "shared-prefix workloads: output tokens, the max_tokens each request sends "
+        "(default: the workload's)", domain=_positive(MAX_TOKENS))
+    ignore_eos: bool = spec_field(
+        True, "shared-prefix workloads: every answer runs to its output length (off: true "
+        "lengths from --lengths, capped there)")
+    # QPS ladder arrivals (workloads/ladder.py)
+    ladder: str | None = spec_field(
+        None, "ladder arrivals: stages RATExSECONDS, comma separated, e.g. 15x50,3x20 "
+        "(default: the workload's)")
+    ladder_type: str | None = spec_field(
+        None, "ladder arrivals: every stage's timer as inference-perf's load.type "
+        "(default: the workload's, else poisson)", choices=LADDER_TYPES)
+    ladder_gap_s: float | None = spec_field(
+        None, f"ladder arrivals: seconds from a stage's last arrival to the next stage's "
+        f"start (default {DEFAULT_GAP_S:g}: inference-perf's 1 s interval + 1 s lead)",
+        domain=_NONNEG)
+    ladder_drain: bool = spec_field(
+        True, "ladder arrivals: a stage starts once every request before it has finished, "
+        "as inference-perf's load generator waits (off: stages at their generated times)")
 
     def __post_init__(self) -> None:
         check_fields(self, error=WorkloadError)
         if self.turn_input_min > self.turn_input_max:
             raise WorkloadError(f"--turn-input-min {self.turn_input_min} is above "
                                 f"--turn-input-max {self.turn_input_max}")
+        if self.ladder is not None:
+            parse_ladder(self.ladder)  # one line naming the bad stage
         if self.prompts_per_tree() > MAX_TOKENS:
             raise WorkloadError(f"--depth {self.depth} with --branching {self.branching} makes "
                                 f"more than {MAX_TOKENS:,} prompts per tree")

@@ -34,6 +34,8 @@ from kvcore.hybrid_plan import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_T
 from kvcore.layers import HybridLayout
 from kvcore.registry import Registry
 from kvcore.tiers import TierConfig
+from kvcore.vllm_rules import DEFAULT_VLLM_VERSION
+from kvcore.vllm_rules import MAMBA_CACHE_MODES as _VLLM_MODES
 
 __all__ = [
     "MAMBA_CACHE_MODES",
@@ -52,7 +54,7 @@ __all__ = [
 
 #: vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`): "none" one state
 #: per request, "align" the state kept at block boundaries, "all" a state per block
-MAMBA_CACHE_MODES: tuple[str, ...] = ("none", "align", "all")
+MAMBA_CACHE_MODES: tuple[str, ...] = _VLLM_MODES
 
 #: how an extend/decode past the model's context is worded (policies with per-request
 #: reservations pass their own phrase)
@@ -291,7 +293,9 @@ class PolicyConfig:
     `mamba_full_memory_ratio` (state pool bytes / full-attention KV bytes),
     `max_mamba_cache_size` (state slots; 0: from the ratio). vLLM's `mamba_cache_mode`:
     vllm/config/cache.py's field defaults to "none" (prefix caching off); with prefix caching
-    on, current vLLM (v0.24 and later) runs hybrids in "align", the default here.
+    on, vLLM runs gated delta net hybrids in "align", the default here (a run resolves the
+    mode its `vllm_version` picks, kvcore.vllm_rules). `vllm_version` names the vLLM release
+    whose hybrid rules (block alignment, grouping) the `vllm` policy follows.
     """
 
     kv_tokens: int
@@ -317,6 +321,7 @@ class PolicyConfig:
     mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO
     max_mamba_cache_size: int = 0
     mamba_cache_mode: str = "align"
+    vllm_version: str = DEFAULT_VLLM_VERSION
 
     @property
     def is_hybrid(self) -> bool:

@@ -10,7 +10,7 @@ iteration, no tier traffic.
   prefix is offered to it once its prefill completes (SGLang's cache_unfinished_req).
 * `Reserving`: admission reserves memory up front; its placement, not a budget, decides.
 * `DecodeStretch`: `n` decode steps in one call with the result of `n` single steps, and the
-  cost of those steps known in advance: what the fast-forward (simulator/stretch.py) needs.
+  cost of those steps known in advance: what the fast-forward (simulator/fastforward/) needs.
 * `LowerTiers`: host (and storage) tiers behind the device pool; admission may load from them,
   at most what the storage prefetch delivered. Both tiered policies keep them in one tier
   controller (kvcore/tier_controller.py).
@@ -77,7 +77,7 @@ class Reserving(KVPolicy):
         tokens (a prefill chunk) and then decoding `decode_rids` one token, with exactly the
         result of `n` calls of `extend` and `decode` in that order; returns the breakdown
         parts (columns in PARTS order) after each iteration. The engine's prefill stretch
-        (simulator/prefill_stretch.py) asks this while a reserving policy refused the queue
+        (simulator/fastforward/) asks this while a reserving policy refused the queue
         head: nothing else can change the pool until memory is given back.
 
         Before: the rids admitted, the two lists disjoint, every room >= 1, and every write
@@ -236,6 +236,14 @@ class PoolKinds(KVPolicy):
         stepping integrates `pool_usage`: a PoolKinds policy that is a DecodeStretch must
         give them. Default: none (a policy that steps every decode)."""
         return {}
+
+    @property
+    def shared_pool(self) -> bool:
+        """True when every kind draws its blocks from one pool (vLLM's KV cache groups over
+        one block pool): each kind's `capacity_bytes` is then that one pool, and the kinds'
+        bytes in use are shares of it, not pools of their own. Default: separate pools
+        (SGLang's full / SWA / state pools)."""
+        return False
 
 
 #: every capability, in the order DEVELOPERS.md lists them

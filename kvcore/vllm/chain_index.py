@@ -77,8 +77,20 @@ class Segment:
     engine iteration, and most are never read before their blocks are evicted (a lookup
     reads only the segments on a waiting prompt's chain)."""
 
-    __slots__ = ("_blocks", "_gens", "_hashes", "_joined", "pending", "last_block",
-                 "last_hash", "live", "n", "sid", "slot", "start")
+    __slots__ = (
+        "_blocks",
+        "_gens",
+        "_hashes",
+        "_joined",
+        "last_block",
+        "last_hash",
+        "live",
+        "n",
+        "pending",
+        "sid",
+        "slot",
+        "start",
+    )
 
     def __init__(self, sid: int, start: int) -> None:
         self.sid = sid

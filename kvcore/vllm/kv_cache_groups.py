@@ -47,12 +47,19 @@ import numpy as np
 from kvcore.hybrid_plan import (
     HybridPlan,
     vllm_block_size,
-    vllm_group_size,
     vllm_kinds,
     vllm_plan,
 )
 from kvcore.layers import CHUNKED, FULL, SLIDING, HybridLayout
 from kvcore.validation import cdiv
+from kvcore.vllm_rules import VllmRules
+
+# vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`, kvcore.vllm_rules):
+# "none" keeps one state block per request and caches nothing (prefix caching off); "align"
+# keeps the state at block boundaries where a scheduler step ends (the scheduler cuts prefill
+# chunks there); "all" keeps the state at every block boundary. Which one a run uses when
+# none is given is the version's rule (`VllmRules.mamba_cache_mode`), resolved by the run
+# into `PolicyConfig.mamba_cache_mode`.
 
 #: the pool kinds reported per kind (`PoolUsage.kind`)
 POOL_KIND = {FULL: "full", SLIDING: "swa", CHUNKED: "chunked", "linear": "mamba",
@@ -155,12 +162,16 @@ def full_attention_groups(num_blocks: int, block_size: int) -> KVCacheGroups:
 
 def vllm_groups(layout: HybridLayout, kv_bytes: int, context_len: int, *,
                 kv_dtype: str = "bf16", tp: int = 1,
-                block_size: int | None = None) -> KVCacheGroups:
+                block_size: int | None = None, rules: VllmRules | None = None,
+                mamba_cache_mode: str = "align") -> KVCacheGroups:
     """The KV cache groups vLLM builds for `layout` with a budget of `kv_bytes` on one rank,
-    sized by the planner (`vllm_plan`), so both agree block for block."""
+    under the version's `rules` in `mamba_cache_mode`, sized by the planner (`vllm_plan`), so
+    both agree block for block."""
     if kv_bytes <= 0:
         raise ValueError(f"kv_bytes must be > 0 for a hybrid layout, got {kv_bytes}")
-    rule = vllm_block_size(layout, kv_dtype, tp, block_size)
+    mode = mamba_cache_mode if layout.state_groups() else None
+    rule = vllm_block_size(layout, kv_dtype, tp, block_size, rules=rules,
+                           mamba_cache_mode=mode or "none")
     bs, page = rule.block_size, rule.attn_page_bytes
     for g in layout.attention_groups():
         per_token = g.kv_bytes_per_token_layer(kv_dtype, tp)
@@ -171,9 +182,10 @@ def vllm_groups(layout: HybridLayout, kv_bytes: int, context_len: int, *,
         if g.kind == CHUNKED and g.chunk % bs:
             raise ValueError(f"{g.label}: the chunk of {g.chunk} tokens does not divide by "
                              f"the block size {bs}")
-    plan = vllm_plan(layout, kv_bytes, context_len, kv_dtype=kv_dtype, tp=tp, block_size=bs)
+    plan = vllm_plan(layout, kv_bytes, context_len, kv_dtype=kv_dtype, tp=tp, block_size=bs,
+                     rules=rules, mamba_cache_mode=mode)
     kinds = vllm_kinds(layout)
-    group_size = vllm_group_size([g.layers for g in kinds.values()])
+    group_size = plan.block_bytes // page
     num_blocks = int(kv_bytes // (page * group_size))
     if any(p.pages != num_blocks for p in plan.pools) or plan.block_size != bs:
         raise AssertionError("vllm_groups disagrees with vllm_plan")  # pragma: no cover

@@ -78,6 +78,7 @@ from kvcore.vllm.group_rules import (
 from kvcore.vllm.kv_cache_groups import KVCacheGroups, full_attention_groups, vllm_groups
 from kvcore.vllm.request import Request
 from kvcore.vllm.stretch import Stretch
+from kvcore.vllm_rules import vllm_rules
 
 
 def as_ids(token_ids: np.ndarray) -> np.ndarray:
@@ -92,7 +93,9 @@ def layout_groups(config: PolicyConfig) -> KVCacheGroups:
     if config.is_hybrid:
         assert config.layout is not None
         return vllm_groups(config.layout, config.kv_bytes, config.max_context_len,
-                           kv_dtype=config.kv_dtype, block_size=page_size)
+                           kv_dtype=config.kv_dtype, block_size=page_size,
+                           rules=vllm_rules(config.vllm_version),
+                           mamba_cache_mode=config.mamba_cache_mode)
     return full_attention_groups(positive_int("kv_tokens // page_size", config.num_pages),
                                  page_size)
 

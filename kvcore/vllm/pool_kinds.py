@@ -36,6 +36,10 @@ class PooledVLLMManager(VLLMManager, PoolKinds):
                         int(np.count_nonzero(mine & cached))))
         return out
 
+    @property
+    def shared_pool(self) -> bool:
+        return True  # every group draws block ids from one BlockPool
+
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Per pool kind: the shared pool's bytes as capacity, the bytes its groups' blocks
         hold for live requests or as cache (PoolUsage's `used` counts both; `cached` the cache

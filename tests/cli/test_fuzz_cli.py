@@ -34,7 +34,8 @@ FUZZ = settings(deadline=None, derandomize=True, print_blob=True,
 BASE = {"--num-requests": "3", "--kv-tokens": "2048", "--latency": "constant",
         "--max-context-len": "1024", "--input-len": "32", "--output-len": "8",
         "--lengths": "uniform", "--gpu-mem-gib": "4096", "--rate": "4"}
-MEMORY = ("--kv-tokens", "--num-pages", "--kv-mem-gib", "--budget", "--mem-fraction",
+MEMORY = ("--kv-tokens", "--num-pages", "--kv-mem-gib", "--kv-cache-memory-bytes", "--budget",
+          "--mem-fraction",
           "--activation-peak-gib", "--non-torch-gib")
 
 
@@ -114,7 +115,8 @@ POSITIVE = {"rate", "cv", "rate_scale", "duration_s", "num_requests", "max_new_t
             "turn_input_min", "turn_input_max", "branching", "num_samples", "page_size",
             "gpu_mem_gib", "tp", "max_context_len", "kv_tokens", "num_pages", "kv_mem_gib",
             "mem_fraction", "max_running_requests", "max_prefill_tokens", "slo_ttft",
-            "slo_tpot"}
+            "slo_tpot", "gsp_num_groups", "gsp_prompts_per_group", "gsp_question_len",
+            "gsp_output_len"}
 words = st.text(string.ascii_letters + string.punctuation + " ", min_size=1, max_size=12)
 huge = st.sampled_from(["99999999999999999999999", "1" + "0" * 40, "1e400", "-1e400",
                         str(2**64), "1e308"])
@@ -224,12 +226,20 @@ VALID["--arrival"] = st.sampled_from(["poisson", "gamma", "fixed"])  # 'trace' n
 VALID["--max-concurrency"] = _i(1, 4)
 VALID["--latency-profile"] = st.sampled_from(["vllm-paper-2023", "vllm-hopper", "sglang-hopper"])
 VALID["--peak-to-trough"] = _f(1, 10)  # read by --arrival diurnal only
+# the grouped shared-prefix workloads' options and the ladder's (workloads/prompt_groups.py,
+# ladder.py): read by those workloads / that arrival process only (_where_used moves them)
+VALID.update({"--gsp-num-groups": _i(1, 3), "--gsp-prompts-per-group": _i(1, 3),
+              "--gsp-system-prompt-len": _i(0, 64), "--gsp-question-len": _i(1, 32),
+              "--gsp-output-len": _i(1, 8), "--ladder": st.sampled_from(["2x1", "3x1,1x2"]),
+              "--ladder-gap-s": _f(0, 5)})
 # hybrid models' options (simulator/hybrid.py): each is read on a hybrid model by the policy
 # whose layout it sizes, and is an error elsewhere; SGLang's Mamba cache runs page 1, and its
 # state pool needs a pool of a few GiB to run one request (3 slots per running request)
 VALID["--swa-full-tokens-ratio"] = _f(0.1, 1)
 VALID["--mamba-full-memory-ratio"] = _f(0.1, 4)
 VALID["--max-mamba-cache-size"] = _i(3, 64)
+VALID["--vllm-version"] = st.sampled_from(["0.11.0", "0.19", "0.20.1rc1", "0.24.0", "0.31.0"])
+VALID["--kv-cache-memory-bytes"] = _i(2**24, 2**30)
 _SGLANG_MAMBA = ["--model", "qwen3.5-4b", "--policy", "paged", "--page-size", "1",
                  "--kv-tokens", "65536"]
 HYBRID_CONTEXT = {
@@ -238,7 +248,16 @@ HYBRID_CONTEXT = {
     "--mamba-full-memory-ratio": _SGLANG_MAMBA,
     "--max-mamba-cache-size": _SGLANG_MAMBA,
     "--mamba-cache-mode": ["--model", "qwen3.5-4b", "--policy", "vllm", "--kv-tokens", "65536"],
+    **{o: ["--model", "qwen3.5-4b", "--policy", "vllm", "--kv-tokens", "65536"]
+       for o in ("--vllm-version", "--mamba-cache-dtype", "--mamba-ssm-cache-dtype")},
 }
+def _has_states(model: str | None) -> bool:
+    from kvcore.hybrid_presets import hybrid_layout
+
+    layout = hybrid_layout(str(model))
+    return layout is not None and bool(layout.state_groups())
+
+
 # options of the roofline model (BASE runs the constant one)
 ROOFLINE_ONLY = ("--page-head-overhead-s", "--iteration-overhead-s", "--attention-backend",
                  "--latency-profile")
@@ -277,6 +296,8 @@ def test_valid_option_values_exit_0(option, data, files, tmp_path_factory):
     if option == "--peak-to-trough":
         extra = ["--arrival", "diurnal"]
     extra += HYBRID_CONTEXT.get(option, [])
+    if option == "--model" and _has_states(value):  # SGLang's Mamba cache runs page 1 only,
+        extra += _SGLANG_MAMBA[2:]  # and its state pool needs a few GiB (above)
     if option == "--attention-backend" and value == "fa2":
         extra += ["--page-size", "256"]  # upstream FA2 runs only multiples of 256
     args = ["run", *_where_used(option, value, with_base(option, value)), *extra]
@@ -292,6 +313,11 @@ _READ_BY = {"--prefix-len": "kshot", "--num-prefixes": "kshot", "--question-len"
             "--branching": "tot", "--level-interval-s": "tot", "--num-samples":
             "parallel-sampling"}
 _LENGTH_FLAGS = ("--input-len", "--output-len", "--lengths", "--spread", "--sigma")
+_GROUPED = ("--gsp-num-groups", "--gsp-prompts-per-group", "--gsp-system-prompt-len",
+            "--gsp-question-len", "--gsp-output-len", "--ignore-eos", "--no-ignore-eos")
+_GROUPED_WORKLOADS = ("shared-prefix", "generated-shared-prefix", "llmd-73-capacity",
+                      "llmd-37-capacity", "sglang-v04-router")
+_LADDER = ("--ladder", "--ladder-type", "--ladder-gap-s", "--ladder-drain", "--no-ladder-drain")
 _TRACE_ONLY = ("--rate-scale", "--format", "--skip-bad-rows", "--trace")
 
 
@@ -317,6 +343,17 @@ def _where_used(option: str, value: str | None, args: list[str]) -> list[str]:
 
     if option in _READ_BY:
         return [*args, "--workload", _READ_BY[option]]
+    if option in _GROUPED or (option == "--workload" and value in _GROUPED_WORKLOADS):
+        args = drop((*_LENGTH_FLAGS, "--rate"))  # with ignore-eos no length model is read
+        if option == "--workload":
+            return args
+        eos_off = ["--lengths", "uniform", "--output-len", "8"]  # the true output lengths
+        return [*args, "--workload", "shared-prefix", "--rate", "4",
+                *(eos_off if option == "--no-ignore-eos" else [])]
+    if option in _LADDER:
+        args = drop(("--rate",))
+        return [*args, "--arrival", "ladder", *([] if option == "--ladder" else
+                                                 ["--ladder", "2x1"])]
     if option == "--cv":
         return [*args, "--arrival", "gamma"]
     if option in _TRACE_ONLY:

@@ -135,3 +135,48 @@ def test_malformed_csv_names_line_and_column(tmp_path: Path):
     assert r.exit_code == 2 and "needs columns batch_size" in r.output
     r = invoke("calibrate", str(f), "--out", str(tmp_path / "p.yaml"))
     assert r.exit_code == 2 and ".toml or .json" in r.output
+
+
+def _batch_one_doc(truth: LatencyProfile, seed: int) -> dict:
+    """Batch-1 decode at one prompt length (1,024 tokens), 1 % noise: every step reads the
+    same weights, so memory time and the per-iteration cost are both constants."""
+    lm = make_latency_model("roofline", "llama-3.1-8b", "h100",
+                            **roofline_constants(truth, None, 16))
+    rng = np.random.default_rng(seed)
+    outputs = [int(x) for x in rng.integers(20, 80, 24)]
+    return {"backend": "vllm", "max_concurrency": 1, "input_lens": [1024] * 24,
+            "output_lens": outputs, "ttfts": [None] * 24,
+            "itls": [[lm.iteration_time((), [1024 + j], 16) * float(rng.normal(1, 0.01))
+                      for j in range(1, o)] for o in outputs]}
+
+
+def test_an_unidentifiable_constant_is_held_with_its_reason(tmp_path: Path):
+    """Issue 38 item 9: batch-1 data at one context length printed "mbu 1 (fitted)": 100 %
+    of HBM bandwidth, the least-squares value clipped at its bound, from data that measures
+    only memory time + iteration cost together. mbu is now held at the base profile's value
+    and says why; the iteration cost takes up the rest."""
+    truth = replace(PROFILES["vllm-hopper"], mbu=0.95, iteration_overhead_s=1e-4)
+    f = tmp_path / "b1.json"
+    f.write_text(json.dumps(_batch_one_doc(truth, seed=1)))
+    r = invoke("calibrate", str(f), "--out", str(tmp_path / "b1.toml"))
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.output.splitlines() if ln.strip().startswith("mbu"))
+    assert "(held: not identifiable" in line and "iteration_overhead_s" in line
+    assert "(fitted)" not in line
+    p = load_profile(str(tmp_path / "b1.toml"))
+    assert p.mbu == PROFILES["vllm-hopper"].mbu  # the base's, not 1
+
+
+def test_a_constant_pushed_to_its_bound_is_held_there_and_says_so():
+    """Decode steps 20 % faster than the roofline at full bandwidth allows: the
+    least-squares efficiency exceeds 1, is held at 1 and reported as held at its bound, never
+    as fitted."""
+    truth = replace(TRUTH, mbu=1.0)
+    lm = make_latency_model("roofline", "llama-3.1-8b", "h100",
+                            **roofline_constants(truth, None, 16))
+    obs = [Observation((Iteration((), (ctx,) * b, 16),),
+                       0.8 * lm.iteration_time((), [ctx] * b, 16), f"{b}x{ctx}")
+           for b in (1, 8, 32) for ctx in (500, 2000, 8000, 16000)]
+    fit = fit_profile(obs, PROFILES["vllm-hopper"], "llama-3.1-8b", "h100")
+    assert fit.profile.mbu == 1.0 and "mbu" not in fit.fitted
+    assert fit.held["mbu"].startswith("at its bound 1")

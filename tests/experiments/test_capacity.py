@@ -4,6 +4,7 @@ threshold, and real simulations through `kvsim capacity`."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -146,3 +147,77 @@ def test_the_static_page_size_table_uses_the_workloads_lengths():
     key = next(k for k in plain[0] if "frag" in k and "token" in k)
     assert all(row[key] == 0 for row in plain)
     assert any(row[key] > 0 for row in traced)
+
+
+def test_capacity_tells_a_missed_slo_from_overload_and_prints_small_rates():
+    """Issue 38 item 7: at the start rate (4 req/s) the queue drains but TTFT misses the SLO:
+    `overloaded_at_start` is false and `slo_met_at_start` false (it said overloaded); each
+    probe keeps both verdicts; a rate below 1 token/s prints as itself, not "0"."""
+    from reports.overload_view import capacity_lines, probe_line
+
+    opts = RunOptions.from_mapping({"rate": 4.0, "slo_ttft_p99": 2.0})
+
+    def sim(o):
+        rate = o.workload.rate
+        met = rate <= 3.0
+        return {"rate_req_s": rate, "overloaded": rate > 8.0, "overload_reason": "queue",
+                "throughput_tok_s": 0.42 * rate, "slo_met": met,
+                "slo_attainment": 0.995 if met else 0.9,
+                "slo_binding": None if met else "TTFT <= 2 s"}
+
+    cap = find_sustainable_rate(opts, steps=2, simulate=sim)
+    d = cap.to_dict()
+    assert d["overloaded_at_start"] is False and d["slo_met_at_start"] is False
+    first = d["probes"][0]
+    assert first["overloaded"] is False and first["slo_met"] is False
+    assert probe_line(cap.probes[0]).strip().startswith("misses the SLO at 4")
+    small = replace(cap, input_tok_s=0.3, output_tok_s=0.42, throughput_tok_s=0.4)
+    line = capacity_lines(small)[-1]
+    assert "0.3 prompt + 0.42 output tokens/s" in line and "generated 0.4 tok/s" in line
+    assert " 0 output" not in line
+    over = find_sustainable_rate(opts, steps=1, simulate=lambda o: {
+        **sim(o), "overloaded": True, "overload_reason": "queue"})
+    assert over.overloaded_at_start and over.slo_met_at_start is False
+    assert "no sustainable rate found: still overloaded at --rate" in capacity_lines(over)[-1]
+
+
+def test_the_slo_counts_requests_a_run_ended_without_finishing(tmp_path):
+    """A run cut off with requests queued: they have no row, yet they met no target; the
+    attainment counts them (every request of the run in the denominator)."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    out = tmp_path / "r"
+    r = CliRunner().invoke(app, ["run", "--workload", "mooncake-conv", "--num-requests", "300",
+                                 "--rate", "100", "--no-drain", "--slo-ttft-p99", "1000",
+                                 "--no-progress", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    import pandas as pd
+
+    row = pd.read_csv(out / "summary.csv").iloc[0]
+    assert row["slo_ttft_attainment"] <= row["requests_completed"] / 300
+    assert not bool(row["slo_met"])
+    assert "SLO missed (99 % of requests: TTFT <= 1000 s)" in " ".join(r.output.split())
+
+
+def test_run_with_an_slo_prints_whether_it_was_met():
+    """Issue 38 item 7: `run --slo-ttft-p99 2 --slo-tpot-p99 0.05` printed nothing about the
+    SLO; now one line says met or missed, the attainments and, when missed, which target
+    binds."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    base = ["run", "--workload", "sharegpt", "--num-requests", "30", "--no-progress"]
+    r = CliRunner().invoke(app, [*base, "--slo-ttft-p99", "2", "--slo-tpot-p99", "0.05"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert ("SLO met (99 % of requests: TTFT <= 2 s and TPOT <= 0.05 s): 100.0% of all "
+            "requests met every target (TTFT <= 2 s 100.0%, TPOT <= 0.05 s 100.0%)") in text
+    r = CliRunner().invoke(app, [*base, "--slo-ttft-p99", "2", "--slo-tpot-p99", "0.001"])
+    text = " ".join(r.output.split())
+    assert "SLO missed (99 % of requests: TTFT <= 2 s and TPOT <= 0.001 s)" in text
+    assert "TPOT <= 0.001 s binds" in text
+    r = CliRunner().invoke(app, base)
+    assert "SLO" not in r.output

@@ -9,7 +9,7 @@ import pytest
 
 from experiments.config_file import load_config, options_from
 from experiments.options import ALIASES, IMPLIED, OPTIONS, SPECS, RunOptions
-from kvcore.memory import DEFAULT_BUDGET, MemorySpec
+from kvcore.memory import DEFAULT_BUDGET, HYBRID_MEMORY_OPTIONS, MemorySpec
 from kvcore.planner import resolve_kv_tokens
 from kvcore.presets import MODELS, get_model
 from simulator.config import FLAT_FIELDS
@@ -98,6 +98,7 @@ def test_one_name_per_option_and_every_alias_is_an_old_or_engine_spelling():
                 "block_size": "page_size", "max_num_seqs": "max_running_requests",
                 "gpu_memory_utilization": "mem_fraction",
                 "mem_fraction_static": "mem_fraction",
+                "engine_version": "vllm_version", "mamba_ssm_dtype": "mamba_ssm_cache_dtype",
                 # SLO targets at a percentile (they imply --slo-percentile)
                 **{f"slo_{m}_p{p}": f"slo_{m}" for m in ("ttft", "tpot") for p in (99, 90, 50)}}
     assert expected == ALIASES
@@ -114,8 +115,9 @@ def test_sim_config_is_built_from_the_options_by_name():
     sim = set(FLAT_FIELDS)
     # kv_bytes: the pool's budget in bytes, resolved from the memory options (hybrids only)
     assert sim - set(OPTIONS) == ENGINE_INTERNALS | {"kv_bytes"}
-    sim -= {"kv_bytes", *HYBRID_OPTIONS}  # a full-attention model's columns have no hybrid
-    assert not set(HYBRID_OPTIONS) & set(opts().resolved())
+    # a full-attention model's columns have no hybrid option
+    sim -= {"kv_bytes", *HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS}
+    assert not {*HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS} & set(opts().resolved())
     o = opts(kv_tokens=4096, warmup_s=3.0, duration_s=50.0, timeline_interval_s=0.25,
              admission="vllm", eviction="lfu", seed=9)
     flat = o.sim_config().to_dict()

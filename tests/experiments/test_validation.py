@@ -166,9 +166,15 @@ def test_report_has_one_table_per_kind_and_the_counts(full: pd.DataFrame, tmp_pa
     text = out.read_text()
     header = "| " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |"
     assert text.count(header) == 4
-    table = [line for line in text.splitlines() if line.startswith("|")]
+    # the counted rows' tables; the fleet figures awaiting the fleet simulation have their own
+    awaiting = text.index("## Fleet rows awaiting the fleet simulation")
+    counted = text[:awaiting] + text[text.index("## Method notes"):]
+    table = [line for line in counted.splitlines() if line.startswith("|")]
     assert len(table) == len(full) + 4 * 2
     assert all(line.count("|") == len(COLUMNS) + 1 for line in table)
+    fleet = [line for line in text[awaiting:text.index("## Method notes")].splitlines()
+             if line.startswith("|")]
+    assert len(fleet) == len(full.attrs["awaiting"]) + 2
     sections = [text.index(s) for s in ("## Paper rows simulated by kvsim", "## Derived rows",
                                         "## Analytic identities", "## Closed-form cross-checks",
                                         "## Method notes")]

@@ -17,6 +17,8 @@ import pytest
 from kvcore.hybrid_presets import layout_of
 from kvcore.model_config import layout_from_hf_config
 from kvcore.presets import HYBRID_ERA_MODELS, ModelPreset, get_model
+from kvcore.state_dtypes import resolve_state_dtypes
+from kvcore.vllm_rules import vllm_rules
 
 SLIDING_FULL = ["sliding_attention", "full_attention"]
 GDN_3_TO_1 = ["linear_attention"] * 3 + ["full_attention"]
@@ -84,7 +86,37 @@ PUBLISHED: dict[str, tuple[str, dict]] = {
         "intermediate_size": 15680, "vocab_size": 131072, "max_position_embeddings": 131072,
         "hybrid_override_pattern": "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
         "mamba_num_heads": 128, "mamba_head_dim": 80, "ssm_state_size": 128, "n_groups": 8,
-        "conv_kernel": 4, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}),
+        "conv_kernel": 4, "chunk_size": 128, "mlp_hidden_act": "relu2",
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"}),
+    "qwen3.5-0.8b": ("Qwen/Qwen3.5-0.8B", {  # revision 2fc06364, as a public fixture has it
+        "model_type": "qwen3_5", "tie_word_embeddings": True, "text_config": {
+            "model_type": "qwen3_5_text", "num_hidden_layers": 24, "hidden_size": 1024,
+            "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+            "intermediate_size": 3584, "vocab_size": 248320, "max_position_embeddings": 262144,
+            "layer_types": GDN_3_TO_1 * 6, "full_attention_interval": 4,
+            "linear_num_value_heads": 16, **GDN_FIELDS, "mamba_ssm_dtype": "float32",
+            "mtp_num_hidden_layers": 1, "tie_word_embeddings": True, "dtype": "bfloat16"},
+        "vision_config": {"depth": 12, "hidden_size": 768, "intermediate_size": 3072,
+                          "in_channels": 3, "num_position_embeddings": 2304,
+                          "out_hidden_size": 1024, "patch_size": 16, "spatial_merge_size": 2,
+                          "temporal_patch_size": 2}}),
+    "qwen3.6-27b": ("Qwen/Qwen3.6-27B", {  # the family's fields (see the preset's source)
+        "model_type": "qwen3_5", "tie_word_embeddings": False, "text_config": {
+            "model_type": "qwen3_5_text", "num_hidden_layers": 64, "hidden_size": 5120,
+            "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+            "intermediate_size": 17408, "vocab_size": 248320, "max_position_embeddings": 262144,
+            "layer_types": GDN_3_TO_1 * 16, "full_attention_interval": 4,
+            "linear_num_value_heads": 48, **GDN_FIELDS, "mamba_ssm_dtype": "float32",
+            "dtype": "bfloat16"}}),
+    "qwen3.5-35b-a3b": ("Qwen/Qwen3.5-35B-A3B", {
+        "model_type": "qwen3_5_moe", "tie_word_embeddings": False, "text_config": {
+            "model_type": "qwen3_5_moe_text", "num_hidden_layers": 40, "hidden_size": 2048,
+            "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+            "vocab_size": 248320, "max_position_embeddings": 262144,
+            "full_attention_interval": 4, "linear_num_value_heads": 32, **GDN_FIELDS,
+            "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+            "shared_expert_intermediate_size": 512, "mamba_ssm_dtype": "float32",
+            "dtype": "bfloat16"}}),
     "qwen3-8b": ("Qwen/Qwen3-8B", {
         "model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096,
         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -141,8 +173,16 @@ def test_layout_is_its_config_json(mid):
     def key(g):
         return g.kind, g.window, g.chunk
 
-    ours = sorted(layout_of(get_model(mid)).groups, key=key)
-    assert ours == sorted(layout_from_hf_config(PUBLISHED[mid][1]).groups, key=key), mid
+    def resolved(layout, engine, version):  # the states as that engine stores them
+        return sorted(resolve_state_dtypes(layout, engine, vllm_rules(version)).groups, key=key)
+
+    ours, theirs = layout_of(get_model(mid)), layout_from_hf_config(PUBLISHED[mid][1])
+    assert (ours.model_dtype, ours.config_ssm_dtype) == (theirs.model_dtype,
+                                                        theirs.config_ssm_dtype), mid
+    for engine, version in (("vllm", "0.31.0"), ("vllm", "0.11.0"), ("sglang", "0.31.0")):
+        assert resolved(ours, engine, version) == resolved(theirs, engine, version), mid
+    if ours.state_groups():  # what decides the dtypes: the family and the config's dtype
+        assert ours.arch == theirs.arch, mid
 
 
 def test_ministral_interleave_is_not_in_its_config_json():

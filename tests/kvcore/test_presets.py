@@ -36,6 +36,9 @@ KV_BYTES_BF16 = {
     "qwen3-next-80b-a3b": 98_304,  # 2 x 2 x 256 x 2 x 48
     "qwen3.5-4b": 131_072,  # 2 x 4 x 256 x 2 x 32
     "qwen3.5-27b": 262_144,  # 2 x 4 x 256 x 2 x 64
+    "qwen3.6-27b": 262_144,  # as Qwen3.5-27B
+    "qwen3.5-0.8b": 49_152,  # 2 x 2 x 256 x 2 x 24
+    "qwen3.5-35b-a3b": 81_920,  # 2 x 2 x 256 x 2 x 40
     "nemotron-nano-9b-v2": 229_376,  # 2 x 8 x 128 x 2 x 56 (MLP-only layers counted too)
     "qwen3-8b": 147_456,
     "qwen3-32b": 262_144,

@@ -33,6 +33,7 @@ from kvcore.vllm.kv_cache_groups import (
 )
 from kvcore.vllm.manager import VLLMManager
 from kvcore.vllm.pool_kinds import PooledVLLMManager
+from kvcore.vllm_rules import vllm_rules
 from tests.kvcore.vllm_views import blocks, tables
 
 # one token in one attention layer: 2 x 1 head x 8 x 2 B = 32 B. The linear layer's state:
@@ -241,10 +242,14 @@ def test_pool_sizes_equal_the_planners(model: str) -> None:
     p = make_policy("vllm", PolicyConfig(kv_tokens=0, page_size=16, max_context_len=ctx,
                                          layout=layout, kv_bytes=budget))
     assert isinstance(p, PooledVLLMManager)
-    plan = vllm_plan(layout, budget, ctx, block_size=16)
-    assert p.page_size == plan.block_size
+    mode = p.mamba_cache_mode if layout.state_groups() else None
+    plan = vllm_plan(layout, budget, ctx, block_size=16, mamba_cache_mode=mode)
+    assert p.page_size == plan.block_size and plan.num_blocks == p.groups.num_blocks
     assert all(pool.pages == p.groups.num_blocks for pool in plan.pools)
-    assert plan.kv_cache_tokens == p.groups.num_blocks // p.groups.num_groups * p.page_size
+    # the report's token figure by the v0.11 - v0.20.0 rule is blocks // groups x block
+    legacy = vllm_plan(layout, budget, ctx, block_size=16, rules=vllm_rules("0.19.0"),
+                       mamba_cache_mode=mode)
+    assert legacy.kv_cache_tokens == p.groups.num_blocks // p.groups.num_groups * p.page_size
     assert p.capacity == p.groups.num_blocks * p.page_size // p.slot_groups
 
 

@@ -14,6 +14,7 @@ import re
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.colors import to_hex
@@ -126,12 +127,42 @@ def test_host_tier_figure_hit_rate_from_zero_and_ttft_fitted():
     hit, ttft = fig.axes
     assert hit.get_ylim()[0] == 0.0 and hit.get_ylim()[1] >= 0.6
     assert any(ln.get_label() == "ideal reuse (trace)" for ln in hit.get_lines())
-    colors = {ln.get_label(): to_hex(ln.get_color()) for ln in hit.get_lines()}
-    assert [colors["total"], colors["device"], colors["host"]] == [
-        to_hex("C0"), to_hex("C1"), to_hex("C2")]  # hollow markers do not shift the cycle
+    lines = {ln.get_label(): ln for ln in hit.get_lines()}
+    # one run: one color, the parts told apart by line style
+    assert {to_hex(lines[p].get_color()) for p in ("total", "device", "host")} == {to_hex("C0")}
+    assert [lines[p].get_linestyle() for p in ("total", "device", "host")] == ["-", "--", ":"]
     assert ttft.get_ylim()[1] < 10 and ttft.get_yscale() == "linear"
     assert OVERLOADED_LABEL in legend_texts(ttft)
     assert notes == ["TTFT p50 at host x0 (2,000)", "TTFT p99 at host x0 (2,600)"]
+    plt.close(fig)
+
+
+def test_host_tier_figure_draws_each_policy_never_their_mean():
+    """Issue 38 item 2: `sweep --hicache-ratios 0,1,4,16 --policies paged,vllm` drew one
+    "total" line, the mean over policies (0.064 at 0x = the mean of paged 0.061 and vllm
+    0.067). Every policy (and write policy, when the rows differ in it) gets its own lines,
+    holding its own values; seeds of one configuration are still averaged."""
+    rows = []
+    for pol, base in (("paged", 0.061), ("vllm", 0.067)):
+        for wp in ("write_through", "write_back"):
+            for h in (0, 1, 4, 16):
+                for seed in (0, 1):
+                    hit = base + 0.01 * h + (0.002 if wp == "write_back" else 0.0)
+                    rows.append({"policy": pol, "hicache_write_policy": wp, "seed": seed,
+                                 "hicache_ratio": h, "prefix_hit_rate": hit + 0.001 * seed,
+                                 "device_hit_rate": base, "host_hit_rate": 0.01 * h,
+                                 "storage_hit_rate": 0.0, "ttft_p50_s": 0.5,
+                                 "ttft_p99_s": 2.0, "overloaded": False})
+    fig = host_tier_figure(pd.DataFrame(rows), [])
+    hit, ttft = fig.axes
+    totals = {ln.get_label(): list(ln.get_ydata()) for ln in hit.get_lines()
+              if ln.get_label().endswith(": total")}
+    assert set(totals) == {f"{p}, hicache_write_policy={w}: total" for p in ("paged", "vllm")
+                           for w in ("write_through", "write_back")}
+    assert totals["paged, hicache_write_policy=write_through: total"][0] == pytest.approx(0.0615)
+    assert totals["vllm, hicache_write_policy=write_back: total"][0] == pytest.approx(0.0695)
+    assert not any(v == pytest.approx(0.064) for ys in totals.values() for v in ys[:1])
+    assert sum(ln.get_label().endswith("TTFT p50") for ln in ttft.get_lines()) == 4
     plt.close(fig)
 
 

@@ -155,3 +155,26 @@ def test_ticks_are_round_and_overloaded_points_hollow(tmp_path, browser):
     hollow.hover()
     assert page.locator("#tip").text_content().endswith("13 (overloaded)")
     assert errors == []
+
+
+def test_the_report_shows_each_figure_at_the_size_it_was_drawn(tmp_path, browser):
+    """Issue 38 item 12: report.html capped every image at 520 px, so a breakdown of 12 bars
+    (1,067 px wide as drawn) showed at half size and its 8 pt legend at 4 pt. On a 1,400 px
+    wide window every figure now shows at its own size (it shrinks only to the window)."""
+    from reports.report import build_report
+
+    rows = summary()
+    rows = rows[rows["seed"] == 0].assign(config_hash=lambda d: d["policy"] + d["page_size"]
+                                          .astype(str))
+    rows.to_csv(tmp_path / "summary.csv", index=False)
+    _, html = build_report(tmp_path)
+    page = browser.new_page()
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(html.as_uri())
+    page.wait_for_load_state("load")
+    sizes = page.evaluate("() => Array.from(document.images).map(i => "
+                          "[i.alt, i.naturalWidth, i.getBoundingClientRect().width])")
+    breakdown = next(s for s in sizes if s[0] == "breakdown")
+    assert breakdown[1] > 1000  # 12 bars and a legend beside them
+    for alt, natural, shown in sizes:
+        assert shown >= 0.98 * natural, (alt, natural, shown)

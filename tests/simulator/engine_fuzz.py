@@ -69,8 +69,11 @@ PAGE_SIZES = (1, 4, 16)
 HYBRID_MODELS: dict[str, HybridLayout] = {
     "fuzz-swa": HybridLayout((LayerGroup(SLIDING, 2, kv_heads=1, head_dim=8, window=48),
                               LayerGroup(FULL, 2, kv_heads=1, head_dim=8))),
+    # a Mamba-2 model declares its SSD chunk (config chunk_size); vLLM runs such a model in
+    # mamba cache mode "all" with blocks a multiple of it, so 16 keeps 16-token blocks
     "fuzz-mamba": HybridLayout((LayerGroup(MAMBA, 3, num_v_heads=2, v_head_dim=4,
-                                           k_head_dim=4, n_groups=1, conv_kernel=2),
+                                           k_head_dim=4, n_groups=1, conv_kernel=2,
+                                           mamba_chunk_size=16),
                                 LayerGroup(FULL, 1, kv_heads=1, head_dim=8))),
 }
 HYBRID_POLICIES = ("paged", "paged-nocache", "vllm")

@@ -83,7 +83,7 @@ def with_misfits(base: Workload, max_context_len: int, pool_slots: int = 0) -> W
 
 
 def assert_same_results(a: SimResult, b: SimResult) -> None:
-    """Identical summaries (but wall-clock time) and identical request frames."""
+    """Identical summaries (but wall-clock time), request frames and timelines."""
     sa = {k: v for k, v in a.summary.items() if k not in NON_DETERMINISTIC_KEYS}
     sb = {k: v for k, v in b.summary.items() if k not in NON_DETERMINISTIC_KEYS}
     sa.pop("max_steps_per_stretch", None)
@@ -93,6 +93,7 @@ def assert_same_results(a: SimResult, b: SimResult) -> None:
     assert not diff, f"summaries differ: {diff}"
     pd.testing.assert_frame_equal(a.requests.reset_index(drop=True),
                                   b.requests.reset_index(drop=True), check_exact=True)
+    assert a.timeline_rows == b.timeline_rows, "timelines differ"
 
 
 def _same(x, y) -> bool:

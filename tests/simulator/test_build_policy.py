@@ -31,7 +31,8 @@ def test_every_field_comes_from_a_spec() -> None:
             if getattr(pc, f.name) == getattr(default, f.name)}
     # only what a simulation fixes on purpose keeps the default: the CPU page table, no buffer;
     # and, on a full-attention model, the hybrid fields (test_hybrid_options.py sets them)
-    assert same == {"device", "store_kv", "layout", "kv_bytes", *HYBRID_OPTIONS[1:]}
+    assert same == {"device", "store_kv", "layout", "kv_bytes", "vllm_version",
+                    *HYBRID_OPTIONS[1:]}
     assert (pc.page_size, pc.max_context_len, pc.max_requests) == (8, 1000, 7)
     assert (pc.eviction, pc.placement, pc.kv_dtype) == ("lfu", "best-fit", "fp8")
     assert pc.host_tokens == 2 * 4096 and pc.storage_tokens > 0

@@ -12,7 +12,7 @@ import pytest
 
 from experiments.options import OPTIONS, RunOptions
 from kvcore.hybrid_presets import LAYOUTS
-from kvcore.memory import MemorySpec
+from kvcore.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
 from kvcore.planner import plan
 from kvcore.policies import make_policy
 from kvcore.policies.base import PolicyConfig
@@ -35,8 +35,19 @@ def test_a_hybrid_run_hands_its_layout_budget_and_options_to_the_policy() -> Non
     # no kv_bytes in the pool spec: kv_tokens slots of every layer as full attention
     assert pc.kv_bytes == 65536 * get_model("gpt-oss-20b").kv_bytes_per_token("bf16", 1)
     assert pc.swa_full_tokens_ratio == 0.5 and pc.mamba_full_memory_ratio == 0.9
-    pc = _pc(model="qwen3.5-4b", policy="vllm", mamba_cache_mode="all", kv_bytes=10 << 30)
+    pc = _pc(model="nemotron-nano-9b-v2", policy="vllm", mamba_cache_mode="all",
+             kv_bytes=10 << 30)
     assert (pc.mamba_cache_mode, pc.kv_bytes) == ("all", 10 << 30)
+    # vLLM (v0.16+) runs "all" on a gated delta net model as "align", its fallback
+    assert _pc(model="qwen3.5-4b", policy="vllm", mamba_cache_mode="all",
+               kv_bytes=10 << 30).mamba_cache_mode == "align"
+    # none given: the version's pick (v0.31: prefix caching on, align for GDN, all for
+    # Mamba-2; v0.19: prefix caching off for hybrids, none)
+    assert _pc(model="qwen3.5-4b", policy="vllm", kv_bytes=1 << 30).mamba_cache_mode == "align"
+    assert _pc(model="nemotron-nano-9b-v2", policy="vllm",
+               kv_bytes=1 << 30).mamba_cache_mode == "all"
+    old = _pc(model="qwen3.5-4b", policy="vllm", kv_bytes=1 << 30, vllm_version="0.19.0")
+    assert (old.mamba_cache_mode, old.vllm_version) == ("none", "0.19.0")
     pc = _pc(model="qwen3.5-4b", policy="paged", max_mamba_cache_size=7)
     assert pc.max_mamba_cache_size == 7
 
@@ -88,7 +99,9 @@ def test_full_attention_columns_and_hash_leave_the_hybrid_options_out() -> None:
     llama = RunOptions.from_mapping({"model": "llama-3.1-8b", "kv_tokens": 4096})
     cols = llama.resolved()
     assert not set(HYBRID_OPTIONS) & set(cols)
-    assert set(cols) >= set(OPTIONS) - set(HYBRID_OPTIONS)
+    assert set(cols) >= (set(OPTIONS) - set(HYBRID_OPTIONS) - set(HYBRID_MEMORY_OPTIONS)
+                         - {"kv_cache_memory_bytes"})
+    assert not {*HYBRID_MEMORY_OPTIONS, "kv_cache_memory_bytes"} & set(cols)
     qwen = RunOptions.from_mapping({"model": "qwen3.5-4b", "kv_tokens": 4096,
                                     "policy": "vllm"})
     cols = qwen.resolved()
@@ -162,3 +175,28 @@ def test_the_recorder_integrates_pool_bytes_inside_the_window() -> None:
 def test_pool_usage_rejects_impossible_figures(bad) -> None:
     with pytest.raises(ValueError, match="pool"):
         PoolUsage(**bad)
+
+
+@pytest.mark.parametrize(("model", "version"), [("qwen3.5-4b", None), ("qwen3.5-4b", "0.19.0"),
+                                                ("nemotron-nano-9b-v2", None),
+                                                ("nemotron-nano-9b-v2", "0.11.0")])
+def test_plan_and_run_read_the_same_rules(model: str, version: str | None) -> None:
+    """`plan` and a `vllm` run of the same options (the KV memory given directly under
+    vLLM's layout, kvsim issue 37 item 3) build the same blocks: block size, block count,
+    mamba cache mode and the state bytes, by the version's rules."""
+    from experiments.planning import static_plan
+    from simulator.run import build_policy
+
+    flat = {"model": model, "policy": "vllm", "budget": "vllm", "kv_mem_gib": 9.1,
+            "max_context_len": 32768}
+    if version:
+        flat["vllm_version"] = version
+    opts = RunOptions.from_mapping(flat)
+    p = static_plan(opts).hybrid
+    cfg = opts.sim_config()
+    pol = build_policy(cfg, 32768)
+    assert p is not None
+    assert (pol.page_size, pol.groups.num_blocks, pol.mamba_cache_mode) == (
+        p.block_size, p.num_blocks, p.mamba_cache_mode)
+    assert opts.resolved()["mamba_cache_mode"] == p.mamba_cache_mode
+    assert opts.resolved()["vllm_version"] == (version or "0.31.0")

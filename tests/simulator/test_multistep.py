@@ -64,9 +64,19 @@ def test_stretches_equal_stepping_in_a_window():
 
 
 def test_stretches_do_take_many_steps():
-    cfg = config(kv_tokens=1024, check_invariants=False)
-    a = simulate(MIXED, cfg)
+    """Most steps go in stretches, and the timeline is stepping's all the same (a stretch
+    samples at each step start where stepping samples an iteration)."""
+    cfg = config(kv_tokens=1024, check_invariants=False, timeline_interval_s=1e-9)
+    stretched = [0, 0]  # stretches, their steps
+
+    def sink(t0: float, t1: float, chunks: object, rids: object, steps: int) -> None:
+        if steps >= 2:
+            stretched[0] += 1
+            stretched[1] += steps
+
+    a = simulate(MIXED, cfg, event_sink=sink)
     b = simulate(MIXED, replace(cfg, max_steps_per_stretch=1))
     assert a.summary["iterations"] == b.summary["iterations"]
-    # the multi-step engine samples its timeline once per stretch, not per step
-    assert len(a.timeline) < len(b.timeline)
+    assert stretched[1] > a.summary["iterations"] / 2 and stretched[1] >= 3 * stretched[0]
+    assert len(a.timeline_rows) >= a.summary["iterations"]  # every step sampled
+    assert a.timeline_rows == b.timeline_rows

@@ -273,3 +273,44 @@ def test_the_timeline_drops_to_what_is_held_across_an_idle_gap():
     assert len(gap) >= 2, tl
     assert (gap["token_states"] == 0).all() and (gap["running"] == 0).all()
     assert gap["time_s"].max() == pytest.approx(100.0)
+
+
+def test_requests_the_run_ended_with_count_in_the_verdict():
+    """Issue 38 item 11: only the completed requests have rows. A queue that grows to
+    hundreds of requests which never got through is invisible in those rows (the backlog
+    floor read -1.73 req/s); counted from the engine (`Unfinished`), the same run is
+    overloaded, and its never-admitted requests' waits count (censored at the window end)."""
+    from simulator.overload import Unfinished
+
+    t, admit = _stream(n=300, span=10.0, admit_rate=3.0)  # 30 req/s in, 3 req/s served
+    done = admit <= 10.0
+    rows = _requests(t[done], admit[done])
+    common = {"arrivals": t, "prompt_lens": np.full(300, 100), "start": 0.0, "end": 10.0,
+              "backlog": int((~done).sum()), "latency": LAT, "chunk": 0, "page_size": 16}
+    blind = overload_verdict(requests=rows, **common)
+    assert "backlog floor" not in blind["overload_reason"]
+    assert blind["queue_growth_req_s"] <= 0.5
+    left = Unfinished(t[~done], np.full(int((~done).sum()), np.nan))
+    assert left.count == left.queued == 269
+    seen = overload_verdict(requests=rows, unfinished=left, **common)
+    assert seen["overloaded"] and "backlog floor" in seen["overload_reason"]
+    assert seen["queue_growth_req_s"] == pytest.approx(27.0, rel=0.15)
+
+
+def test_a_no_drain_run_that_ends_with_a_queue_is_overloaded(tmp_path):
+    """The real case: 300 Mooncake requests replayed at 100 req/s without draining: one
+    completes and 280 are still queued at the end, which the verdict must see (it read
+    "not overloaded", growth 0, from the one completed row)."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    out = tmp_path / "r"
+    r = CliRunner().invoke(app, ["run", "--workload", "mooncake-conv", "--num-requests", "300",
+                                 "--rate", "100", "--no-drain", "--no-progress", "--out",
+                                 str(out)])
+    assert r.exit_code == 0, r.output
+    row = pd.read_csv(out / "summary.csv").iloc[0]
+    assert row["queue_backlog"] > 200 and row["requests_completed"] < 10
+    assert bool(row["overloaded"]) and row["queue_growth_req_s"] > 50
+    assert "warning: overloaded" in r.output

@@ -30,8 +30,9 @@ def _with_layout(monkeypatch: pytest.MonkeyPatch, layout: HybridLayout, kv_bytes
 def _summary(res) -> dict:
     """The summary without its wall time and the hybrid-only columns (the pools per kind and
     the block the policy ran), which a full-attention run does not have."""
-    hybrid_only = {"effective_page_size", *(f"{k}_pool_{s}" for k in pool_column_names(
-        res.summary) for s in ("capacity_bytes", "used_pct", "cached_pct", "hit_rate"))}
+    hybrid_only = {"effective_page_size", "pools_shared",
+                   *(f"{k}_pool_{s}" for k in pool_column_names(res.summary)
+                     for s in ("capacity_bytes", "used_pct", "cached_pct", "hit_rate"))}
     return {k: v for k, v in res.summary.items()
             if k not in NON_DETERMINISTIC_KEYS and k not in hybrid_only}
 

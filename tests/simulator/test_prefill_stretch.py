@@ -1,4 +1,4 @@
-"""Prefill stretches (simulator/prefill_stretch.py) change nothing: a reserving policy's
+"""Prefill stretches (simulator/fastforward/) change nothing: a reserving policy's
 chunked-prefill iterations taken many at once give exactly the summary and request frame of
 stepping (max_steps_per_stretch=1), whatever closes admission (a refused head, a
 prefill budget the chunks use up, a full batch), and the differential fuzz's cases that take
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.prefill_stretch import entries_per_step
+from simulator.fastforward.steps import chunk_entries
 from simulator.run import SimResult, simulate
 from tests.simulator.engine_fuzz import describe, run_case
 from tests.simulator.helpers import assert_same_results, config, identical, mixed, replace
@@ -81,13 +81,13 @@ def test_fuzz_cases_with_prefill_stretches_agree(seed: int) -> None:
 
 
 @pytest.mark.parametrize("page_size", (1, 4, 16))
-def test_entries_per_step_counts_pages_begun(page_size: int) -> None:
-    lens0, incs = [0, 5, 15, 33], [32, 1, 7, 1]
-    got = entries_per_step(11, lens0, incs, 6, page_size)
+def test_chunk_entries_count_pages_begun(page_size: int) -> None:
+    lens0, rooms = [0, 5, 15, 33], [32, 1, 7, 1]
+    got = chunk_entries(lens0, rooms, 6, page_size)
 
     def pages(w: int) -> int:
         return sum(1 for start in range(0, w, page_size))  # pages a row of w tokens began
 
-    base = 11 - sum(pages(w) for w in lens0)
-    assert got == [base + sum(pages(w + j * d) for w, d in zip(lens0, incs, strict=True))
+    base = sum(pages(w) for w in lens0)
+    assert got == [sum(pages(w + j * d) for w, d in zip(lens0, rooms, strict=True)) - base
                    for j in range(1, 7)]

@@ -13,10 +13,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvcore.presets import get_gpu, get_model
 from simulator import latency as latency_mod
+from simulator.fastforward.steps import entries_at_steps
 from simulator.latency import make_latency_model
 from simulator.request import SimRequest, remaining_new_tokens
 from simulator.running_batch import RunningBatch
-from simulator.stretch import entries_at_steps
 from workloads.request import PromptSpec, Request
 
 _ENV = simpy.Environment()

@@ -15,10 +15,10 @@ from hypothesis.stateful import invariant
 
 import simulator.latency as latency_mod
 from kvcore.presets import get_gpu, get_model
+from simulator.fastforward.steps import entries_at_steps, entries_at_steps_short
 from simulator.latency import make_latency_model
 from simulator.metrics import SCALAR_PROFILE, Recorder, _group_counts
 from simulator.request import SimRequest
-from simulator.stretch import entries_at_steps, entries_at_steps_short
 from tests.simulator.test_running_batch import _ENV, BatchMachine
 from workloads.request import PromptSpec, Request
 

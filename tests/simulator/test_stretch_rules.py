@@ -1,4 +1,4 @@
-"""The fast-forward's rules for a run (simulator/stretch_rules.py): each option that makes the
+"""The fast-forward's rules for a run (simulator/fastforward/rules.py): each option that makes the
 engine react to an eviction becomes one `EvictLimit`, reservation and limits come from the
 policy and the config, and step times equal the latency model's (tier stalls aside). Builds
 engines only (no simulation): well under a second in all."""
@@ -12,10 +12,10 @@ import simpy
 from kvcore.presets import get_gpu, get_model
 from simulator.config import SimConfig
 from simulator.engine import Engine
+from simulator.fastforward.rules import EvictLimit, StretchRules
 from simulator.latency import make_latency_model
 from simulator.metrics import Recorder
 from simulator.run import build_policy
-from simulator.stretch import EvictLimit, StretchRules
 from simulator.transfers import TransferModel
 from workloads.request import Workload
 

@@ -125,15 +125,19 @@ def load_trace_bytes(
                                     "rescale the trace's timestamps; give one", source)
             rate_scale = rate_scale_for(stamps, rate, num_requests, source)
         times = trace_arrivals(stamps, rate_scale, num_requests, duration_s)
+    elif kind == "ladder":
+        raise WorkloadError("--arrival ladder draws the times of a generated workload; a trace "
+                            "keeps its rows' times (or --rate / --rate-scale)", source)
     else:
-        if rate is None:
+        if rate is None and kind != "burst":
             raise WorkloadError(
                 f"{fmt} trace needs a rate for arrival process {kind!r} (it has no timestamps)"
                 if not has_times else f"arrival process {kind!r} needs a rate", source,
             )
         bound = len(rows) if num_requests is None else min(num_requests, len(rows))
         rng = np.random.default_rng([seed, 0xA1])
-        times = arrival_times(ArrivalConfig(kind, rate, cv, peak_to_trough), rng, bound, duration_s)
+        times = arrival_times(ArrivalConfig(kind, rate or 1.0, cv, peak_to_trough), rng, bound,
+                              duration_s)
 
     requests: list[Request] = []
     clipped = 0
