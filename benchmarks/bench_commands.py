@@ -36,7 +36,7 @@ COMMANDS: dict[str, list[str]] = {
     # full attention groups over one block pool) on a trace with shared prefixes
     "azure-vllm": ["run", "--workload", "azure-conv", "--policy", "vllm"],
     "hybrid-vllm": ["run", "--model", "gpt-oss-20b", "--policy", "vllm", "--workload",
-                    "mooncake-conv", "--num-requests", "200", "--kv-mem-gib", "8"],
+                    "mooncake-conv", "--num-requests", "400", "--kv-mem-gib", "8"],
 }
 
 
