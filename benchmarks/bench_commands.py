@@ -37,6 +37,9 @@ COMMANDS: dict[str, list[str]] = {
     "azure-vllm": ["run", "--workload", "azure-conv", "--policy", "vllm"],
     "hybrid-vllm": ["run", "--model", "gpt-oss-20b", "--policy", "vllm", "--workload",
                     "mooncake-conv", "--num-requests", "400", "--kv-mem-gib", "8"],
+    # gated delta net state groups beside full attention (Mamba cache mode "align")
+    "state-vllm": ["run", "--model", "qwen3.5-4b", "--policy", "vllm", "--workload",
+                   "mooncake-conv", "--num-requests", "400", "--kv-mem-gib", "8"],
 }
 
 

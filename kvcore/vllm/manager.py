@@ -431,6 +431,7 @@ class VLLMManager(PrefixCache, DecodeStretch):
         return n if plan is None else min(n, plan.release_step())
 
     def decode_profile(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:
+        self.check_distinct("decode", rids)
         plan = self._stretch(rids, n)
         if plan is None:
             raise ValueError("decode_profile: a request knows ids beyond its written tokens")
@@ -442,9 +443,12 @@ class VLLMManager(PrefixCache, DecodeStretch):
         reqs = self._reqs_of(rids)
         self.check_decode_args(rids, [r.written for r in reqs], self.max_context_len,
                                steps=n)
-        if self.decode_cost(rids, n) > self.available_tokens():
-            raise ValueError("decode_steps needs decode_cost <= available_tokens")
+        # decode_cost <= available_tokens, read in blocks: every request's ids known only up
+        # to its written tokens, and the stretch's pops within the free blocks
         plan = Stretch(self, reqs, n)
+        if (any(len(r.ids) > r.written for r in reqs)
+                or plan.need > self.pool.get_num_free_blocks()):
+            raise ValueError("decode_steps needs decode_cost <= available_tokens")
         profile = plan.profile(head_reservation)
         self._before_stretch(plan)
         plan.apply()

@@ -134,12 +134,14 @@ class Stretch:
         tokens -= (end - w).sum(axis=1) * a
         reserved = np.maximum(np.minimum(end, final) - w, 0).sum(axis=1) * a
         rounding = np.maximum(end - np.maximum(final, w), 0).sum(axis=1) * a
-        # requests outside the stretch (none in the engine's stretches) keep their tails
-        inside = {id(r) for r in self.reqs}
-        for other in m.requests.values():
-            if id(other) not in inside:
-                empty, res, rnd = m.tails(other)
-                tokens, reserved, rounding = tokens - empty, reserved + res, rounding + rnd
+        # requests outside the stretch (none in the engine's stretches: the stretch's
+        # requests are distinct and as many as the live ones) keep their tails
+        if len(m.requests) != len(self.reqs):
+            inside = {id(r) for r in self.reqs}
+            for other in m.requests.values():
+                if id(other) not in inside:
+                    empty, res, rnd = m.tails(other)
+                    tokens, reserved, rounding = tokens - empty, reserved + res, rounding + rnd
         g = m.slot_groups
         out = np.zeros((n, len(PARTS)), dtype=np.int64)
         out[:, _TOKENS] = tokens // g
@@ -168,10 +170,13 @@ class Stretch:
             # the events (step, request) in row-major order, regrouped request by request
             _, owners = np.nonzero(self.starts)
             order = np.argsort(owners, kind="stable")
-            bounds = np.cumsum(np.bincount(owners, minlength=len(reqs)))[:-1]
+            ends = np.cumsum(np.bincount(owners, minlength=len(reqs))).tolist()
             for a, rule in enumerate(self.allocating):
-                for req, got in zip(reqs, np.split(per_event[order, a], bounds), strict=True):
-                    req.tables[rule.gid].append(got)
+                col, start = per_event[order, a], 0
+                for req, end in zip(reqs, ends, strict=True):
+                    if end > start:
+                        req.tables[rule.gid].append(col[start:end])
+                    start = end
             m.page_table.write_grid(reqs, self.pos, per_event[:, 0], last)
         bs = m.page_size
         for state in m.rules:  # a state group's blocks receive the states of the steps
