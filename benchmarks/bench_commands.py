@@ -14,6 +14,7 @@ shared machine.
 
     python benchmarks/bench_commands.py [--commands main,quick,azure] [--pairs 5]
                                         [--base DIR]
+    python benchmarks/bench_commands.py --commands azure-vllm,hybrid-vllm --base DIR
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ COMMANDS: dict[str, list[str]] = {
             "--num-requests", "1000", "--out", "{out}"],
     "mamba": ["run", "--model", "qwen3.5-4b", "--policy", "paged", "--page-size", "1",
               "--workload", "azure-conv", "--num-requests", "1000", "--out", "{out}"],
+    # the vLLM family: the default run under `vllm`, and a hybrid model (sliding window and
+    # full attention groups over one block pool) on a trace with shared prefixes
+    "azure-vllm": ["run", "--workload", "azure-conv", "--policy", "vllm"],
+    "hybrid-vllm": ["run", "--model", "gpt-oss-20b", "--policy", "vllm", "--workload",
+                    "mooncake-conv", "--num-requests", "400", "--kv-mem-gib", "8"],
+    # gated delta net state groups beside full attention (Mamba cache mode "align")
+    "state-vllm": ["run", "--model", "qwen3.5-4b", "--policy", "vllm", "--workload",
+                   "mooncake-conv", "--num-requests", "400", "--kv-mem-gib", "8"],
 }
 
 

@@ -102,22 +102,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_tiers.py::test_host_page_granular_lru_eviction",
          "tests/kvcore/test_tiers.py::test_host_tier_equals_an_lru_model")),
     Mutation(
-        "hash-ignores-parent", "kvcore/block_hash.py",
+        "hash-ignores-parent", "kvcore/vllm/block_hash.py",
         "raw = _unmix(np.asarray(parents, dtype=_U64)) * _U64(pow(_BASE, ps, 1 << 64))",
         "raw = np.zeros(len(parents), dtype=_U64)",  # blocks hashed alone: no chaining
         ("tests/kvcore/test_vllm_block.py::test_block_hash_is_deterministic_and_chained",)),
     Mutation(
-        "vllm-hit-not-capped", "kvcore/policies/vllm_block.py",
-        "        m = (len(ids) - 1) // ps\n",
-        "        m = len(ids) // ps\n",  # a full-prompt hit leaves nothing to run
+        "vllm-hit-not-capped", "kvcore/vllm/manager.py",
+        "        top = len(ids) - 1\n",
+        "        top = len(ids)\n",  # a full-prompt hit leaves nothing to run
         ("tests/kvcore/test_vllm_block.py::test_hit_capped_at_prompt_minus_one",)),
     Mutation(
         "decode-rounding-counted-as-reserved", "kvcore/breakdown.py",
         "    out[:, 2] += new_slots - token_growth - rounding\n    out[:, 3] += rounding\n",
         "    out[:, 2] += new_slots - token_growth\n",  # the parts still sum to the capacity
         ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",
-         "tests/kvcore/test_paged_fast_paths.py::test_page_growth_within_page_equals_general",
-         "tests/kvcore/test_vllm_block.py::test_decode_steps_equal_stepping")),
+         "tests/kvcore/test_paged_fast_paths.py::test_page_growth_within_page_equals_general")),
+    Mutation(
+        "vllm-stretch-rounding-counted-as-reserved", "kvcore/vllm/stretch.py",
+        "        out[:, _RESERVED] = reserved // g\n        out[:, _INTERNAL] = rounding // g\n",
+        "        out[:, _RESERVED] = (reserved + rounding) // g\n",  # the parts still sum
+        ("tests/kvcore/test_vllm_block.py::test_decode_steps_equal_stepping",
+         "tests/kvcore/test_vllm_hybrid.py::TestHybridMachine")),
     Mutation(
         "short-stretch-rounding-counted-as-reserved", "kvcore/breakdown.py",
         "                    [0, 0, -1, 1, 0, 0]], dtype=np.int64)",
@@ -178,10 +183,67 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            insort(free[j], start)\n            start += 1 << j",
         ("tests/kvcore/test_placement.py::test_buddy_split_and_coalesce",)),
     Mutation(
-        "chain-index-youngest-holder", "kvcore/chain_index.py",
+        "chain-index-youngest-holder", "kvcore/vllm/chain_index.py",
         "                take = (gen[blocks] == g) & (g < view)",  # the lowest generation wins
         "                take = (gen[blocks] == g) & ((g > view) | (view == _NEVER))",
         ("tests/kvcore/test_chain_index.py::TestPool",)),
+    Mutation(
+        "chain-index-holders-youngest", "kvcore/vllm/chain_index.py",
+        "            view = age[s : s + m]\n"
+        "            take = (gen[blocks] == g) & (g < view)",
+        "            view = age[s : s + m]\n"
+        "            take = gen[blocks] == g",  # the last segment read wins, not the oldest
+        ("tests/kvcore/test_chain_index.py::TestPool",)),
+    # -- the order the vLLM family frees blocks in (what is evicted first) ----------------------
+    Mutation(
+        "vllm-release-groups-forward", "kvcore/vllm/manager.py",
+        "pool.free_blocks(np.concatenate(parts[::-1]),",
+        "pool.free_blocks(np.concatenate(parts),",  # group by group, the first group's first
+        ("tests/kvcore/test_vllm_free_order.py",)),
+    Mutation(
+        "vllm-release-blocks-forward", "kvcore/vllm/manager.py",
+        "parts = [rule.held(table.blocks)[::-1]",
+        "parts = [rule.held(table.blocks)",  # each table from its head: the head goes first
+        ("tests/kvcore/test_vllm_free_order.py",)),
+    Mutation(
+        "vllm-window-frees-first-up", "kvcore/vllm/group_rules.py",
+        "                break  # nulled by an earlier call, and so is everything before it\n"
+        "            freed.append(b)",
+        "                break  # nulled by an earlier call, and so is everything before it\n"
+        "            freed.insert(0, b)",  # the oldest block left behind the window goes last
+        ("tests/kvcore/test_vllm_free_order.py",)),
+    Mutation(
+        "vllm-state-frees-first-up", "kvcore/vllm/group_rules.py",
+        "            if b:\n                freed.append(b)",
+        "            if b:\n                freed.insert(0, b)",
+        ("tests/kvcore/test_vllm_free_order.py",)),
+    Mutation(
+        "vllm-stretch-frees-ascending", "kvcore/vllm/stretch.py",
+        "        frees.sort()\n",
+        "        frees.sort(key=lambda f: (f[0], f[1], f[2], -f[3]))\n",  # positions ascending
+        ("tests/kvcore/test_vllm_free_order.py",)),
+    Mutation(
+        "vllm-pool-frees-reversed", "kvcore/vllm/block_pool.py",
+        "        self.free_block_queue.append_n(idle)\n",
+        "        self.free_block_queue.append_n(idle[::-1])\n",  # the caller's order undone
+        ("tests/kvcore/test_vllm_free_order.py", "tests/kvcore/test_block_pool.py")),
+    Mutation(
+        "block-tier-unhold-head-first", "kvcore/vllm/block_tiers.py",
+        "            self.pool.free_blocks(chain[::-1])",
+        "            self.pool.free_blocks(chain)",  # a landed load's tail the most recent
+        ("tests/kvcore/test_vllm_free_order.py",)),
+    Mutation(
+        "block-tier-selective-head-least-recent", "kvcore/vllm/tiered.py",
+        "        rev = chain[::-1]\n",
+        "        rev = chain\n",  # a reused chain's head the first evicted
+        ("tests/kvcore/test_vllm_free_order.py",)),
+    Mutation(
+        "block-tier-write-through-head-least-recent", "kvcore/vllm/tiered.py",
+        "wheres = [host.store(hashes[::-1], parents[::-1], tokens[::-1], known[::-1],\n"
+        "                                 distinct=True).where[::-1]]",
+        "wheres = [host.store(hashes, parents, tokens, known,\n"
+        "                                 distinct=True).where]",  # stored head first
+        ("tests/kvcore/test_vllm_free_order.py",)),
     Mutation(
         "contiguous-prefill-steps-forget-decoders", "kvcore/policies/contiguous.py",
         "grown = np.arange(1, n + 1, dtype=np.int64) * (sum(rooms) + len(dreqs))",

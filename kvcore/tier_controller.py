@@ -4,7 +4,7 @@ optional storage tier), written once for both ways a store keys prefixes.
 A tiered policy owns one `TierController` as `policy.tiers`. The controller builds the stores
 (the host spilling into storage) from the store class of its backend:
 kvcore/sglang/tier_tree.py `TierTree` (keyed by radix-tree path, `paged`) or
-kvcore/block_tiers.py `BlockTier` (keyed by block-hash chain, `vllm`). Both satisfy
+kvcore/vllm/block_tiers.py `BlockTier` (keyed by block-hash chain, `vllm`). Both satisfy
 `TierStore`: sizes in slots, pages written in, and a hold on what a load reads. The policy
 finds a prefix in the stores and loads it into device pages (the part that depends on how it
 names a prefix); everything else is here:

@@ -8,9 +8,9 @@ Who does what:
   and what they hold, the storage prefetch allowance, the traffic counters, the tier state and
   the host breakdown.
 * The stores (one per tier, the host spilling into storage): kvcore/sglang/tier_tree.py
-  `TierTree`, keyed by radix-tree path (`paged`), and kvcore/block_tiers.py `BlockTier`, keyed
+  `TierTree`, keyed by radix-tree path (`paged`), and kvcore/vllm/block_tiers.py `BlockTier`, keyed
   by block hash chain (`vllm`).
-* The policies (kvcore/sglang/hicache.py, kvcore/policies/vllm_tiers.py) find a prefix in
+* The policies (kvcore/sglang/hicache.py, kvcore/vllm/tiered.py) find a prefix in
   their stores and load it into device pages: the only part keyed by how the policy names a
   prefix.
 """

@@ -4,8 +4,8 @@ vLLM changed how it sizes and reports a hybrid model's KV cache several times be
 and v0.31. Each rule below is a list of changes, each with the first version it holds from
 and the file that states it; `vllm_rules(version)` folds them into the `VllmRules` of one
 version. The planner (kvcore.hybrid_plan), the simulated `vllm` policy (through
-kvcore.hybrid_groups) and the validation rows read the same `VllmRules`, so a plan, a run
-and a reproduced engine log follow one rule set.
+kvcore/vllm/kv_cache_groups.py) and the validation rows read the same `VllmRules`, so a plan,
+a run and a reproduced engine log follow one rule set.
 
 Versions are read from the released source distributions of vLLM (one per version named
 below; v0.15 has none and is taken as v0.14). Rules after v0.31 are not followed: v0.32

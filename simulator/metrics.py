@@ -72,7 +72,7 @@ class Recorder:
     pools: Callable[[], Mapping[str, Any]] | None = None
     pool_seconds: dict[str, np.ndarray] = field(default_factory=dict)
     # a hybrid policy with decode stretches: each kind's (used, cached) bytes after each step
-    # of the stretch just applied (kvcore/policies/vllm_hybrid_stretch.py), set by the run
+    # of the stretch just applied (kvcore/vllm/stretch.py), set by the run
     pool_steps: Callable[[], Mapping[str, np.ndarray]] | None = None
 
     def _add_pools(self, w: float) -> None:

@@ -3,7 +3,7 @@
 # registration, in the order `kvsim policies` lists them
 from kvcore.policies import contiguous  # noqa: I001, F401
 from kvcore.sglang import registered  # noqa: F401
-from kvcore.policies import vllm  # noqa: F401
+import kvcore.vllm  # noqa: F401
 from kvcore.policies.base import (
     POLICIES,
     AdmitResult,

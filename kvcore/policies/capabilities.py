@@ -137,7 +137,7 @@ class DecodeStretch(KVPolicy):
         the free pool (read-only): admission, which assumes free memory only shrinks while
         decoding (`Admission.horizon`), could take the queue head right after it. Default n:
         on-demand growth frees nothing while decoding; a hybrid policy frees sliding-window
-        and Mamba blocks as requests decode (kvcore/policies/vllm_hybrid_stretch.py)."""
+        and Mamba blocks as requests decode (kvcore/vllm/stretch.py)."""
         return n
 
     def decode_steps(self, rids: Sequence[int], n: int, head_reservation: int) -> np.ndarray:

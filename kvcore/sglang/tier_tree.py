@@ -1,6 +1,6 @@
 """A lower KV tier keyed by radix-tree path (SGLang HiCache's host / storage tiers behind the
 `paged` policy's device tree): `TierTree`, the store kvcore/sglang/hicache.py drives through
-the tier controller (kvcore/tier_controller.py; vLLM's is kvcore/block_tiers.py `BlockTier`).
+the tier controller (kvcore/tier_controller.py; vLLM's is kvcore/vllm/block_tiers.py `BlockTier`).
 
 Why it is built this way:
 * A tier is a `RadixCache` over its own `PagedAllocator` (the same page allocator class as the

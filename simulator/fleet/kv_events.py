@@ -4,7 +4,7 @@
 Two caches publish, through one callback attribute each (`kv_events`, called when blocks
 enter or leave the cache):
 
-* vLLM's block pool (`kvcore.block_pool`): the hashes of the blocks just cached, or of the
+* vLLM's block pool (`kvcore.vllm.block_pool`): the hashes of the blocks just cached, or of the
   blocks a pop evicts; these are vLLM's own block hashes at the pool's block size, so the
   router's block size must be the replica's page size, as llm-d requires of its precise
   scorer (`tokenProcessorConfig.blockSize` equal to vLLM's block size) and Dynamo of its
@@ -23,8 +23,8 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from kvcore.block_hash import NONE_HASH, ChainHasher
-from kvcore.block_pool import BlockPool
+from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
+from kvcore.vllm.block_pool import BlockPool
 from kvcore.policies.base import KVPolicy
 from kvcore.policies.capabilities import PoolKinds, PrefixCache
 from kvcore.sglang.radix_cache import RadixCache
@@ -36,7 +36,7 @@ __all__ = ["attach_kv_events", "event_block", "publishes_kv_events"]
 def _cache_of(policy: KVPolicy) -> RadixCache | BlockPool | None:
     if not isinstance(policy, PrefixCache) or isinstance(policy, PoolKinds):
         return None
-    for name in ("tree", "pool"):  # SGLangPolicy's radix tree, VLLMBlockPolicy's block pool
+    for name in ("tree", "pool"):  # SGLangPolicy's radix tree, VLLMManager's block pool
         cache = getattr(policy, name, None)
         if isinstance(cache, (RadixCache, BlockPool)):
             return cache

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.block_hash import ChainHasher
+from kvcore.vllm.block_hash import ChainHasher
 from simulator.fleet.lru_index import LRUIndex
 from simulator.fleet.router import (
     LOAD,

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.chain_index import ChainIndex
+from kvcore.vllm.chain_index import ChainIndex
 from tests.kvcore.draws import chain_runs
 
 N = 40

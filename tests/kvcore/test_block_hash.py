@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.block_hash import ChainHasher, block_hashes
+from kvcore.vllm.block_hash import ChainHasher, block_hashes
 
 _IDS = st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40)
 

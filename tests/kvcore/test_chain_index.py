@@ -1,6 +1,7 @@
-"""The block pool with its chain index against a plain per-block model of vLLM's pool.
+"""The block pool with its chain index against a plain per-block model of vLLM's pool (a
+prefix walk, and every position's holder for the groups whose hit is not a prefix).
 
-`BlockPool` (the prefix index keeps whole segments, kvcore/chain_index.py) must hand out,
+`BlockPool` (the prefix index keeps whole segments, kvcore/vllm/chain_index.py) must hand out,
 evict, hit and free the same blocks in the same order as a per-block model (a list as the
 free queue, a dict of hash -> blocks oldest first, a block-by-block lookup). Hypothesis drives
 random operation streams that cache chains in pieces, cache content again without looking it
@@ -15,8 +16,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvcore.block_hash import NONE_HASH, ChainHasher
-from kvcore.block_pool import BlockPool
+from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
+from kvcore.vllm.block_pool import BlockPool
+from tests.kvcore.vllm_views import heads
 
 
 class RefPool:
@@ -73,6 +75,15 @@ class RefPool:
             parent = h
         return out
 
+    def holders(self, hashes: list[int], ids: list[tuple[int, ...]]) -> list[int]:
+        """At every position, the oldest block whose key is that position's (0: none), not
+        stopping at a miss: what a sliding window's or a state's hit reads."""
+        out = []
+        for i, (h, toks) in enumerate(zip(hashes, ids, strict=True)):
+            key = (h, hashes[i - 1] if i else NONE_HASH, toks)
+            out.append(next((b for b in self.index.get(h, []) if self.key[b] == key), 0))
+        return out
+
 
 PS = 2
 SEQS = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], [1, 2, 7, 7, 7, 7],
@@ -116,12 +127,14 @@ class PoolMachine(RuleBasedStateMachine):
         empty = np.zeros(0, np.int64)
         known, gens, at = self.seen.get(s, (empty, empty, -1))
         got = self.pool.longest_cache_hit(hashes, ids, known, gens, at)
-        at = self.pool.index.newest if len(got) < len(hashes) else -1
-        self.seen[s] = (got, self.pool.gen[got], at)
+        at = self.pool.indexes[0].newest if len(got) < len(hashes) else -1
+        self.seen[s] = (got, self.pool.indexes[0].gen[got], at)
         toks = [tuple(SEQS[s][i : i + PS]) for i in range(0, len(SEQS[s]), PS)]
         want = self.ref.hit(hashes.tolist(), toks)
         assert got.tolist() == want
         assert self.pool.longest_cache_hit(hashes, ids).tolist() == want  # fresh lookup
+        assert self.pool.holders(hashes, ids, 0).tolist() == \
+            self.ref.holders(hashes.tolist(), toks)
         return ids, hashes, want
 
     def _take_blocks(self, s: int, use_hit: bool
@@ -185,12 +198,12 @@ class PoolMachine(RuleBasedStateMachine):
             self.pool.check_invariants()
         else:
             self.pool.free_block_queue.check_invariants()
-            self.pool.index.check_invariants(self.pool.block_hash, self.pool.parent_hash)
+            self.pool.indexes[0].check_invariants(self.pool.block_hash, self.pool.parent_hash)
         assert self.pool.peek_free(self.pool.get_num_free_blocks()).tolist() == self.ref.free
         assert self.pool.ref_cnt[1:].tolist() == self.ref.ref[1:]
         for h, holders in self.ref.index.items():
             assert self.pool.get_cached_blocks(h) == holders
-        assert len(self.pool.cached_block_hash_to_block) == len(self.ref.index)
+        assert len(heads(self.pool)) == len(self.ref.index)
 
 
 TestPool = PoolMachine.TestCase
@@ -217,9 +230,9 @@ def test_a_collision_falls_back_to_the_holder_whose_key_matches() -> None:
     ids = np.array([3, 4], dtype=np.int64)
     got = pool.longest_cache_hit(h, ids)
     assert got.tolist() == [2]
-    assert pool.longest_cache_hit(h, ids, got, pool.gen[got]).tolist() == [2]
+    assert pool.longest_cache_hit(h, ids, got, pool.indexes[0].gen[got]).tolist() == [2]
     assert pool.longest_cache_hit(h, np.array([5, 6], dtype=np.int64)).tolist() == []
     pool.free_blocks(a)
     pool.get_new_blocks(pool.get_num_free_blocks())  # evicts a: b becomes the oldest holder
     assert pool.get_cached_blocks(7) == [2]
-    assert pool.longest_cache_hit(h, ids, got, pool.gen[got]).tolist() == [2]
+    assert pool.longest_cache_hit(h, ids, got, pool.indexes[0].gen[got]).tolist() == [2]

@@ -1,4 +1,4 @@
-"""The `vllm` policy's prompt memo (kvcore/chain_memo.py) across a release in the middle of
+"""The `vllm` manager's prompt memo (kvcore/vllm/chain_memo.py) across a release in the middle of
 a prefill: the released request's chain goes back to the memo, so the next peek at the same
 prompt buffer hashes nothing and answers as a fresh hashing does; a buffer rewritten since is
 hashed again."""
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.policies.vllm_block import VLLMBlockPolicy
+from kvcore.vllm.manager import VLLMManager
 from tests.kvcore.test_vllm_block import make
 
 
-def count_hashings(pol: VLLMBlockPolicy) -> list[int]:
+def count_hashings(pol: VLLMManager) -> list[int]:
     """The lengths of the token arrays `pol` hashes from now on (its hasher's `chain`
     wrapped): an empty list after a peek means the memo answered without hashing."""
     hashed: list[int] = []

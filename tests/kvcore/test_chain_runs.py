@@ -2,7 +2,7 @@
 pool (tests/kvcore/test_chain_index.py's `RefPool` and machine).
 
 A request's next prefill chunk extends the run (segment) holding its previous block even
-when other requests cached blocks in between (`after`, kvcore/chain_index.py), so a run's
+when other requests cached blocks in between (`after`, kvcore/vllm/chain_index.py), so a run's
 blocks may be younger than those of runs made after it: a lookup must rank holders by
 their generations, not by their runs. The machine here defers second chunks and caches them
 later, after other requests' cachings (often the same content again, as duplicates), and

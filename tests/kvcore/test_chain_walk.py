@@ -1,4 +1,4 @@
-"""The chain index's windowed walk (kvcore/chain_index.py `ChainIndex.walk`) against the
+"""The chain index's windowed walk (kvcore/vllm/chain_index.py `ChainIndex.walk`) against the
 per-block model of vLLM's pool.
 
 A walk compares segments with the chain from where the caller's still-valid hit ends and
@@ -21,7 +21,7 @@ from tests.kvcore.test_chain_runs import InterleavedMachine
 class NarrowPool(PoolMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.pool.index.window = 1
+        self.pool.indexes[0].window = 1
 
 
 class NarrowPoolCollisions(NarrowPool):
@@ -31,7 +31,7 @@ class NarrowPoolCollisions(NarrowPool):
 class NarrowInterleaved(InterleavedMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.pool.index.window = 1
+        self.pool.indexes[0].window = 1
 
 
 _FEW = settings(max_examples=12, stateful_step_count=30, deadline=None)

@@ -1,4 +1,4 @@
-"""The `vllm` policy's remembered lookups (kvcore/chain_memo.py, `BlockPool.longest_cache_hit`
+"""The `vllm` policy's remembered lookups (kvcore/vllm/chain_memo.py, `BlockPool.longest_cache_hit`
 with a known hit, the chain index's walk resumed after a cut) against a fresh lookup, after
 any sequence of admissions, prefill chunks, decode steps (whose pops evict), finishes and
 releases in the middle of a prefill (whose entry keeps its admission hit): the same prompt
@@ -14,7 +14,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, rule
 
-from kvcore.block_hash import NONE_HASH
+from kvcore.vllm.block_hash import NONE_HASH
 from tests.kvcore.test_vllm_block import VLLMMachine, make
 
 
@@ -29,7 +29,7 @@ class RepeatedPeeks(VLLMMachine):
                 window=st.sampled_from([1, 2, 1024]))
     def create(self, page_size: int, pages: int, window: int) -> None:  # type: ignore[override]
         self.pol = make(pages * page_size, page_size, max_context_len=48, max_requests=5)
-        self.pol.pool.index.window = window  # walks that cross windows too
+        self.pol.pool.indexes[0].window = window  # walks that cross windows too
         for k in range(3):  # shared heads, own tails
             self.bufs.append(np.concatenate([np.arange(12 + 4 * k), 70_000 + 100 * k
                                              + np.arange(10)]).astype(np.int64))
@@ -38,7 +38,7 @@ class RepeatedPeeks(VLLMMachine):
         pol = self.pol
         assert pol is not None
         n = len(ids) // pol.page_size
-        if not n or not pol.pool.index.num_live:
+        if not n or not pol.pool.num_indexed:
             return np.zeros(0, dtype=np.int64)
         return pol.pool.longest_cache_hit(pol.hasher.chain(NONE_HASH, ids[: n * pol.page_size]),
                                           ids)

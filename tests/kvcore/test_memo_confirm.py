@@ -1,4 +1,4 @@
-"""A peek compares only the prompt prefix its answer rests on (kvcore/chain_memo.py
+"""A peek compares only the prompt prefix its answer rests on (kvcore/vllm/chain_memo.py
 `ChainMemo.recall` / `confirm`): a remembered prompt buffer rewritten anywhere answers as a
 fresh hashing of it does (a copy: another buffer), hashed again when the rewrite falls in the
 hit or at its first miss, and not hashed when it falls after (the answer cannot depend on it).

@@ -1,5 +1,5 @@
 """A chain index finds an indexed block's segment through its generation
-(kvcore/chain_index.py `_segment_of`: a caching's run goes to one segment whole): whatever
+(kvcore/vllm/chain_index.py `segment_of`: a caching's run goes to one segment whole): whatever
 the runs cached together (`insert_runs`, some continuing earlier segments) and the blocks
 evicted, every indexed block's segment, found that way, holds it as a live entry, and the
 segments' live counts are those of a model that keeps each block's segment. About 1 s."""
@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.chain_index import ChainIndex
+from kvcore.vllm.chain_index import ChainIndex
 from tests.kvcore.draws import chain_runs
 
 N = 60  # blocks 1..N
@@ -63,7 +63,7 @@ def test_an_indexed_blocks_segment_is_its_generations(steps: list[tuple]) -> Non
         idx.check_invariants(bh, ph)
         indexed = np.flatnonzero(idx.gen)
         assert sorted(model) == indexed.tolist()
-        sids = idx._segment_of(idx.gen[indexed]).tolist()
+        sids = idx.segment_of(idx.gen[indexed]).tolist()
         assert sids == [model[b] for b in indexed.tolist()]
         for sid, seg in idx.segments.items():
             assert seg.live == sum(1 for s in model.values() if s == sid)

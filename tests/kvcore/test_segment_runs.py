@@ -1,5 +1,5 @@
 """A chain index segment keeps appended runs by reference and writes its arrays when read
-(kvcore/chain_index.py `Segment.append` / `_join`): whatever the order of appends, reads
+(kvcore/vllm/chain_index.py `Segment.append` / `_join`): whatever the order of appends, reads
 and cuts, its blocks, hashes and generations are those of a segment written at every
 append (the model: plain lists), and the index's checks count pending runs. About 1 s."""
 
@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.chain_index import ChainIndex, Segment
 from kvcore.validation import InvariantError
+from kvcore.vllm.chain_index import ChainIndex, Segment
 
 # each step: ("append", run length, entries around it) | ("read",) | ("cut", fraction of n
 # kept); with entries around it, the run is a part of a larger caching call's arrays
@@ -74,9 +74,9 @@ def test_the_index_checks_pending_runs() -> None:
     idx.insert_runs(blocks[:4], hashes[:4], [(4, 0, 0, 0)])
     idx.insert_runs(blocks[4:], hashes[4:], [(4, int(hashes[3]), 4, 4)])
     (seg,) = idx.segments.values()
-    assert len(seg._pending) == 2  # nothing written yet
+    assert len(seg.pending) == 2  # nothing written yet
     idx.check_invariants(bh, ph)  # reads them (and so joins)
-    assert not seg._pending and seg.blocks.tolist() == blocks.tolist()
+    assert not seg.pending and seg.blocks.tolist() == blocks.tolist()
     seg.append(np.array([9], dtype=np.int64), np.array([108], dtype=np.uint64), 3)
     seg.n += 1  # a run miscounted
     try:
@@ -86,7 +86,7 @@ def test_the_index_checks_pending_runs() -> None:
     else:
         raise AssertionError("a miscounted pending run passed the index's checks")
     seg.n -= 1
-    seg._pending.append((blocks, hashes, 3, 3, 4))  # an empty part: the counts still agree
+    seg.pending.append((blocks, hashes, 3, 3, 4))  # an empty part: the counts still agree
     try:
         idx.check_invariants(bh, ph)
     except InvariantError as err:

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvcore.block_hash import NONE_HASH, block_hash
-from kvcore.block_tiers import BlockTier
+from kvcore.vllm.block_hash import NONE_HASH, block_hash
+from kvcore.vllm.block_tiers import BlockTier
 from kvcore.shared_tier import SharedTier
 from kvcore.sglang.tier_tree import TierTree
 from kvcore.validation import InvariantError

@@ -9,11 +9,11 @@ from dataclasses import FrozenInstanceError
 import numpy as np
 import pytest
 
-from kvcore.block_tiers import BlockTier
 from kvcore.sglang.tier_tree import TierTree
 from kvcore.tier_controller import TierController
 from kvcore.tiers import TierConfig
 from kvcore.validation import InvariantError
+from kvcore.vllm.block_tiers import BlockTier
 from tests.kvcore.tier_machine import serve_alone, tiered_policy
 
 PS = 4

@@ -1,4 +1,5 @@
-"""The `vllm` policy: block pool, hash-chained full blocks, lazy LRU eviction."""
+"""The `vllm` manager on a full-attention model (one KV cache group): block pool, hash-chained
+full blocks, lazy LRU eviction."""
 
 from __future__ import annotations
 
@@ -15,25 +16,25 @@ from hypothesis.stateful import (
     rule,
 )
 
-import kvcore.policies.vllm_block  # noqa: F401 - registers the policy
-from kvcore.block_hash import block_hash
 from kvcore.policies.base import PolicyConfig, make_policy, policy_help
 from kvcore.policies.capabilities import DecodeStretch
-from kvcore.policies.vllm_block import VLLMBlockPolicy
 from kvcore.validation import InvariantError
+from kvcore.vllm.block_hash import block_hash
+from kvcore.vllm.manager import VLLMManager
 from tests.kvcore.draws import draw_extend
+from tests.kvcore.vllm_views import blocks, cached_free, heads
 
 #: (rid, start, end) -> token ids of positions start..end-1 of that request
 TokenSource = Callable[[int, int, int], np.ndarray]
 
 
-def make(kv: int, page_size: int, **kw: object) -> VLLMBlockPolicy:
+def make(kv: int, page_size: int, **kw: object) -> VLLMManager:
     pol = make_policy("vllm", PolicyConfig(kv_tokens=kv, page_size=page_size, **kw))
-    assert isinstance(pol, VLLMBlockPolicy)
+    assert type(pol) is VLLMManager
     return pol
 
 
-class SourcedVLLMPolicy(VLLMBlockPolicy):
+class SourcedVLLMManager(VLLMManager):
     """`vllm` that hashes a decode block the moment it fills, as vLLM does, by asking
     `source` for the output ids it needs (the simulator hands them in at cache_prefix /
     finish instead). Before the step that fills a block, the request's known ids are extended
@@ -46,7 +47,7 @@ class SourcedVLLMPolicy(VLLMBlockPolicy):
     def decode(self, rids: Sequence[int]) -> bool:
         ps = self.page_size
         for rid in rids:
-            req = self._reqs.get(rid)
+            req = self.requests.get(rid)
             end = req.written + 1 if req is not None else 0
             if req is not None and end % ps == 0 and len(req.ids) < end:
                 have = len(req.ids)
@@ -62,8 +63,8 @@ class SourcedVLLMPolicy(VLLMBlockPolicy):
 
 
 def make_sourced(kv: int, page_size: int, source: TokenSource, **kw: object
-                 ) -> SourcedVLLMPolicy:
-    return SourcedVLLMPolicy(PolicyConfig(kv_tokens=kv, page_size=page_size, **kw), source)
+                 ) -> SourcedVLLMManager:
+    return SourcedVLLMManager(PolicyConfig(kv_tokens=kv, page_size=page_size, **kw), source)
 
 
 def ids(*parts: tuple[int, int]) -> np.ndarray:
@@ -71,7 +72,7 @@ def ids(*parts: tuple[int, int]) -> np.ndarray:
     return np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n in parts])
 
 
-def run(pol: VLLMBlockPolicy, rid: int, toks: np.ndarray, out: int = 1) -> int:
+def run(pol: VLLMManager, rid: int, toks: np.ndarray, out: int = 1) -> int:
     """Admit, prefill, decode `out - 1` tokens, finish; returns the cached_len at admit."""
     final = len(toks) + out - 1
     res = pol.admit(rid, toks, final, out)
@@ -105,7 +106,7 @@ def test_capacity_excludes_null_block() -> None:
     assert bd.free == 64 and bd.largest_free_hole == 64 and bd.external == 0
     assert pol.admit(1, ids((0, 64)), 64, 1) is not None
     assert pol.extend([1], [64])  # all 16 blocks, none of them the null block 0
-    assert 0 not in pol.block_ids(1)
+    assert 0 not in blocks(pol, 1)
     assert pol.available_tokens() == 0
     pol.check_invariants()
 
@@ -128,7 +129,7 @@ def test_hit_capped_at_prompt_minus_one() -> None:
     assert pol.extend([2], [8])
     pol.check_invariants()
     # the recomputed block duplicates cached content: both blocks are indexed under one hash
-    h = int(pol.pool.block_hash[pol.block_ids(2)[1]])
+    h = int(pol.pool.block_hash[blocks(pol, 2)[1]])
     assert len(pol.pool.get_cached_blocks(h)) == 2
 
 
@@ -151,10 +152,8 @@ def test_block_reused_after_finish_until_evicted() -> None:
 def test_reverse_order_release_evicts_chain_tail_first() -> None:
     pol = make(20, 4)  # 5 blocks
     run(pol, 1, ids((0, 13)))  # blocks b0 b1 b2 full and cached, b3 partial
-    cached = pol.pool.cached_block_hash_to_block
-    chain = [cached[h] for h in list(cached)]
-    assert len(chain) == 3
-    cached_order = pol.cached_block_ids()  # head (next evicted) first
+    assert len(heads(pol.pool)) == 3
+    cached_order = cached_free(pol.pool)  # head (next evicted) first
     # reverse-order release: tail of the chain nearest the head of the free queue
     hashes = [pol.pool.block_hash[b] for b in cached_order]
     parents = [pol.pool.parent_hash[b] for b in cached_order]
@@ -204,7 +203,7 @@ def test_seed_example_rounding_page4_length6() -> None:
     pol.decode([1])
     bd = pol.breakdown(0)
     assert (bd.token_states, bd.reserved, bd.rounding) == (6, 0, 2)
-    assert pol.decode_room(1) == 2
+    assert len(blocks(pol, 1)) * 4 - pol.written(1) == 2  # room left in the last block
     pol.check_invariants()
 
 
@@ -245,7 +244,7 @@ def test_check_invariants_catches_ref_drift() -> None:
     pol = make(32, 4)
     pol.admit(1, ids((0, 5)), 5, 1)
     pol.extend([1], [5])
-    pol.pool.ref_cnt[pol.block_ids(1)[0]] += 1
+    pol.pool.ref_cnt[blocks(pol, 1)[0]] += 1
     with pytest.raises(InvariantError):
         pol.check_invariants()
 
@@ -262,7 +261,7 @@ class VLLMMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pol: VLLMBlockPolicy | None = None
+        self.pol: VLLMManager | None = None
         self.live: dict[int, tuple[np.ndarray, int]] = {}  # rid -> (prompt, L)
         self.next_rid = 0
         self.slot_token: dict[int, tuple[int, int]] = {}  # slot -> (position, token id)
@@ -272,7 +271,7 @@ class VLLMMachine(RuleBasedStateMachine):
         return np.concatenate([p, out_ids(rid, len(p), fin)])
 
     def record(self, rid: int) -> None:
-        row = self.pol._reqs[rid].row
+        row = self.pol.requests[rid].row
         w = self.pol.written(rid)
         toks = self.all_ids(rid)
         for pos, slot in enumerate(self.pol.req_to_token_pool.req_to_token[row, :w].tolist()):
@@ -363,7 +362,7 @@ class VLLMMachine(RuleBasedStateMachine):
         if how == "cache":
             self.pol.cache_prefix(rid, toks)
             return
-        held = self.pol.block_ids(rid)
+        held = blocks(self.pol, rid)
         if how == "finish":
             self.pol.finish(rid, toks)
         else:
@@ -456,12 +455,11 @@ def test_simulation_results_unchanged(case: str) -> None:
 # -- decode_steps against stepping -------------------------------------------------------------
 
 
-def _pool_state(pol: VLLMBlockPolicy) -> tuple:
+def _pool_state(pol: VLLMManager) -> tuple:
     pool = pol.pool
     queue = pool.peek_free(pool.get_num_free_blocks()).tolist()
     hashed = np.flatnonzero(pool.is_hashed).tolist()
-    heads = sorted(pool.cached_block_hash_to_block.items())
-    return queue, hashed, heads, pool.ref_cnt.tolist(), pool.evicted_blocks
+    return queue, hashed, sorted(heads(pool).items()), pool.ref_cnt.tolist(), pool.evicted_blocks
 
 
 @settings(max_examples=40, deadline=None)
@@ -491,8 +489,8 @@ def test_decode_steps_equal_stepping(ps: int, data) -> None:
         assert b.decode(rids)
         assert b.breakdown(ps).as_array().tolist() == profile[step].tolist()
     for rid in rids:
-        assert a.block_ids(rid) == b.block_ids(rid)
-        ra, rb = a._req(rid).row, b._req(rid).row
+        assert blocks(a, rid) == blocks(b, rid)
+        ra, rb = a.requests[rid].row, b.requests[rid].row
         w = a.written(rid)
         assert w == b.written(rid) == prompts[rid] + n
         assert np.array_equal(a.req_to_token_pool.read_at(ra, slice(0, w)),

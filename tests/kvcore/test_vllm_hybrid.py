@@ -1,4 +1,5 @@
-"""The `vllm` policy on hybrid layouts (kvcore/policies/vllm_hybrid.py, kvcore/hybrid_groups.py).
+"""The `vllm` manager on hybrid layouts (kvcore/vllm/manager.py, group_rules.py,
+kv_cache_groups.py, coordinator.py, stretch.py).
 
 Worked examples a reader can redo by hand on a three-group toy layout, the per-kind hit finders,
 the sizes against the planner (`vllm_plan`), a differential test against the full-attention
@@ -17,7 +18,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvcore.hybrid_groups import (
+from kvcore.hybrid_plan import vllm_plan
+from kvcore.hybrid_presets import LAYOUTS
+from kvcore.layers import HybridLayout, LayerGroup
+from kvcore.policies import PolicyConfig, make_policy
+from kvcore.policies.capabilities import PoolKinds, PrefixCache
+from kvcore.vllm.kv_cache_groups import (
     GroupSpec,
     chunked_hit,
     full_hit,
@@ -25,14 +31,10 @@ from kvcore.hybrid_groups import (
     sliding_hit,
     state_hit,
 )
-from kvcore.hybrid_plan import vllm_plan
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.layers import HybridLayout, LayerGroup
-from kvcore.policies import PolicyConfig, make_policy
-from kvcore.policies.capabilities import PoolKinds, PrefixCache
-from kvcore.policies.vllm_block import VLLMBlockPolicy
-from kvcore.policies.vllm_hybrid import VLLMHybridPolicy
+from kvcore.vllm.manager import VLLMManager
+from kvcore.vllm.pool_kinds import PooledVLLMManager
 from kvcore.vllm_rules import vllm_rules
+from tests.kvcore.vllm_views import blocks, tables
 
 # one token in one attention layer: 2 x 1 head x 8 x 2 B = 32 B. The linear layer's state:
 # conv (2 - 1) x (2 x 4 + 4) x 2 B = 24 B, recurrent 1 x 4 x 4 x 2 B = 32 B: 56 B, so vLLM's
@@ -46,15 +48,15 @@ PAGE = 512
 
 
 def toy(mode: str = "align", blocks: int = 30, layout: HybridLayout = TOY,
-        page_size: int = 16, ctx: int = 256) -> VLLMHybridPolicy:
+        page_size: int = 16, ctx: int = 256) -> PooledVLLMManager:
     cfg = PolicyConfig(kv_tokens=0, page_size=page_size, max_context_len=ctx, max_requests=8,
                        layout=layout, kv_bytes=blocks * PAGE, mamba_cache_mode=mode)
     pol = make_policy("vllm", cfg)
-    assert isinstance(pol, VLLMHybridPolicy)
+    assert isinstance(pol, PooledVLLMManager)
     return pol
 
 
-def run_prompt(p: VLLMHybridPolicy, rid: int, ids: np.ndarray, out: int = 2,
+def run_prompt(p: PooledVLLMManager, rid: int, ids: np.ndarray, out: int = 2,
                chunk: int = 1000) -> int:
     """Admit, prefill in `chunk`-token steps, decode `out` - 1 tokens, finish: the hit."""
     res = p.admit(rid, ids, len(ids) + out - 1, out)
@@ -87,14 +89,14 @@ def test_toy_layout_groups_blocks_and_a_prefill_by_hand() -> None:
     ids = np.arange(50)
     assert p.admit(0, ids, 51, 2) is not None
     assert p.extend([0], [50])
-    t = p.block_tables(0)
+    t = tables(p, 0)
     # full: cdiv(50, 16) = 4 blocks; sliding: 4 (all of the chunk's tokens are computed);
     # linear (align): the running state at position 3 and the state at 48 (position 2)
     assert [len([b for b in x if b]) for x in t] == [4, 4, 2]
     assert t[2][:2] == [0, 0] and all(t[2][2:])
     assert p.available_tokens() == (30 - 10) * 16 // 2  # slots over the 2 attention groups
     assert p.decode([0])  # 51 tokens; the next token needs 51 - 32 + 1 = 20 on: block 1 on
-    t = p.block_tables(0)
+    t = tables(p, 0)
     assert t[1][0] == 0 and all(t[1][1:])  # the sliding group freed block 0
     assert t[2] == [0, 0, 0, t[2][3]]  # the state at 48 was freed (cached), the running kept
     # cached now: full 0-2, sliding 0-2 (block 0 freed but hashed), linear position 2
@@ -180,8 +182,58 @@ def test_freed_sliding_blocks_still_hit_until_reused() -> None:
 
 # -- the finders -------------------------------------------------------------------------------
 
-def _has(blocks: set[int]):
-    return lambda i: i in blocks
+def _has(blocks: set[int], n: int = 8) -> np.ndarray:
+    """The finders' `cached`: n block positions, those in `blocks` cached."""
+    return np.isin(np.arange(n), sorted(blocks))
+
+
+# the finders as vLLM writes them (single_type_kv_cache_manager.py): one position at a time
+def _full_loop(c: np.ndarray, max_len: int, bs: int) -> tuple[int, int]:
+    n = 0
+    while n < max_len // bs and n < len(c) and c[n]:
+        n += 1
+    return n * bs, 0
+
+
+def _sliding_loop(c: np.ndarray, max_len: int, bs: int, window: int) -> tuple[int, int]:
+    need, run = -(-(window - 1) // bs), 0
+    for i in range(min(max_len // bs, len(c)) - 1, -1, -1):
+        if c[i]:
+            run += 1
+            if run >= need:
+                return (i + run) * bs, i
+        else:
+            run = 0
+    return run * bs, 0
+
+
+def _chunked_loop(c: np.ndarray, max_len: int, bs: int, chunk: int) -> tuple[int, int]:
+    first = max_len // chunk * chunk // bs
+    n = first
+    while n < max_len // bs and n < len(c) and c[n]:
+        n += 1
+    return n * bs, first
+
+
+def _state_loop(c: np.ndarray, max_len: int, bs: int) -> tuple[int, int]:
+    for i in range(min(max_len // bs, len(c)) - 1, -1, -1):
+        if c[i]:
+            return (i + 1) * bs, i
+    return 0, 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.booleans(), max_size=24), st.integers(0, 120), st.sampled_from([1, 4, 16]),
+       st.integers(1, 70), st.sampled_from([1, 2, 4]))
+def test_finders_equal_the_block_by_block_scan(cached: list[bool], max_len: int, bs: int,
+                                               window: int, chunks: int) -> None:
+    """Each finder (whole arrays at once) answers as vLLM's scan, one position at a time."""
+    c = np.array(cached, dtype=bool)
+    assert full_hit(c, max_len, bs) == _full_loop(c, max_len, bs)
+    assert sliding_hit(c, max_len, bs, window) == _sliding_loop(c, max_len, bs, window)
+    assert chunked_hit(c, max_len, bs, chunks * bs) == _chunked_loop(c, max_len, bs,
+                                                                     chunks * bs)
+    assert state_hit(c, max_len, bs) == _state_loop(c, max_len, bs)
 
 
 def test_finders_by_hand() -> None:
@@ -217,7 +269,7 @@ def test_pool_sizes_equal_the_planners(model: str) -> None:
     layout, budget, ctx = LAYOUTS[model], 10 * 2**30, 32_768
     p = make_policy("vllm", PolicyConfig(kv_tokens=0, page_size=16, max_context_len=ctx,
                                          layout=layout, kv_bytes=budget))
-    assert isinstance(p, VLLMHybridPolicy)
+    assert isinstance(p, PooledVLLMManager)
     mode = p.mamba_cache_mode if layout.state_groups() else None
     plan = vllm_plan(layout, budget, ctx, block_size=16, mamba_cache_mode=mode)
     assert p.page_size == plan.block_size and plan.num_blocks == p.groups.num_blocks
@@ -245,8 +297,8 @@ def test_block_size_rules_and_errors() -> None:
                                                           "layout": LAYOUTS["llama-4-scout"]}))
     # a layout that is not hybrid keeps today's policy
     full = HybridLayout((LayerGroup("full", 2, kv_heads=1, head_dim=8),))
-    assert isinstance(make_policy("vllm", PolicyConfig(kv_tokens=64, page_size=16,
-                                                       layout=full)), VLLMBlockPolicy)
+    assert type(make_policy("vllm", PolicyConfig(kv_tokens=64, page_size=16,
+                                                       layout=full))) is VLLMManager
 
 
 # -- differential: a window longer than every request is full attention -------------------------
@@ -268,7 +320,7 @@ def test_a_window_longer_than_every_request_is_full_attention(
                                            layout=HybridLayout((FULL1, swa))))
     ref = make_policy("vllm", PolicyConfig(kv_tokens=4096 * bs, page_size=bs,
                                            max_context_len=ctx, max_requests=16))
-    assert isinstance(hyb, VLLMHybridPolicy) and isinstance(ref, VLLMBlockPolicy)
+    assert isinstance(hyb, PooledVLLMManager) and type(ref) is VLLMManager
     for rid, (prefix, extra, out) in enumerate(reqs):
         ids = np.concatenate([np.arange(prefix * 20), 10_000 * (rid + 1) + np.arange(extra)])
         final = len(ids) + out - 1
@@ -278,8 +330,8 @@ def test_a_window_longer_than_every_request_is_full_attention(
             assert pol.extend([rid], [len(ids)])
             for _ in range(out - 1):
                 assert pol.decode([rid])
-        full, window = hyb.block_tables(rid)
-        assert len(full) == len(window) == len(ref.block_ids(rid)) and all(window)
+        full, window = tables(hyb, rid)
+        assert len(full) == len(window) == len(blocks(ref, rid)) and all(window)
         hyb.check_invariants()
         for pol in (hyb, ref):
             pol.finish(rid, np.concatenate([ids, 77 + np.arange(out)]))
@@ -357,7 +409,8 @@ class HybridMachine(RuleBasedStateMachine):
         for j in range(n):
             free = twin.pool.get_num_free_blocks()
             assert twin.decode(rids)
-            if twin.pool.get_num_free_blocks() > free - twin.alloc_groups * sum(
+            allocating = sum(rule.allocates for rule in twin.rules)
+            if twin.pool.get_num_free_blocks() > free - allocating * sum(
                     (twin.written(r) - 1) % twin.page_size == 0 for r in rids):
                 released = min(released, j + 1)
             assert np.array_equal(profile[j], twin.breakdown(7).as_array()), j
@@ -365,7 +418,7 @@ class HybridMachine(RuleBasedStateMachine):
                 assert tuple(pools[kind][j]) == (u.used_bytes, u.cached_bytes), (kind, j)
         assert releases == released
         for r in rids:
-            assert p.block_tables(r) == twin.block_tables(r)
+            assert tables(p, r) == tables(twin, r)
         nfree = p.pool.get_num_free_blocks()
         assert np.array_equal(p.pool.peek_free(nfree), twin.pool.peek_free(nfree))
         assert np.array_equal(p.pool.ref_cnt, twin.pool.ref_cnt)
@@ -392,7 +445,7 @@ class HybridMachine(RuleBasedStateMachine):
         state_named: set[int] = set()
         for rid in self.live:
             w = p.written(rid)
-            full, window, state = p.block_tables(rid)
+            full, window, state = tables(p, rid)
             assert all(pool.ref_cnt[b] > 0 for t in (full, window, state) for b in t if b)
             assert all(window[max(w - 32 + 1, 0) // bs:])
             if p.mamba_cache_mode == "none":
@@ -400,8 +453,9 @@ class HybridMachine(RuleBasedStateMachine):
             elif w:
                 assert state[-1]
             state_named.update(b for b in state if b)
-        held_state = np.count_nonzero((pool.ref_cnt > 0) & (p.group_of == 2))
-        assert held_state == len(state_named)  # a shared hit state counts once
+        named = {b for rid in self.live for t in tables(p, rid) for b in t if b}
+        assert set(np.flatnonzero(pool.ref_cnt > 0).tolist()) == named  # nothing held astray
+        assert state_named <= named
 
 
 TestHybridMachine = HybridMachine.TestCase
@@ -419,13 +473,13 @@ def test_chunked_local_frees_past_chunks_and_hits_from_the_chunk_start() -> None
     p = toy(layout=HybridLayout((FULL1, chunked)))
     ids = np.arange(50)
     assert p.admit(0, ids, 51, 2) is not None and p.extend([0], [50])
-    assert [len(t) for t in p.block_tables(0)] == [4, 4]
+    assert [len(t) for t in tables(p, 0)] == [4, 4]
     assert p.decode([0])
-    assert p.block_tables(0)[1][:2] == [0, 0] and all(p.block_tables(0)[1][2:])
+    assert tables(p, 0)[1][:2] == [0, 0] and all(tables(p, 0)[1][2:])
     p.finish(0, np.arange(52))
     b = np.concatenate([ids, 3000 + np.arange(10)])
     assert p.admit(1, b, 61, 2) is not None
-    full, local = p.block_tables(1)
+    full, local = tables(p, 1)
     assert p.written(1) == 48 and len(full) == 3 and local[:2] == [0, 0] and local[2]
     p.check_invariants()
 
@@ -433,7 +487,7 @@ def test_chunked_local_frees_past_chunks_and_hits_from_the_chunk_start() -> None
 def test_bad_arguments_are_one_line_errors_and_change_nothing() -> None:
     p = toy(ctx=64)
     assert p.admit(0, np.arange(20), 30, 11) is not None and p.extend([0], [20])
-    before = p.block_tables(0)
+    before = tables(p, 0)
     with pytest.raises(ValueError, match="already admitted"):
         p.admit(0, np.arange(5), 6, 2)
     with pytest.raises(ValueError, match="below written 20"):
@@ -444,7 +498,7 @@ def test_bad_arguments_are_one_line_errors_and_change_nothing() -> None:
         p.decode([7])
     with pytest.raises(ValueError, match="same request twice"):
         p.decode([0, 0])
-    assert p.block_tables(0) == before and p.written(0) == 20
+    assert tables(p, 0) == before and p.written(0) == 20
     # memory short, all or nothing: 30 blocks; request 0 holds 2 + 2 + 2, a 64-token prefill
     # takes 4 full + 4 sliding + 1 state block (the running one, at the boundary 64): 9
     for rid in (1, 2, 3):
@@ -452,10 +506,10 @@ def test_bad_arguments_are_one_line_errors_and_change_nothing() -> None:
     assert p.extend([1], [64]) and p.extend([2], [64])  # 6 + 9 + 9 = 24
     assert not p.extend([3], [64])  # 9 > 6 free
     assert not p.extend([0, 3], [21, 64])  # nor batched with one that would fit
-    assert p.written(3) == 0 and p.block_tables(3) == [[], [], []] and p.written(0) == 20
+    assert p.written(3) == 0 and tables(p, 3) == [[], [], []] and p.written(0) == 20
     # 7 free: the failed call still removed request 0's skipped block (its state at 16, now
     # cached), as vLLM removes skipped blocks before it allocates
-    assert p.available_tokens() == 7 * 16 // 2 and p.block_tables(0)[2] == [0, before[2][1]]
+    assert p.available_tokens() == 7 * 16 // 2 and tables(p, 0)[2] == [0, before[2][1]]
     p.check_invariants()
 
 

@@ -1,12 +1,13 @@
-"""The `vllm` policy's page-1 shortcuts (issue 28, item 2, third round).
+"""The `vllm` manager's page-1 shortcuts.
 
 * A lookup that knows no block was evicted since its last answer (`BlockPool.longest_cache_hit`
   with `known_evicted`) skips re-reading the answer's generations: test_chain_index.py's pool
   machine, with and without colliding hashes, passing the eviction count it saw, still agrees
   with the per-block model of vLLM's pool and with a fresh lookup after every step.
-* At page size 1 a request's block table is its page-table row (`_RowReq`): after random
-  extends, decodes, stretches and releases the table, the rows and the pool match what the
-  policy with separate block tables (a device-side page table forces them) computes.
+* At page size 1 a request's block table is its page-table row (kvcore/vllm/block_table.py
+  `RowBlockTables`): after random extends, decodes, stretches and releases the table, the rows
+  and the pool match what the manager with separate block tables mirrored into the page table
+  (`TokenSlotTable`, what a page table off the host gets) computes.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcore.policies.base import PolicyConfig, make_policy
-from kvcore.policies.vllm_block import VLLMBlockPolicy
-from kvcore.policies.vllm_request import _RowReq
+from kvcore.vllm.block_table import RowBlockTable, TokenSlotTable
+from kvcore.vllm.manager import VLLMManager
 from tests.kvcore.test_chain_index import SEQS, PoolMachine
+from tests.kvcore.vllm_views import blocks, cached_free
 
 
 class EvictionAwarePool(PoolMachine):
@@ -32,10 +34,10 @@ class EvictionAwarePool(PoolMachine):
         pool = self.pool
         got = pool.longest_cache_hit(hashes, ids, known, gens, at, evicted)
         if got is not known:
-            gens = pool.gen[got]
-        self.seen_ev[s] = (got, gens, pool.index.newest if len(got) < len(hashes) else -1,
+            gens = pool.indexes[0].gen[got]
+        self.seen_ev[s] = (got, gens, pool.indexes[0].newest if len(got) < len(hashes) else -1,
                            pool.evicted_blocks)
-        assert np.array_equal(gens, pool.gen[got])  # the kept generations are the current
+        assert np.array_equal(gens, pool.indexes[0].gen[got])  # the kept gens are the current
         _, _, want = super()._lookup(s)  # the model's answer (and the plain lookups' checks)
         assert got.tolist() == want
         return ids, hashes, want
@@ -56,12 +58,13 @@ TestEvictionAwareCollisions = EvictionAwareCollisions.TestCase
 TestEvictionAwareCollisions.settings = _FEW
 
 
-def _policy(device_rows: bool) -> VLLMBlockPolicy:
+def _policy(device_rows: bool) -> VLLMManager:
     pol = make_policy("vllm", PolicyConfig(kv_tokens=24, page_size=1, max_context_len=40,
                                            max_requests=4))
-    assert isinstance(pol, VLLMBlockPolicy)
+    assert isinstance(pol, VLLMManager)
     if device_rows:  # what a page table off the host gets: block tables of their own
-        pol._table = None
+        assert pol.req_to_token_pool is not None
+        pol.page_table = TokenSlotTable(pol.req_to_token_pool, 1)
     return pol
 
 
@@ -101,7 +104,7 @@ def test_row_tables_match_own_tables(ops: list[tuple[str, int, int]]) -> None:
         for pol in (rows, own):
             pol.check_invariants()
         for r in live:  # (check_invariants compared each row with its table)
-            assert isinstance(rows._req(r), _RowReq)
-            assert rows.block_ids(r) == own.block_ids(r)
-            assert rows._req(r).row == own._req(r).row
-        assert rows.cached_block_ids() == own.cached_block_ids()
+            assert isinstance(rows.requests[r].tables[0], RowBlockTable)
+            assert blocks(rows, r) == blocks(own, r)
+            assert rows.requests[r].row == own.requests[r].row
+        assert cached_free(rows.pool) == cached_free(own.pool)

@@ -1,5 +1,5 @@
-"""The `vllm` policy's host (and storage) tier (kvcore/block_tiers.py,
-kvcore/policies/vllm_tiers.py): worked examples, every write policy, a stateful test checking
+"""The `vllm` policy's host (and storage) tier (kvcore/vllm/block_tiers.py,
+kvcore/vllm/tiered.py): worked examples, every write policy, a stateful test checking
 the invariants after every operation, and the host tier against an independent LRU model over
 page-aligned prefix keys."""
 
@@ -14,20 +14,21 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from kvcore.block_hash import NONE_HASH, ChainHasher
-from kvcore.block_tiers import BlockTier
 from kvcore.policies import PolicyConfig
 from kvcore.policies.base import AdmitResult
 from kvcore.policies.capabilities import LowerTiers
-from kvcore.policies.vllm_block import VLLMBlockPolicy
-from kvcore.policies.vllm_tiers import TieredVLLMPolicy
 from kvcore.tiers import WRITE_POLICIES, TierConfig
+from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
+from kvcore.vllm.block_tiers import BlockTier
+from kvcore.vllm.manager import VLLMManager
+from kvcore.vllm.tiered import TieredVLLMManager
 from tests.kvcore.tier_machine import (
     TieredPolicyMachine,
     serve_against_lru,
     serve_alone,
     tiered_policy,
 )
+from tests.kvcore.vllm_views import cached_free
 
 _policy = partial(tiered_policy, "vllm")
 _serve = serve_alone
@@ -41,7 +42,7 @@ def _fill(p, rid0: int, n: int, ps: int, blocks: int = 3) -> None:
 
 def test_no_tier_is_the_plain_policy() -> None:
     p = _policy(4, 16, host=0)
-    assert type(p) is VLLMBlockPolicy and not isinstance(p, LowerTiers)
+    assert type(p) is VLLMManager and not isinstance(p, LowerTiers)
     assert p.pool.on_evict is None
 
 
@@ -53,7 +54,7 @@ def test_bad_tier_config() -> None:
     with pytest.raises(ValueError, match="write policy"):
         _policy(4, 16, host=64, write="sometimes")
     with pytest.raises(ValueError, match="host_tokens > 0"):
-        TieredVLLMPolicy(PolicyConfig(kv_tokens=64, page_size=4), TierConfig())
+        TieredVLLMManager(PolicyConfig(kv_tokens=64, page_size=4), TierConfig())
 
 
 def test_host_hit_is_loaded_not_prefilled() -> None:
@@ -62,7 +63,7 @@ def test_host_hit_is_loaded_not_prefilled() -> None:
     lands."""
     ps = 4
     p = _policy(ps, pages=8, host=64 * ps)
-    assert isinstance(p, TieredVLLMPolicy)
+    assert isinstance(p, TieredVLLMManager)
     prompt = np.arange(100, 100 + 5 * ps + 2)
     _serve(p, 0, prompt)
     _fill(p, 1, 3, ps, blocks=6)  # 8 device blocks: the prompt is gone from the device
@@ -72,10 +73,10 @@ def test_host_hit_is_loaded_not_prefilled() -> None:
     res = p.admit(99, prompt, len(prompt) + 1, 2)
     assert res is not None and res.cached_len == 5 * ps and res.host_hit == 5 * ps
     assert res.storage_hit == 0
-    req = p._reqs[99]
+    table = p.requests[99].tables[0]
     want = p.hasher.chain(NONE_HASH, prompt[: 5 * ps])
-    assert np.array_equal(p.pool.block_hash[req.blocks], want)
-    assert (p.pool.block_tokens[req.blocks] == prompt[: 5 * ps].reshape(5, ps)).all()
+    assert np.array_equal(p.pool.block_hash[table.blocks], want)
+    assert (p.pool.block_tokens[table.blocks] == prompt[: 5 * ps].reshape(5, ps)).all()
     assert p.tier_state().host_locked == 5 * ps and len(p.tiers.inflight[99]) == 5
     p.check_invariants()
     assert p.extend([99], [len(prompt)])  # only the rest is prefilled
@@ -190,15 +191,15 @@ class VLLMTierMachine(TieredPolicyMachine):
         self.PS = ps
         p = _policy(ps, pages=56 // ps, host=host * 4, storage=storage * 4, write=write,
                     ctx=64)
-        assert isinstance(p, TieredVLLMPolicy)
+        assert isinstance(p, TieredVLLMManager)
         self.p = p
 
     def check_admitted(self, rid: int, prompt: np.ndarray, res: AdmitResult) -> None:
         ps = self.PS
-        req = self.p._reqs[rid]
+        table = self.p.requests[rid].tables[0]
         n = res.cached_len // ps  # device hit + loaded blocks carry the prompt's hashes
         want = self.p.hasher.chain(NONE_HASH, prompt[: n * ps])
-        assert np.array_equal(self.p.pool.block_hash[req.blocks[:n]], want)
+        assert np.array_equal(self.p.pool.block_hash[table.blocks[:n]], want)
 
     def check_tiers(self) -> None:
         p, state = self.p, self.p.tier_state()
@@ -227,7 +228,7 @@ def test_host_tier_equals_an_lru_model(ps: int, host_pages: int) -> None:
     page-aligned prefixes with its capacity holds (PageLRU), so its hit past the device's is
     the model's, request by request."""
     p = _policy(ps, pages=max(300 // ps, 4), host=host_pages * ps, rows=2, ctx=1024)
-    assert isinstance(p, TieredVLLMPolicy)
+    assert isinstance(p, TieredVLLMManager)
 
     def host_hit(key: np.ndarray) -> int:
         n = len(key) // ps
@@ -305,7 +306,7 @@ def test_batched_write_through_equals_eager(seed: int) -> None:
         eager.tier_state()  # a host read after every call: every store made at once
     for p in (lazy, eager):
         p.check_invariants()
-    order = [p.tiers.host.pool.block_hash[p.tiers.host.pool.cached_free_blocks()].tolist()
+    order = [p.tiers.host.pool.block_hash[cached_free(p.tiers.host.pool)].tolist()
              for p in (lazy, eager)]
     assert order[0] == order[1] and len(order[0]) > 0
     a, b = lazy.tier_state(), eager.tier_state()

@@ -40,7 +40,7 @@ PER_COMBO = 2
 #: hybrid cases (engine_fuzz.HYBRID_COMBOS: policy x small hybrid model x admission x
 #: schedule x preemption): one of each (policy, model) pair, among the cheapest of the first 72
 #: (`python benchmarks/fuzz_engine.py` lists them). The hybrid `vllm` policy takes decode
-#: stretches (kvcore/policies/vllm_hybrid_stretch.py), the SGLang layout steps one at a time;
+#: stretches (kvcore/vllm/stretch.py), the SGLang layout steps one at a time;
 #: tests/simulator/test_vllm_hybrid_stretch.py holds hybrid cases that must take stretches
 HYBRID_SLICE = tuple(HYBRID_SEED0 + k for k in (11, 22, 28, 37, 53, 67))
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvcore.block_hash import NONE_HASH, ChainHasher
+from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
 from simulator.config import FLAT_FIELDS
 from simulator.fleet import ROUTERS, FleetSetup, parse_settings, simulate_fleet
 from simulator.fleet.dynamo_router import softmax_pick

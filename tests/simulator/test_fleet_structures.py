@@ -234,7 +234,7 @@ def test_dynamo_shared_blocks_are_the_set_count(active, prompt) -> None:
     requests active on a worker (whole chains from block 0) and a new prompt."""
     from collections import Counter
 
-    from kvcore.block_hash import NONE_HASH, ChainHasher
+    from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
     from simulator.fleet.dynamo_router import shared_blocks
 
     hasher = ChainHasher(2, 64)

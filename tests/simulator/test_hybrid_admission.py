@@ -12,6 +12,7 @@ import simpy
 from simulator.admission import AdmissionParams, make_admission
 from simulator.request import SimRequest
 from tests.kvcore.test_vllm_hybrid import toy
+from tests.kvcore.vllm_views import tables
 from workloads.request import PromptSpec, Request
 
 
@@ -44,4 +45,4 @@ def test_state_blocks_count_at_admission() -> None:
     assert make_admission("vllm", q, AdmissionParams()).admissible(
         s, q.peek_admission(s.prefill_key()), 0, [], [])
     assert q.admit(0, ids, len(ids) + 1, 1) is not None and q.extend([0], [len(ids)])
-    assert sum(1 for t in q.block_tables(0) for b in t if b) == 8  # the 8 blocks counted
+    assert sum(1 for t in tables(q, 0) for b in t if b) == 8  # the 8 blocks counted

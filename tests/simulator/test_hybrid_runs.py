@@ -1,5 +1,5 @@
 """Hybrid models through the engine (needs the hybrid layouts of kvcore/sglang/ and
-kvcore/policies/vllm_hybrid.py). A sliding window at least as long as every request gives
+kvcore/vllm/). A sliding window at least as long as every request gives
 exactly the run of full attention: same requests, same summary (the per-kind pool columns
 aside), under `paged` and `vllm`; a hybrid run has the per-kind columns, a full-attention one
 none.

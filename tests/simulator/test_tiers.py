@@ -145,7 +145,7 @@ def test_tier_option_errors() -> None:
         simulate(kshot(n=3), config(policy="paged-nocache", hicache_ratio=1.0))
 
 
-# -- the vllm policy's host tier (kvcore/policies/vllm_tiers.py) --------------------------------
+# -- the vllm policy's host tier (kvcore/vllm/tiered.py) --------------------------------
 
 
 def test_vllm_write_policies() -> None:

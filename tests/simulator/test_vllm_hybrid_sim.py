@@ -13,7 +13,7 @@ import pytest
 
 import simulator.run as run
 from kvcore.hybrid_presets import LAYOUTS
-from kvcore.policies.vllm_hybrid import VLLMHybridPolicy
+from kvcore.vllm.pool_kinds import PooledVLLMManager
 
 from .helpers import config, kshot
 
@@ -27,7 +27,7 @@ def _simulate(monkeypatch: pytest.MonkeyPatch, mode: str) -> dict:
 
     monkeypatch.setattr(run, "policy_config", with_layout)
     cfg = config(policy="vllm", max_context_len=4096, chunked_prefill_size=512)
-    assert isinstance(run.build_policy(cfg, 4096), VLLMHybridPolicy)
+    assert isinstance(run.build_policy(cfg, 4096), PooledVLLMManager)
     wl = kshot(n=16, prefix=1200)
     res = run.simulate(wl, cfg)
     assert len(res.requests) == len(wl.requests)  # every request ran to completion

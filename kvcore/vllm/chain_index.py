@@ -25,10 +25,9 @@ live segment's first hash against the chain at that position.
 * A caching call that continues a segment extends it rather than starting one: the newest
   segment's chain, or the segment that ends with the block before the new ones in the
   caller's block table (a request's next prefill chunk, even when other requests' chunks
-  were cached in between: small interleaved chunks, `--chunked-prefill-size 64`). A prompt
-  cached in 64-token chunks is then one segment to a lookup, not one per chunk (issue 28:
-  one per chunk made `vllm` 4-9x `paged` there). A segment's blocks may then be younger
-  than a later segment's, which is why a lookup ranks holders by generation.
+  were cached in between: small interleaved chunks). A prompt cached in chunks is then one
+  segment to a lookup, not one per chunk. A segment's blocks may then be younger than a
+  later segment's, which is why a lookup ranks holders by generation.
 * Each block keeps the generation of the caching that indexed it (`gen`, never reused): the
   policy's prompt memo reads it to know a block stayed indexed. A caching's run goes to one
   segment, so a block's segment is its generation's (one small per-generation array).
@@ -37,8 +36,9 @@ live segment's first hash against the chain at that position.
   the index; segments whose dead tail grows are trimmed when the arrays held pass a bound.
 * A lookup starts where the caller's still-valid hit ends (a hit stays the oldest holders
   while its blocks stay indexed) and reads the chain in windows, stopping at the first
-  window with a miss: at page size 1 a waiting 45 k-block prompt whose hit ends after 2 k
-  blocks was compared and scanned whole at every admission round (issue 28).
+  window with a miss: it pays for the hit it finds, not for the whole prompt.
+* A group whose hit is not a prefix (a sliding window, a Mamba state) asks for the holders
+  of every position (`holders`): each segment on the chain is compared once.
 * Holders of one hash, for tests and debugging, come from the pool's per-block arrays.
 
 tests/kvcore/test_chain_index.py checks the pool with this index against a per-block model
@@ -73,13 +73,24 @@ class Segment:
 
     A caching appends its run by reference (`append_part`: bounds into the caller's block
     and hash arrays, which it never writes again) and the arrays are written when read
-    (`_join`): with `--chunked-prefill-size 64` about eleven segments take a run per engine
-    iteration (88,804 runs at page size 1) and most are never read before their blocks are
-    evicted (a lookup reads only the segments on a waiting prompt's chain), where three
-    slice writes per run were half of the index's caching time."""
+    (`_join`): with small prefill chunks every running request's segment takes a run per
+    engine iteration, and most are never read before their blocks are evicted (a lookup
+    reads only the segments on a waiting prompt's chain)."""
 
-    __slots__ = ("_blocks", "_gens", "_hashes", "_joined", "_pending", "last_block",
-                 "last_hash", "live", "n", "sid", "slot", "start")
+    __slots__ = (
+        "_blocks",
+        "_gens",
+        "_hashes",
+        "_joined",
+        "last_block",
+        "last_hash",
+        "live",
+        "n",
+        "pending",
+        "sid",
+        "slot",
+        "start",
+    )
 
     def __init__(self, sid: int, start: int) -> None:
         self.sid = sid
@@ -88,9 +99,9 @@ class Segment:
         self._hashes = np.zeros(0, dtype=_U64)
         self._gens = _NO_BLOCKS
         self.n = 0
-        self._joined = 0  # entries written into the arrays; the rest are `_pending` runs
+        self._joined = 0  # entries written into the arrays; the rest are `pending` runs
         # (blocks, hashes, lo, hi, gen): entries lo..hi-1 of a caching call's arrays
-        self._pending: list[tuple[np.ndarray, np.ndarray, int, int, int]] = []
+        self.pending: list[tuple[np.ndarray, np.ndarray, int, int, int]] = []
         self.live = 0
         self.slot = -1  # its row in the index's per-segment arrays
         self.last_block = self.last_hash = 0  # its last entry's block and hash, as ints
@@ -123,9 +134,8 @@ class Segment:
     def append_part(self, every: np.ndarray, hashes: np.ndarray, lo: int, hi: int,
                     gen: int) -> None:
         """`append` of entries lo..hi-1 (lo < hi) of a caching call's arrays, kept as the
-        arrays and the bounds: no slice is made until a read joins them (`insert_runs`
-        appends about eleven runs a call at chunk 64, and most are never read)."""
-        self._pending.append((every, hashes, lo, hi, gen))
+        arrays and the bounds: no slice is made until a read joins them."""
+        self.pending.append((every, hashes, lo, hi, gen))
         self.n += hi - lo
         self.live += hi - lo
         self.last_block, self.last_hash = every.item(hi - 1), hashes.item(hi - 1)
@@ -134,7 +144,7 @@ class Segment:
         """Write the pending runs into the arrays, grown with room for as many entries
         again (a prompt cached whole is followed by its output, a chunk by the next; the
         untouched tail of a fresh array costs nothing)."""
-        pend = self._pending
+        pend = self.pending
         if not pend:
             return
         j, n = self._joined, self.n
@@ -176,8 +186,8 @@ class ChainIndex:
         # per generation: the segment its run went to (0 for generation 0: not indexed). A
         # caching's run goes to one segment whole, so a block's segment is that of its
         # generation: a removal reads the generations it overwrites (the same cache lines)
-        # and this small array, where a per-block segment id was one more random read per
-        # evicted block and one more random write per cached block (`_segment_of`)
+        # and this small array, where a per-block segment id would be one more random read
+        # per evicted block and one more random write per cached block (`segment_of`)
         self._sid_of_gen = np.zeros(1024, dtype=np.int64)
         self.num_live = 0  # indexed blocks
         self.segments: dict[int, Segment] = {}  # live segments by id
@@ -266,7 +276,7 @@ class ChainIndex:
                                                                    end))
         self._sid_of_gen[first:end] = sids
 
-    def _segment_of(self, gens: np.ndarray) -> np.ndarray:
+    def segment_of(self, gens: np.ndarray) -> np.ndarray:
         """Segment ids of blocks indexed under generations `gens` (0 for generation 0)."""
         return self._sid_of_gen[gens]
 
@@ -283,11 +293,10 @@ class ChainIndex:
         if not len(blocks):
             return
         # their segments through their generations: the write below then meets the cache
-        # lines this read brought in (at page size 1 with `--chunked-prefill-size 64`, 5.3 M
-        # blocks in 15 k calls)
+        # lines this read brought in
         gens = self.gen[blocks]
         self.gen[blocks] = 0
-        sids = self._segment_of(gens)
+        sids = self.segment_of(gens)
         k = len(blocks)
         self.num_live -= k
         first = sids.item(0)
@@ -382,8 +391,7 @@ class ChainIndex:
         catches), and the comparison can start at `lo`. The chain is then read in windows
         (the first `window` positions, each next window four times larger) and the walk
         stops at the first window with a miss: a lookup pays for the hit it finds, not for
-        the whole prompt (at page size 1 a waiting prompt of 45 k blocks whose hit ends
-        after 2 k blocks was compared and scanned whole at every admission round)."""
+        the whole prompt."""
         n = len(chain)
         if lo >= n or not self.num_live:
             return _NO_BLOCKS
@@ -428,13 +436,38 @@ class ChainIndex:
             return _NO_BLOCKS
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
+    def holders(self, chain: np.ndarray) -> np.ndarray:
+        """The oldest live holder of every position of `chain` (0 where none), not stopping
+        at a miss. Each segment that starts on the chain follows it from its start up to its
+        first differing hash (its hashes are a chain), so one comparison per segment finds
+        the positions it holds."""
+        n = len(chain)
+        out = np.zeros(n, dtype=np.int64)
+        if not n or not self.num_live:
+            return out
+        age = np.full(n, _NEVER, dtype=np.int64)
+        gen = self.gen
+        rows = len(self.segments)
+        for sid in self._ids[:rows][self._on(chain)].tolist():
+            seg = self.segments[sid]
+            seg._join()
+            s, k = seg.start, min(seg.n, n - seg.start)
+            eq = seg._hashes[:k] == chain[s : s + k]
+            m = k if eq.all() else int(eq.argmin())
+            blocks, g = seg._blocks[:m], seg._gens[:m]
+            view = age[s : s + m]
+            take = (gen[blocks] == g) & (g < view)  # live and older than any so far
+            view[take] = g[take]
+            out[s : s + m][take] = blocks[take]
+        return out
+
     def _held_at(self, active: list[Segment], chain: np.ndarray, at: int) -> bool:
         """Whether a live entry of one of `active` (segments that start on `chain`; those
         covering `at` are joined here) holds chain position `at`: its hash is chain[at] and
         its block still carries the entry's generation. A walk that resumes after a hit
-        cut by evictions (`lo` > 0) usually finds no other holder there (at page size 1
-        with `--chunked-prefill-size 64` none of 1,874 such walks did), so one scalar test
-        per segment answers what a first window of 1,024 positions compared per segment."""
+        cut by evictions (`lo` > 0) usually finds no other holder there (evictions take a
+        chain's tail first), so one scalar test per segment answers what a first window
+        compared per segment."""
         want, gen = chain.item(at), self.gen
         for seg in active:
             o = at - seg.start
@@ -454,7 +487,7 @@ class ChainIndex:
         its segment, and the per-segment rows list the live segments."""
         live_total = 0
         for sid, seg in self.segments.items():
-            pend = seg._pending  # runs kept by reference: they and the arrays make up n
+            pend = seg.pending  # runs kept by reference: they and the arrays make up n
             if seg._joined + sum(p[3] - p[2] for p in pend) != seg.n or any(
                     len(p[0]) != len(p[1]) or not 0 <= p[2] < p[3] <= len(p[0])
                     for p in pend):
@@ -466,7 +499,7 @@ class ChainIndex:
             live = self.gen[b] == g
             if int(np.count_nonzero(live)) != seg.live or not seg.live:
                 raise InvariantError(f"vllm: chain index segment {sid} live count is wrong")
-            if not (self._segment_of(g) == sid).all():
+            if not (self.segment_of(g) == sid).all():
                 raise InvariantError(f"vllm: a generation of segment {sid} points elsewhere")
             if not np.array_equal(block_hash[b[live]], h[live]):
                 raise InvariantError(f"vllm: a block of segment {sid} carries another hash")

@@ -1,15 +1,15 @@
 """A lower KV tier of whole blocks keyed by vLLM's block hash chain (vLLM CPU offload / LMCache
-style): the host (or storage) store behind the `vllm` policy's device `BlockPool`.
+style): the host (or storage) store behind the `vllm` manager's device `BlockPool`.
 
 Why it is built this way:
 * The tier is a pool of its own (`TierPool`): block ids and capacity of its own, ref counts,
-  and vLLM's free queue (`FreeKVCacheBlockQueue`, kvcore/block_pool.py) as the LRU order (head
-  = least recently used); a pop lazily evicts the head. Every block the tier writes is hashed
-  at once, so an idle block is either never used (ahead of everything, taken first) or cached
-  content.
+  and vLLM's free queue (`FreeKVCacheBlockQueue`, kvcore/vllm/free_queue.py) as the LRU
+  order (head = least recently used); a pop lazily evicts the head. Every block the tier
+  writes is hashed at once, so an idle block is either never used (ahead of everything, taken
+  first) or cached content.
 * A tier holds each hash at most once, so its index is a plain map hash -> block (a dict fed
   and read through C-level `map`/`zip` over whole batches: no Python step per block). The
-  device pool's index (kvcore/chain_index.py) is built for duplicates and lookups from a
+  device pool's index (kvcore/vllm/chain_index.py) is built for duplicates and lookups from a
   chain's root; a tier needs neither, but looks up from the middle of a chain (past the
   device's hit) and stores blocks of unrelated chains together (write_back, spills).
 * A block is known by (hash, parent hash, token ids), the device pool's own key: a lookup
@@ -37,10 +37,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvcore.block_hash import NONE_HASH
-from kvcore.block_pool import HashedBlocks
 from kvcore.tiers import tier_pages
 from kvcore.validation import InvariantError
+from kvcore.vllm.block_hash import NONE_HASH
+from kvcore.vllm.block_pool import HashedBlocks
 
 _U64 = np.uint64
 _NONE = np.zeros(0, dtype=np.int64)
@@ -56,7 +56,7 @@ class Stored(NamedTuple):
 
 class TierPool(HashedBlocks):
     """A lower tier's blocks 1..num_blocks: the shared pool (ref counts, the LRU free queue,
-    each block's key; kvcore/block_pool.py) with a plain hash -> block map as its index."""
+    each block's key; kvcore/vllm/block_pool.py) with a plain hash -> block map as its index."""
 
     def __init__(self, num_blocks: int, page_size: int) -> None:
         super().__init__(num_blocks, page_size)

@@ -1,9 +1,11 @@
-"""vLLM's KV cache groups for a hybrid model, and the prefix hit each kind of group accepts.
+"""vLLM's KV cache groups of a model, and the prefix hit each kind of group accepts.
 
-The `vllm` policy on a hybrid layout (kvcore/policies/vllm_hybrid.py) sizes itself here, with
-the planner's own functions (kvcore/hybrid_plan.py: `vllm_block_size`, `vllm_kinds`,
-`vllm_group_size`, `vllm_plan`), so what `kvsim plan` prints and what the simulation allocates
-are the same blocks.
+A model whose layers are all full attention is one KV cache group of `num_pages` blocks
+(`full_attention_groups`). A hybrid model's groups are sized here with the planner's own
+functions (kvcore/hybrid_plan.py: `vllm_block_size`, `vllm_kinds`, `vllm_group_size`,
+`vllm_plan`), so what `kvsim plan` prints and what the simulation allocates are the same
+blocks. The `vllm` manager (kvcore/vllm/manager.py) builds one group rule per group
+(kvcore/vllm/group_rules.py) from these specs.
 
 Rules followed, and the vLLM version of each (vllm/v1/core/, vllm/v1/kv_cache_interface.py):
 
@@ -38,8 +40,9 @@ Rules followed, and the vLLM version of each (vllm/v1/core/, vllm/v1/kv_cache_in
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from kvcore.hybrid_plan import (
     HybridPlan,
@@ -49,7 +52,7 @@ from kvcore.hybrid_plan import (
 )
 from kvcore.layers import CHUNKED, FULL, SLIDING, HybridLayout
 from kvcore.validation import cdiv
-from kvcore.vllm_rules import MAMBA_CACHE_MODES, VllmRules
+from kvcore.vllm_rules import VllmRules
 
 # vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`, kvcore.vllm_rules):
 # "none" keeps one state block per request and caches nothing (prefix caching off); "align"
@@ -62,8 +65,9 @@ from kvcore.vllm_rules import MAMBA_CACHE_MODES, VllmRules
 POOL_KIND = {FULL: "full", SLIDING: "swa", CHUNKED: "chunked", "linear": "mamba",
              "mamba": "mamba"}
 
-#: block i cached in every group of a spec -> True
-Cached = Callable[[int], bool]
+#: per block position, whether every group of a spec holds it cached (positions past the
+#: end: not cached)
+Cached = np.ndarray
 
 
 @dataclass(frozen=True)
@@ -115,17 +119,18 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
-class HybridGroups:
-    """vLLM's layout of a hybrid model's KV memory on one rank: the block size, one layer's
-    page in bytes, layers per group, the shared pool's blocks and the specs (full attention
-    first), with the planner's `HybridPlan` it was read from."""
+class KVCacheGroups:
+    """vLLM's layout of a model's KV memory on one rank: the block size, one layer's page in
+    bytes, layers per group, the shared pool's blocks and the specs (full attention first),
+    with the planner's `HybridPlan` it was read from (None for a full-attention model sized
+    in slots)."""
 
     block_size: int
     page_bytes: int
     group_size: int
     num_blocks: int
     specs: tuple[GroupSpec, ...]
-    plan: HybridPlan
+    plan: HybridPlan | None = None
 
     @property
     def num_groups(self) -> int:
@@ -149,10 +154,16 @@ def _order(kind: str) -> int:
     return {FULL: 0, SLIDING: 1, CHUNKED: 2}.get(kind, 3)
 
 
+def full_attention_groups(num_blocks: int, block_size: int) -> KVCacheGroups:
+    """A model whose layers are all full attention: one KV cache group of `num_blocks`
+    blocks (kvsim's `--kv-tokens` // page size; a block is one page in every layer)."""
+    return KVCacheGroups(block_size, 0, 1, num_blocks, (GroupSpec(FULL, 0, 0, 1, 1),))
+
+
 def vllm_groups(layout: HybridLayout, kv_bytes: int, context_len: int, *,
                 kv_dtype: str = "bf16", tp: int = 1,
                 block_size: int | None = None, rules: VllmRules | None = None,
-                mamba_cache_mode: str = "align") -> HybridGroups:
+                mamba_cache_mode: str = "align") -> KVCacheGroups:
     """The KV cache groups vLLM builds for `layout` with a budget of `kv_bytes` on one rank,
     under the version's `rules` in `mamba_cache_mode`, sized by the planner (`vllm_plan`), so
     both agree block for block."""
@@ -183,53 +194,50 @@ def vllm_groups(layout: HybridLayout, kv_bytes: int, context_len: int, *,
     specs = tuple(sorted((GroupSpec(g.kind, g.window, g.chunk, g.layers,
                                     cdiv(g.layers, group_size)) for g in kinds.values()),
                          key=lambda s: _order(s.kind)))
-    return HybridGroups(bs, page, group_size, num_blocks, specs, plan)
+    return KVCacheGroups(bs, page, group_size, num_blocks, specs, plan)
 
 
 # -- the hit each kind accepts -----------------------------------------------------------------
-# Each finder returns (hit tokens, first block the hit needs): the blocks the request takes are
-# those from that index to hit // block_size; the blocks before it are not needed.
+# Each finder reads `cached` (bool per block position) up to `max_len` tokens and returns (hit
+# tokens, first block the hit needs): the blocks the request takes are those from that index
+# to hit // block_size; the blocks before it are not needed.
 
 
 def full_hit(cached: Cached, max_len: int, bs: int) -> tuple[int, int]:
     """Full attention: cached blocks from block 0 up to the first miss."""
-    n, top = 0, max_len // bs
-    while n < top and cached(n):
-        n += 1
-    return n * bs, 0
+    seg = cached[: max_len // bs]
+    return (len(seg) if seg.all() else int(seg.argmin())) * bs, 0
 
 
 def sliding_hit(cached: Cached, max_len: int, bs: int, window: int) -> tuple[int, int]:
-    """Sliding window: from the right, the first run of cdiv(window - 1, bs) cached blocks;
-    without one, the run of cached blocks from block 0."""
-    need = cdiv(window - 1, bs)
-    run = 0
-    for i in range(max_len // bs - 1, -1, -1):
-        if cached(i):
-            run += 1
-            if run >= need:
-                return (i + run) * bs, i
-        else:
-            run = 0
-    return run * bs, 0
+    """Sliding window: from the right, the first run of cdiv(window - 1, bs) cached blocks
+    (at least one); without one, the run of cached blocks from block 0."""
+    need = max(cdiv(window - 1, bs), 1)
+    seg = cached[: max_len // bs]
+    if len(seg) >= need:
+        ends = np.concatenate([[0], np.cumsum(seg)])
+        full = np.flatnonzero(ends[need:] - ends[: len(seg) - need + 1] == need)
+        if len(full):
+            i = int(full[-1])
+            return (i + need) * bs, i
+    return (len(seg) if seg.all() else int(seg.argmin())) * bs, 0
 
 
 def chunked_hit(cached: Cached, max_len: int, bs: int, chunk: int) -> tuple[int, int]:
     """Chunked local attention: blocks before the candidate's chunk start are not needed;
     from there, cached blocks up to the first miss."""
     first = max_len // chunk * chunk // bs
-    n, top = first, max_len // bs
-    while n < top and cached(n):
-        n += 1
-    return n * bs, first
+    seg = cached[first : max_len // bs]
+    return (first + (len(seg) if seg.all() else int(seg.argmin()))) * bs, first
 
 
 def state_hit(cached: Cached, max_len: int, bs: int) -> tuple[int, int]:
     """Mamba / linear attention: from the right, the first cached state block."""
-    for i in range(max_len // bs - 1, -1, -1):
-        if cached(i):
-            return (i + 1) * bs, i
-    return 0, 0
+    held = np.flatnonzero(cached[: max_len // bs])
+    if not len(held):
+        return 0, 0
+    i = int(held[-1])
+    return (i + 1) * bs, i
 
 
 def spec_hit(spec: GroupSpec, cached: Cached, max_len: int, bs: int) -> tuple[int, int]:
@@ -269,5 +277,5 @@ def longest_hit(specs: tuple[GroupSpec, ...], cached: list[Cached], max_len: int
     return hit, first
 
 
-__all__ = ["MAMBA_CACHE_MODES", "POOL_KIND", "GroupSpec", "HybridGroups", "chunked_hit",
+__all__ = ["POOL_KIND", "GroupSpec", "KVCacheGroups", "chunked_hit", "full_attention_groups",
            "full_hit", "longest_hit", "sliding_hit", "spec_hit", "state_hit", "vllm_groups"]

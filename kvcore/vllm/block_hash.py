@@ -117,10 +117,10 @@ class ChainHasher:
     """Hashes every full block of a token sequence in one pass, for sequences of up to
     `max_len` tokens (the powers of the base are computed once). A few tokens (at most
     `small`) are hashed with Python ints instead: the vectorised pass is about twenty numpy
-    calls whatever the length (about 40 us on the reference machine, a Python int loop
-    about 2 us a token), and admission hashes the one block its peeks did not ask about
-    (they look at the prompt less its last token) once per admitted request; the result is
-    the same function, word for word."""
+    calls whatever the length, each with a fixed cost, while a Python int loop costs per
+    token; admission hashes the one block its peeks did not ask about (they look at the
+    prompt less its last token) once per admitted request. The result is the same function,
+    word for word."""
 
     #: token counts hashed with Python ints (tests/kvcore/test_block_hash.py compares both)
     small = 8

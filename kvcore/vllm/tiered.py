@@ -1,9 +1,10 @@
 """`vllm` with lower KV tiers: a host (and storage) store of blocks keyed by the block hash
 chain behind vLLM v1's block pool (vLLM's CPU offload, LMCache), LRU on the host.
 
-`TieredVLLMPolicy` is `VLLMBlockPolicy` whose admission continues the device hit (whole blocks
-of `prompt[:P-1]`) along the same hash chain into the host tier, then the storage tier
-(kvcore/block_tiers.py), and loads that hit into new device blocks: they are hashed on the
+`TieredVLLMManager` is the `vllm` manager (kvcore/vllm/manager.py) of a full-attention model
+whose admission continues the device hit (whole blocks of `prompt[:P-1]`) along the same hash
+chain into the host tier, then the storage tier (kvcore/vllm/block_tiers.py), and loads that
+hit into new device blocks: they are hashed on the
 device under the same hashes, the request holds them and `cached_len` covers them (they are
 not prefilled). The host blocks a load reads stay held until the request's prefill completes
 (`cache_prefix`) or it leaves (`release` / `finish`): the load's time in flight, which the
@@ -13,7 +14,7 @@ The tier controller (kvcore/tier_controller.py, `self.tiers`) builds the stores,
 write policy and the reuse counts, and keeps the loads in flight, the traffic and the tier
 state; this module finds a prefix in the block stores and loads it. Write policies:
 * `write_back`: a block the device pool lazily evicts is stored on the host (the pool's
-  `on_evict` hook, before its hash is dropped): the issue's "evicted cached blocks".
+  `on_evict` hook, before its hash is dropped): vLLM's offloading of evicted cached blocks.
 * `write_through`: a request's hashed chain is stored when its prefill completes and when it
   finishes (the moments `paged` inserts into its tree); blocks already on the host are only
   touched, so the whole chain becomes recent, head most recent.
@@ -23,35 +24,37 @@ state; this module finds a prefix in the block stores and loads it. Write polici
 
 Loads take device blocks from the free queue (lazily evicting device cache; the device hit is
 already touched, so safe); if the device cannot give room for the whole hit, what fits is
-loaded, head first, as kvcore/tiers.py's fetch does. The `vllm` factory
-(kvcore/policies/vllm.py) builds this class only when the configuration asks for a host tier,
-so a run without one is `VLLMBlockPolicy` itself.
+loaded, head first, as kvcore/tiers.py's fetch does. The `vllm` factory (kvcore/vllm/
+__init__.py) builds this class only when the configuration asks for a host tier, so a run
+without one is `VLLMManager` itself. A hybrid model has no host tier (the factory refuses
+one), so the device blocks here are the one full-attention group's (`tables[0]`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kvcore.block_hash import NONE_HASH
-from kvcore.block_tiers import BlockTier
 from kvcore.breakdown import MemoryBreakdown
 from kvcore.policies.base import AdmitResult, PolicyConfig
 from kvcore.policies.capabilities import LowerTiers
-from kvcore.policies.vllm_block import VLLMBlockPolicy, _Req
 from kvcore.tier_controller import TierController
 from kvcore.tiers import TierConfig, TierHit, TierState
 from kvcore.validation import InvariantError
+from kvcore.vllm.block_hash import NONE_HASH
+from kvcore.vllm.block_tiers import BlockTier
+from kvcore.vllm.manager import VLLMManager, as_ids
+from kvcore.vllm.request import Request
 
 _U64 = np.uint64
 
 
-class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
+class TieredVLLMManager(VLLMManager, LowerTiers):
     """vLLM block pool + hash-keyed prefix cache + host tier (+ storage tier)."""
 
     def __init__(self, config: PolicyConfig, tier_config: TierConfig) -> None:
         super().__init__(config)
         self.tiers: TierController[BlockTier, np.ndarray] = TierController(
-            tier_config, BlockTier, self.page_size, self.num_pages)
+            tier_config, BlockTier, self.page_size, self.groups.num_blocks)
         # write_through: rid -> (host block of each chain block at its last store, gens),
         # and the stores due: (rid, hashes, parents, tokens, known host blocks), chain order
         self._placed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -76,14 +79,14 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         rev = chain[::-1]
         self.tiers.host.store(p.block_hash[rev], p.parent_hash[rev], p.block_tokens[rev])
 
-    def _write_through(self, rid: int, req: _Req) -> None:
+    def _write_through(self, rid: int, req: Request) -> None:
         """write_through: the request's hashed chain is due on the host (held blocks only
         touched). Due stores wait in `_pending` until the host is next read (`_flush`): one
         store for all of an iteration's requests costs about half of one store each, and a
         request's later chain (at finish) replaces its earlier one (at cache_prefix), which it
         extends: the host ends the same. Where its last store put each block is remembered
         (`_placed`), so the next one looks up only blocks since, or whose host copy changed."""
-        n = req.nhashed
+        n = req.tables[0].hashed
         if not (self.tiers.write_on_insert and n):
             return
         ps = self.page_size
@@ -120,16 +123,16 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
             wheres = [w[::-1] for w in np.split(where, ends[:-1])]
         gen = host.pool.gen
         for (rid, *_), w in zip(pending, wheres, strict=True):
-            if rid in self._reqs:
+            if rid in self.requests:
                 self._placed[rid] = (w, gen[w])
 
     # -- admission ---------------------------------------------------------------------------
     def peek_tiers(self, token_ids: np.ndarray) -> TierHit:
         self._flush()
-        ids = np.ascontiguousarray(token_ids, dtype=np.int64)
+        ids = as_ids(token_ids)
         ps = self.page_size
         n = len(ids) // ps
-        d = len(self._match(ids, n))
+        d = self.coordinator.peek(ids, len(ids)).tokens // ps
         hashes = self.memo.chain(ids, n)[1] if n else np.zeros(0, dtype=_U64)
         host, storage = self.tiers.host, self.tiers.storage
         h = len(host.lookup(hashes, ids, d))
@@ -146,10 +149,12 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         res = super().admit(rid, token_ids, final_len, max_new_tokens)
         if res is None:
             return None
-        req = self._reqs[rid]
-        d = req.nblocks
+        req = self.requests[rid]
+        table = req.tables[0]
+        d = table.n
         if self.tiers.counts_reuse and d:
-            due = req.blocks[self.tiers.reused(req.blocks)]
+            blocks = table.blocks
+            due = blocks[self.tiers.reused(blocks)]
             if len(due):
                 self._store_device_blocks(due)
         n = (len(req.ids) - 1) // self.page_size  # whole blocks a hit may cover
@@ -166,7 +171,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         return AdmitResult(res.row, req.written, res.token_hit, (loaded - storage) * ps,
                            storage * ps)
 
-    def _find_lower(self, req: _Req, d: int, n: int,
+    def _find_lower(self, req: Request, d: int, n: int,
                     storage_allowance: int) -> tuple[np.ndarray, int]:
         """Host blocks continuing the device hit of `d` blocks (of `n` possible), held, with
         what the storage tier adds past them (copied to the host first, at most the prefetch
@@ -192,7 +197,7 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         host.hold(more)
         return np.concatenate([held, more]), len(more)
 
-    def _load(self, rid: int, req: _Req, held: np.ndarray) -> int:
+    def _load(self, rid: int, req: Request, held: np.ndarray) -> int:
         """Copy the held host chain into new device blocks, as many as the device can give
         (head first); the rest is released. Returns the blocks loaded."""
         room = min(len(held), self.pool.get_num_free_blocks())
@@ -202,16 +207,17 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         if not room:
             return 0
         ps = self.page_size
-        d = req.nblocks
+        table = req.tables[0]
+        d = table.n
         new = self.pool.get_new_blocks(room)  # lazily evicts device cache (write_back: stored)
         parent = int(req.chain[d - 1]) if d else NONE_HASH
         self.pool.cache_full_blocks(new, req.chain[d : d + room], parent,
                                     req.ids[d * ps : (d + room) * ps].reshape(room, ps), d)
-        req.add_blocks(new)
+        table.append(new)
         start = req.written
-        req.nhashed = d + room
+        table.hashed = d + room
         req.written = (d + room) * ps
-        self._write(req, start, req.written)
+        self.page_table.write_grow(req.row, table, start, req.written)
         self.hit_tokens += room * ps
         self.tiers.loaded(rid, held, room)
         return room
@@ -250,16 +256,16 @@ class TieredVLLMPolicy(VLLMBlockPolicy, LowerTiers):
         host read)."""
         self._flush()
         super().check_invariants()
-        self.tiers.check_invariants(self._reqs, self.pool.is_hashed)
+        self.tiers.check_invariants(self.requests, self.pool.is_hashed)
         host = self.tiers.host
         for rid, (where, gens) in self._placed.items():
-            if rid not in self._reqs:
+            if rid not in self.requests:
                 raise InvariantError(f"request {rid} left with its write-through remembered")
             live = host.still_held(where, gens)
             ok = live > 0
-            chain = self._reqs[rid].chain[: len(where)]
+            chain = self.requests[rid].chain[: len(where)]
             if not np.array_equal(host.pool.block_hash[live[ok]], chain[ok]):
                 raise InvariantError(f"request {rid}: a remembered host block changed content")
 
 
-__all__ = ["TieredVLLMPolicy"]
+__all__ = ["TieredVLLMManager"]
