@@ -191,16 +191,25 @@ class BlockPool(HashedBlocks):
         #: hash chain among the blocks that group cached. `index.gen[b]`: which caching put
         #: b there (0: not indexed); an unchanged generation means b stayed indexed
         self.indexes = [ChainIndex(num_blocks) for _ in range(num_groups)]
+        #: several groups only: called with, per group, the blocks a pop evicted from its
+        #: index (after every index dropped them; they still carry their hashes), and with
+        #: (group, hashes) of blocks just cached (kvcore/vllm/state_evictions.py)
+        self.on_unindexed: Callable[[list[np.ndarray]], None] | None = None
+        self.on_cached: Callable[[int, np.ndarray], None] | None = None
 
     def _unindex(self, evicted: np.ndarray) -> None:
         indexes = self.indexes
         if len(indexes) == 1:  # (every indexed block is this group's)
             indexes[0].remove(evicted)
             return
+        per_group = []
         for index in indexes:
             mine = evicted[index.gen[evicted] > 0]
             if len(mine):
                 index.remove(mine)
+            per_group.append(mine)
+        if self.on_unindexed is not None:
+            self.on_unindexed(per_group)
 
     @property
     def num_indexed(self) -> int:
@@ -241,6 +250,8 @@ class BlockPool(HashedBlocks):
         self.parent_hash[every] = parents
         self._set_tokens(every, tokens)
         self.indexes[group].insert_runs(every, hashes, runs)
+        if self.on_cached is not None:
+            self.on_cached(group, hashes)
         if self.kv_events is not None:
             self.kv_events(True, hashes)
 

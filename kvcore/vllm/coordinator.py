@@ -30,18 +30,24 @@ import numpy as np
 from kvcore.vllm.block_pool import BlockPool
 from kvcore.vllm.chain_memo import ChainEntry, ChainMemo
 from kvcore.vllm.group_rules import FullAttention, GroupRule
+from kvcore.layers import FULL
 from kvcore.vllm.kv_cache_groups import Cached, GroupSpec, longest_hit
+from kvcore.vllm.state_evictions import StateEvictions
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int64)
 
 
 class Hit(NamedTuple):
     """A lookup's answer: the hit in tokens, per group the block table it gives (0: a
-    position the group does not need), per spec the hit that spec alone accepts."""
+    position the group does not need), per spec the hit that spec alone accepts; from a
+    hybrid admission, the full-attention KV the window and the state-boundary rules cut
+    (`AdmitResult.window_lost`, `state_lost`)."""
 
     tokens: int
     tables: list[np.ndarray]
     alone: list[int]
+    window_lost: int = 0
+    state_lost: int = 0
 
     def held(self, rules: list[GroupRule]) -> np.ndarray:
         """The blocks the hit holds, group by group, in position order."""
@@ -65,6 +71,12 @@ class Coordinator(ABC):
     def find(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray, max_len: int) -> Hit:
         """The hit of `ids` (memo entry `e`, the hashes of its first max_len // block_size
         blocks), non-empty index assumed."""
+
+    def admission(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray,
+                  max_len: int) -> Hit:
+        """`find` at admission, which a layout with other kinds of groups tells where their
+        rules cut the hit (`HybridCoordinator`)."""
+        return self.find(e, hashes, ids, max_len)
 
     def peek(self, ids: np.ndarray, max_len: int) -> Hit:
         """The hit of `ids` capped at `max_len` tokens, through the memo (read-only for the
@@ -115,6 +127,8 @@ class PrefixCoordinator(Coordinator):
         tokens = n * self.block_size
         return Hit(tokens, [w[:n] for w in walks], [tokens] * len(self.specs))
 
+    admission = find  # (no other kind of group: nothing cuts the hit)
+
     def peek(self, ids: np.ndarray, max_len: int) -> Hit:
         nblocks = max_len // self.block_size
         if nblocks <= 0 or not self.pool.num_indexed:
@@ -130,11 +144,24 @@ class PrefixCoordinator(Coordinator):
 
 
 class HybridCoordinator(Coordinator):
-    """Several kinds of groups: vLLM's fixed point over each kind's own hit rule."""
+    """Several kinds of groups: vLLM's fixed point over each kind's own hit rule. Its
+    admission also says where the other kinds' rules cut the full-attention hit (the reuse
+    accounting's window and state-boundary causes, `AdmitResult`), with the state blocks the
+    pool evicted (`evictions`, kvcore/vllm/state_evictions.py) counted as kept: capacity,
+    not the rule."""
 
-    def find(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray, max_len: int) -> Hit:
-        bs, nblk = self.block_size, len(hashes)
-        # per group: its holder at each position (full attention: its prefix walk)
+    def __init__(self, pool: BlockPool, rules: list[GroupRule], specs: tuple[GroupSpec, ...],
+                 memo: ChainMemo, evictions: StateEvictions | None = None) -> None:
+        super().__init__(pool, rules, specs, memo)
+        self.evictions = evictions
+        #: the specs whose rule is not a state's (the hit without the state-boundary rule)
+        self.plain = [k for k, s in enumerate(specs) if not s.is_state]
+
+    def _held(self, e: ChainEntry, hashes: np.ndarray,
+              ids: np.ndarray) -> tuple[list[np.ndarray], list[Cached]]:
+        """Per group its holder at each position (full attention: its prefix walk), and per
+        spec whether every group of it holds each position."""
+        nblk = len(hashes)
         held: list[np.ndarray] = []
         for rule in self.rules:
             if isinstance(rule, FullAttention):
@@ -146,6 +173,10 @@ class HybridCoordinator(Coordinator):
         for spec in self.specs:
             mine = [h for h, rule in zip(held, self.rules, strict=True) if rule.spec is spec]
             cached.append(np.logical_and.reduce([h != 0 for h in mine]))
+        return held, cached
+
+    def _hit(self, held: list[np.ndarray], cached: list[Cached], max_len: int) -> Hit:
+        bs = self.block_size
         hit, first = longest_hit(self.specs, cached, max_len, bs)
         alone = [longest_hit((s,), [c], max_len, bs)[0]
                  for s, c in zip(self.specs, cached, strict=True)]
@@ -157,6 +188,35 @@ class HybridCoordinator(Coordinator):
             t[:lo] = 0
             tables.append(t)
         return Hit(hit, tables, alone)
+
+    def find(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray, max_len: int) -> Hit:
+        return self._hit(*self._held(e, hashes, ids), max_len)
+
+    def admission(self, e: ChainEntry, hashes: np.ndarray, ids: np.ndarray,
+                  max_len: int) -> Hit:
+        """`find`, with where the rules cut the hit: the full-attention groups' hit alone
+        (the content cached), the fixed point of the specs without a state (the window's
+        cut below the content), and the fixed point with every state block the pool
+        evicted counted as kept (the state-boundary rule's cut below the window's)."""
+        held, cached = self._held(e, hashes, ids)
+        hit = self._hit(held, cached, max_len)
+        specs, bs, plain = self.specs, self.block_size, self.plain
+        windowed = longest_hit(tuple(specs[k] for k in plain), [cached[k] for k in plain],
+                               max_len, bs)[0] if plain else max_len // bs * bs
+        content = min((a for s, a in zip(specs, hit.alone, strict=True) if s.kind == FULL),
+                      default=windowed)
+        boundary = hit.tokens
+        ev = self.evictions
+        if ev is not None and ev.any():
+            kept = list(cached)
+            for k, spec in enumerate(specs):
+                if spec.is_state:
+                    kept[k] = np.logical_and.reduce(
+                        [(h != 0) | ev.kept(rule.gid, hashes)
+                         for h, rule in zip(held, self.rules, strict=True)
+                         if rule.spec is spec])
+            boundary = longest_hit(specs, kept, max_len, bs)[0]
+        return hit._replace(window_lost=content - windowed, state_lost=windowed - boundary)
 
 
 class NoPrefixCoordinator(Coordinator):
@@ -170,13 +230,15 @@ class NoPrefixCoordinator(Coordinator):
 
 
 def coordinator(pool: BlockPool, rules: list[GroupRule], specs: tuple[GroupSpec, ...],
-                memo: ChainMemo, caching: bool) -> Coordinator:
-    """The coordinator of a layout (vLLM's `get_kv_cache_coordinator`)."""
+                memo: ChainMemo, caching: bool,
+                evictions: StateEvictions | None = None) -> Coordinator:
+    """The coordinator of a layout (vLLM's `get_kv_cache_coordinator`); `evictions`: the
+    pool's record of evicted state blocks, for a hybrid admission's reuse causes."""
     if not caching:
         return NoPrefixCoordinator(pool, rules, specs, memo)
     if all(isinstance(rule, FullAttention) for rule in rules):
         return PrefixCoordinator(pool, rules, specs, memo)
-    return HybridCoordinator(pool, rules, specs, memo)
+    return HybridCoordinator(pool, rules, specs, memo, evictions)
 
 
 __all__ = ["Coordinator", "Hit", "HybridCoordinator", "NoPrefixCoordinator",

@@ -77,6 +77,7 @@ from kvcore.vllm.group_rules import (
 )
 from kvcore.vllm.kv_cache_groups import KVCacheGroups, full_attention_groups, vllm_groups
 from kvcore.vllm.request import Request
+from kvcore.vllm.state_evictions import StateEvictions
 from kvcore.vllm.stretch import Stretch
 from kvcore.vllm_rules import vllm_rules
 
@@ -125,8 +126,17 @@ class VLLMManager(PrefixCache, DecodeStretch):
         self.pool = BlockPool(nb, bs, len(self.rules))
         self.hasher = ChainHasher(bs, self.max_context_len)
         self.memo = ChainMemo(self.hasher, len(self.rules))
+        #: the state blocks the pool evicted while their full-attention KV stays cached (the
+        #: reuse accounting's capacity): kept with prefix caching, state and full groups only
+        self.state_evictions: StateEvictions | None = None
+        full = [rule.gid for rule in self.rules if isinstance(rule, FullAttention)]
+        states = [rule.gid for rule in self.rules if isinstance(rule, MambaState)]
+        if self.caching and full and states:
+            self.state_evictions = StateEvictions(self.pool, full, states)
+            self.pool.on_unindexed = self.state_evictions.evicted
+            self.pool.on_cached = self.state_evictions.cached
         self.coordinator = coordinator(self.pool, self.rules, self.specs, self.memo,
-                                       self.caching)
+                                       self.caching, self.state_evictions)
         #: the token-to-slot page table of a full-attention model (None for a hybrid one,
         #: whose per-group block tables are its page table)
         self.req_to_token_pool: ReqToTokenPool | None = None
@@ -229,7 +239,7 @@ class VLLMManager(PrefixCache, DecodeStretch):
         # in one memo visit, which takes the entry out: its tokens are compared once
         e, chain = self.memo.take(ids, len(ids) // bs)
         top = len(ids) - 1
-        hit = self.coordinator.find(e, chain[: top // bs], ids, top) \
+        hit = self.coordinator.admission(e, chain[: top // bs], ids, top) \
             if top >= bs and self.pool.num_indexed else self.coordinator.none
         if hit.tokens:
             self.pool.touch(hit.held(self.rules))
@@ -253,7 +263,8 @@ class VLLMManager(PrefixCache, DecodeStretch):
             for k, a in enumerate(hit.alone):
                 self.spec_hits[k] += a
         self.requests[rid] = req
-        return AdmitResult(row=row, cached_len=hit.tokens)
+        return AdmitResult(row=row, cached_len=hit.tokens, window_lost=hit.window_lost,
+                           state_lost=hit.state_lost)
 
     # -- growth ----------------------------------------------------------------------------
     def _skip(self, reqs: Sequence[Request]) -> None:
@@ -544,6 +555,8 @@ class VLLMManager(PrefixCache, DecodeStretch):
             if ((owner >= 0) & (owner != g) & (index.gen > 0)).any():
                 raise InvariantError(f"vllm: a block held in another group is indexed in {g}")
         self._check_admit_hits()
+        if self.state_evictions is not None:
+            self.state_evictions.check_invariants()
         self.breakdown(self.max_context_len).check_invariants()
         if self.groups.num_blocks * bs // self.slot_groups != self.capacity:
             raise InvariantError("vllm: capacity is not num_blocks x block size per group")

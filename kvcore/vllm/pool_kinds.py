@@ -36,6 +36,11 @@ class PooledVLLMManager(VLLMManager, PoolKinds):
                         int(np.count_nonzero(mine & cached))))
         return out
 
+    def caches_no_prefix(self) -> bool:
+        """Mamba mode none turns prefix caching off for a model with state layers (vLLM
+        keeps no state to resume from): the state rule, not capacity, loses every hit."""
+        return not self.caching
+
     @property
     def shared_pool(self) -> bool:
         return True  # every group draws block ids from one BlockPool

@@ -133,6 +133,11 @@ def test_admission_names_the_state_rules_cut(mode: str, lost: int) -> None:
     assert p.caches_no_prefix() == (mode == "none")
 
 
+def indexed_hashes(p: PooledVLLMManager, gid: int) -> set[int]:
+    """The hashes group `gid`'s index holds."""
+    return set(p.pool.block_hash[p.pool.indexes[gid].gen > 0].tolist())
+
+
 def test_a_state_block_the_pool_evicted_is_capacity_not_the_state_rule() -> None:
     """A (64 tokens, states kept at 20, 40, 60's boundaries) then B fill a 16-block pool: the
     LRU queue evicts A's state blocks (freed first) while its full and sliding blocks stay.
@@ -140,11 +145,14 @@ def test_a_state_block_the_pool_evicted_is_capacity_not_the_state_rule() -> None
     p = toy("align", blocks=16)
     run_prompt(p, 0, np.arange(64), chunk=20)
     run_prompt(p, 1, 5000 + np.arange(40), chunk=40)
-    assert p._state_gone[2] and not p._holders[2].keys() & p._state_gone[2]
+    assert p.state_evictions is not None
+    gone = p.state_evictions.gone[2]
+    assert gone and not indexed_hashes(p, 2) & gone
     p.check_invariants()
     res = p.admit(2, np.concatenate([np.arange(64), [1, 2, 3]]), 70, 2)
     assert (res.cached_len, res.window_lost, res.state_lost) == (0, 0, 0)
-    assert p._lookup(np.arange(66), 66)[2][:2] == [64, 64]  # full and window alone: held
+    # full and window alone: held
+    assert p.coordinator.peek(np.arange(66), 66).alone[:2] == [64, 64]
 
 
 def test_align_hits_at_the_cached_boundary_and_counts_per_kind() -> None:
@@ -362,8 +370,8 @@ class HybridMachine(RuleBasedStateMachine):
     def admit(self, which: int, cut: int, extra: int, out: int) -> None:
         ids = np.concatenate([PREFIXES[which][:cut], 50_000 + 100 * self.next + np.arange(extra)])
         rid, self.next = self.next, self.next + 1
-        held = self.p._lookup(ids, len(ids) - 1)[2][0]  # the full attention group alone
-        gone = any(self.p._state_gone)
+        held = self.p.coordinator.peek(ids, len(ids) - 1).alone[0]  # full attention alone
+        gone = self.p.state_evictions is not None and self.p.state_evictions.any()
         res = self.p.admit(rid, ids, len(ids) + out - 1, out)
         if res is not None:
             self.live[rid] = (ids, len(ids) + out - 1)
