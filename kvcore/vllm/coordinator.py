@@ -27,10 +27,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kvcore.layers import FULL
 from kvcore.vllm.block_pool import BlockPool
 from kvcore.vllm.chain_memo import ChainEntry, ChainMemo
 from kvcore.vllm.group_rules import FullAttention, GroupRule
-from kvcore.layers import FULL
 from kvcore.vllm.kv_cache_groups import Cached, GroupSpec, longest_hit
 from kvcore.vllm.state_evictions import StateEvictions
 
