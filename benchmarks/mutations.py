@@ -118,6 +118,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",
          "tests/kvcore/test_paged_fast_paths.py::test_page_growth_within_page_equals_general")),
     Mutation(
+        "vllm-evicted-state-is-the-state-rule", "kvcore/vllm/coordinator.py",
+        "[(h != 0) | ev.kept(rule.gid, hashes)",
+        "[(h != 0)",  # a state the pool evicted counted as never kept: capacity misnamed
+        ("tests/kvcore/test_vllm_hybrid.py::"
+         "test_a_state_block_the_pool_evicted_is_capacity_not_the_state_rule",
+         "tests/kvcore/test_vllm_hybrid.py::TestHybridMachine")),
+    Mutation(
+        "vllm-evicted-state-kept-after-its-content", "kvcore/vllm/state_evictions.py",
+        "            h = h[~np.isin(h, self._full_hashes() if live is None else live)]\n",
+        "            h = h[:0]\n",  # the record outlives the full-attention KV it stood beside
+        ("tests/kvcore/test_vllm_hybrid.py::TestHybridMachine",)),
+    Mutation(
         "vllm-stretch-rounding-counted-as-reserved", "kvcore/vllm/stretch.py",
         "        out[:, _RESERVED] = reserved // g\n        out[:, _INTERNAL] = rounding // g\n",
         "        out[:, _RESERVED] = (reserved + rounding) // g\n",  # the parts still sum

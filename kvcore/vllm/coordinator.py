@@ -15,6 +15,11 @@ index of each group (kvcore/vllm/chain_index.py) and the prompt memo (kvcore/vll
   v0.10.2): each kind is asked for the longest hit it accepts up to the current candidate
   until none shortens it. Its answer reads the whole chain.
 * With prefix caching off (Mamba in mode none: `NoPrefixCoordinator`) nothing is looked up.
+* A hybrid admission (`HybridCoordinator.admission`) also says where the other kinds' rules
+  cut the full-attention hit, for the reuse accounting (issue 38, item 4): a state block
+  the pool evicted while its full-attention KV stays cached (kvcore/vllm/state_evictions.py)
+  is capacity, not the state-boundary rule. A layout of one kind has no such cut and pays
+  nothing for it (`admission` is `find`).
 
 A hit is whole blocks of the prompt less its last token at admission (vLLM recomputes the
 last token to get logits); a peek asks about the tokens as given.
