@@ -128,7 +128,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "vllm-evicted-state-kept-after-its-content", "kvcore/vllm/state_evictions.py",
         "            h = h[~np.isin(h, self._full_hashes() if live is None else live)]\n",
         "            h = h[:0]\n",  # the record outlives the full-attention KV it stood beside
-        ("tests/kvcore/test_vllm_hybrid.py::TestHybridMachine",)),
+        ("tests/kvcore/test_vllm_hybrid.py::"
+         "test_an_evicted_state_is_forgotten_with_its_full_attention_kv",
+         "tests/kvcore/test_vllm_hybrid.py::TestHybridMachine")),
     Mutation(
         "vllm-stretch-rounding-counted-as-reserved", "kvcore/vllm/stretch.py",
         "        out[:, _RESERVED] = reserved // g\n        out[:, _INTERNAL] = rounding // g\n",

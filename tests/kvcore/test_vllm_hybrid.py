@@ -23,6 +23,7 @@ from kvcore.hybrid_presets import LAYOUTS
 from kvcore.layers import HybridLayout, LayerGroup
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.policies.capabilities import PoolKinds, PrefixCache
+from kvcore.vllm.block_hash import NONE_HASH
 from kvcore.vllm.kv_cache_groups import (
     GroupSpec,
     chunked_hit,
@@ -153,6 +154,20 @@ def test_a_state_block_the_pool_evicted_is_capacity_not_the_state_rule() -> None
     assert (res.cached_len, res.window_lost, res.state_lost) == (0, 0, 0)
     # full and window alone: held
     assert p.coordinator.peek(np.arange(66), 66).alone[:2] == [64, 64]
+
+
+def test_an_evicted_state_is_forgotten_with_its_full_attention_kv() -> None:
+    """After the case above, C (40 new tokens) makes the pool evict A's full-attention blocks
+    too: no content is left for the evicted states to stand beside, so their record goes
+    (it stays within the cached full-attention blocks; `check_invariants` checks it)."""
+    p = toy("align", blocks=16)
+    run_prompt(p, 0, np.arange(64), chunk=20)
+    run_prompt(p, 1, 5000 + np.arange(40), chunk=40)
+    assert p.state_evictions is not None and p.state_evictions.gone[2]
+    run_prompt(p, 2, 9000 + np.arange(40), chunk=40)
+    a = set(p.hasher.chain(NONE_HASH, np.arange(64)).tolist())
+    assert not indexed_hashes(p, 0) & a
+    assert not p.state_evictions.gone[2]
 
 
 def test_align_hits_at_the_cached_boundary_and_counts_per_kind() -> None:
