@@ -498,10 +498,19 @@ class VLLMManager(PrefixCache, DecodeStretch):
         non_negative_int("head_reservation", head_reservation)
         bs, pool = self.page_size, self.pool
         tokens = (self.groups.num_blocks - pool.get_num_free_blocks()) * bs
-        reserved = rounding = 0
+        empty = reserved = rounding = 0
+        # `tails` of every request, inlined (the engine reads the breakdown every iteration)
+        # and summed over one attention group, times their number after
         for r in self.requests.values() if bs > 1 else ():  # one-token blocks are never partial
-            empty, res, rnd = self.tails(r)
-            tokens, reserved, rounding = tokens - empty, reserved + res, rounding + rnd
+            w = r.written
+            if w % bs:
+                end = -(-w // bs) * bs
+                fin = r.final_len
+                empty += end - w
+                reserved += max(min(end, fin) - w, 0)
+                rounding += max(end - max(fin, w), 0)
+        a = self.attention_groups
+        tokens, reserved, rounding = tokens - empty * a, reserved * a, rounding * a
         # the parts above are in blocks x block_size; as engine slots each is divided by
         # slot_groups (floors), and free takes the rest, so the parts still sum to capacity
         g = self.slot_groups
