@@ -126,8 +126,9 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/kvcore/test_vllm_hybrid.py::TestHybridMachine")),
     Mutation(
         "vllm-evicted-state-kept-after-its-content", "kvcore/vllm/state_evictions.py",
-        "            h = h[~np.isin(h, self._full_hashes() if live is None else live)]\n",
-        "            h = h[:0]\n",  # the record outlives the full-attention KV it stood beside
+        "            dead = set(out).difference(self._full_hashes() if live is None else "
+        "live)\n",
+        "            dead: set[int] = set()\n",  # the record outlives its full-attention KV
         ("tests/kvcore/test_vllm_hybrid.py::"
          "test_an_evicted_state_is_forgotten_with_its_full_attention_kv",
          "tests/kvcore/test_vllm_hybrid.py::TestHybridMachine")),

@@ -21,8 +21,6 @@ import numpy as np
 from kvcore.validation import InvariantError
 from kvcore.vllm.block_pool import BlockPool
 
-_U64 = np.uint64
-
 
 class StateEvictions:
     """Per state group `g` in `states`, `gone[g]`: the hashes whose state block the pool
@@ -34,11 +32,14 @@ class StateEvictions:
         self.states = states
         self.gone: dict[int, set[int]] = {g: set() for g in states}
 
-    def _full_hashes(self) -> np.ndarray:
+    def _full_hashes(self) -> set[int]:
         """The hashes the full-attention groups index now."""
         pool = self.pool
-        return np.concatenate([pool.block_hash[pool.indexes[g].gen > 0] for g in self.full])
+        return {h for g in self.full
+                for h in pool.block_hash[pool.indexes[g].gen > 0].tolist()}
 
+    # (Python sets: a layout with state groups has blocks of hundreds of tokens, so few
+    # blocks and short chains, where a set's lookups beat numpy's sort-based isin)
     def evicted(self, per_group: list[np.ndarray]) -> None:
         """Pool hook, after a pop's evicted blocks (still carrying their hashes) left every
         index: `per_group[g]`, those group g indexed."""
@@ -47,16 +48,14 @@ class StateEvictions:
             blocks = per_group[g]
             if len(blocks):
                 live = self._full_hashes() if live is None else live
-                h = pool.block_hash[blocks]
-                self.gone[g].update(h[np.isin(h, live)].tolist())
+                self.gone[g].update(live.intersection(pool.block_hash[blocks].tolist()))
         if not any(self.gone.values()):
             return
-        out = [pool.block_hash[per_group[g]] for g in self.full if len(per_group[g])]
+        out = [h for g in self.full if len(per_group[g])
+               for h in pool.block_hash[per_group[g]].tolist()]
         if out:  # content no full-attention group holds any more: no hit left to lose
-            h = np.concatenate(out)
-            h = h[~np.isin(h, self._full_hashes() if live is None else live)]
-            if len(h):
-                dead = h.tolist()
+            dead = set(out).difference(self._full_hashes() if live is None else live)
+            if dead:
                 for gone in self.gone.values():
                     gone.difference_update(dead)
 
@@ -70,9 +69,8 @@ class StateEvictions:
         """Per position of the chain `hashes`, whether state group `group`'s block there was
         evicted by the pool (while the full-attention KV stays)."""
         gone = self.gone[group]
-        if not gone:
-            return np.zeros(len(hashes), dtype=bool)
-        return np.isin(hashes, np.fromiter(gone, dtype=_U64, count=len(gone)))
+        return np.fromiter((h in gone for h in hashes.tolist()), dtype=bool,
+                           count=len(hashes))
 
     def any(self) -> bool:
         """Whether any state group lost a block to the pool (else the rule cut everything)."""
@@ -82,7 +80,7 @@ class StateEvictions:
         """Every remembered hash is indexed by a full-attention group and not by its own
         state group."""
         pool = self.pool
-        full = set(self._full_hashes().tolist())
+        full = self._full_hashes()
         for g, gone in self.gone.items():
             own = set(pool.block_hash[pool.indexes[g].gen > 0].tolist())
             if not gone <= full or gone & own:
