@@ -24,8 +24,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kvcore.block_hash import NONE_HASH, block_hash
 from kvcore.block_tiers import BlockTier
-from kvcore.shared_tier import SharedTier
 from kvcore.sglang.tier_tree import TierTree
+from kvcore.shared_tier import SharedTier
 from kvcore.validation import InvariantError
 from tests.kvcore.tier_machine import PageLRU, serve_alone, tiered_policy
 
