@@ -66,6 +66,7 @@ class TreeHooks(Protocol):
     """What the tree asks of a side pool (kvcore/sglang/pool_kind.py `PoolKind`)."""
 
     def walker(self) -> Walker: ...
+    def rule_walker(self) -> Walker: ...
     def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
     def removed(self, leaf: TreeNode) -> None: ...
     def dead(self, leaf: TreeNode) -> bool: ...
@@ -304,11 +305,15 @@ class RadixCache:
         Locks cover root paths, so the unlocked nodes of a match are a suffix of it. The hit
         is page-aligned and, with side pools, ends at the last node every kind's walker
         accepted. The cuts (`rule_cuts`) only with `rules` and side pools, else ()."""
-        rulers = [kind.rule_walker() for kind in self.kinds] if rules and self.kinds else ()
         if self.disable or len(key) == 0:
-            return 0, 0, 0, (0,) * (len(rulers) + 1) if rulers else ()
+            return 0, 0, 0, (0,) * (len(self.kinds) + 1) if rules and self.kinds else ()
         ps, size = self.page_size, len(key)
-        walkers = [kind.walker() for kind in self.kinds] if self.kinds else ()
+        walkers: list[Walker] | tuple[()] = ()
+        rulers: list[Walker] | tuple[()] = ()
+        if self.kinds:  # full attention builds none of this
+            walkers = [kind.walker() for kind in self.kinds]
+            if rules:
+                rulers = [kind.rule_walker() for kind in self.kinds]
         cuts = [0] * len(rulers)
         node, pos, evictable = self.root, 0, 0
         hit = hit_evictable = 0
@@ -331,12 +336,12 @@ class RadixCache:
                     ok = accept(child, aligned, whole) and ok
                 if ok:
                     hit, hit_evictable = pos + aligned, evictable
-            if rulers:  # nested: kind i's cut also passes the rules of the kinds before it
-                ok = True
-                for i, accept in enumerate(rulers):
-                    ok = accept(child, aligned, whole) and ok
-                    if ok:
-                        cuts[i] = pos + aligned
+                if rulers:  # nested: kind i's cut also passes the rules of the kinds before
+                    ok = True
+                    for i, accept in enumerate(rulers):
+                        ok = accept(child, aligned, whole) and ok
+                        if ok:
+                            cuts[i] = pos + aligned
             if not whole:
                 token, pos = pos + m, pos + aligned
                 break
