@@ -18,7 +18,8 @@ __all__: list[str] = []
 
 @register_policy("paged", when="SGLang's paged pool + radix prefix cache: the default for "
                  "real traffic, any page size; reuses shared prefixes",
-                 caches_prefix=True, supports_tiers=True, supports_hybrid=True)
+                 caches_prefix=True, supports_tiers=True, supports_hybrid=True,
+                 reads=("eviction",))
 def _make_paged(config: PolicyConfig) -> KVPolicy:
     return _build(config, cache_enabled=True)
 
