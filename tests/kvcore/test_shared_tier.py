@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from kvcore.sglang.tier_tree import TierTree
+from kvcore.shared_tier import SharedTier
+from kvcore.validation import InvariantError
 from kvcore.vllm.block_hash import NONE_HASH, block_hash
 from kvcore.vllm.block_tiers import BlockTier
-from kvcore.shared_tier import SharedTier
-from kvcore.sglang.tier_tree import TierTree
-from kvcore.validation import InvariantError
 from tests.kvcore.tier_machine import PageLRU, serve_alone, tiered_policy
 
 PS = 4
