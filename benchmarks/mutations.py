@@ -182,6 +182,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:  # copy on write",  # a hit runs on a fresh, empty state
         ("tests/kvcore/test_paged_hybrid.py::test_mamba_hit_copies_the_state_and_caps_running",)),
     Mutation(
+        "evicted-state-counts-as-the-rule", "kvcore/sglang/mamba_state.py",
+        "                self.evicted.add(x)\n",
+        "                pass\n",  # a state the pool evicted reads as one never kept
+        ("tests/kvcore/test_paged_hybrid.py::test_the_match_rules_cuts_by_hand",)),
+    Mutation(
+        "rule-cut-counted-as-page-alignment", "kvcore/sglang/policy.py",
+        "max(token_hit, cached) if cached == match.cuts[0]\n",
+        "max(token_hit, cached) if True\n",  # a window or state cut read as the page's
+        ("tests/kvcore/test_paged_hybrid.py::test_the_match_rules_cuts_by_hand",
+         "tests/simulator/test_reuse_hybrid.py::"
+         "test_the_state_boundary_rule_is_named_where_it_cuts_every_hit")),
+    Mutation(
         "dead-leaves-kept-after-eviction", "kvcore/sglang/radix_cache.py",
         "            evicted += self.drop_dead_leaves(parent)\n",
         "            pass\n",  # tombstone / stateless leaves stay after a full eviction

@@ -15,7 +15,10 @@ strategy, which asserts page size 1) and `HybridReqToTokenPool`:
   goes to the tree, or back to the pool when the tree already holds a state there.
 * **Eviction.** When a slot is short, states go least recently used first (SGLang
   `evict_mamba`): an inner (or locked) node loses its state, an unlocked leaf is evicted
-  whole; a leaf left without a state is deleted (`dead`).
+  whole; a leaf left without a state is deleted (`dead`). An inner node whose state was
+  evicted is remembered (`evicted`, until it holds a state again or leaves the tree), so
+  that the reuse accounting tells a state the pool evicted (capacity) from one never kept
+  there (the state-boundary rule: states are kept only where a cached sequence ended).
 * **Running requests capped by state slots** (model_executor/model_runner_kv_cache_mixin.py,
   `_calculate_mamba_ratio` with the `no_buffer` Mamba scheduler strategy, v0.5's default;
   later versions default to `auto`, whose `extra_buffer` choice adds 1 or 2 slots per request
@@ -27,7 +30,7 @@ strategy, which asserts page size 1) and `HybridReqToTokenPool`:
 
 Invariants (`check_invariants`): node states are distinct slots in use; a state lock implies
 a state and the lock counts equal the running requests' locks; slots in use == the running
-requests' own + the tree's.
+requests' own + the tree's; a node marked evicted is in the tree and holds no state.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class MambaStates(PoolKind):
     """The state slots of `pool`, with the radix cache (`cache_enabled`) or without it."""
 
     kind = "mamba"
+    rule = "state"
 
     def __init__(self, pool: MambaPool, page_size: int, cache_enabled: bool) -> None:
         if page_size != 1 and cache_enabled:
@@ -64,6 +68,7 @@ class MambaStates(PoolKind):
         self.slots: dict[TreeNode, int] = {}  # node -> the state after its last token
         self.locks: dict[TreeNode, int] = {}  # node -> requests holding its state
         self.locked = 0  # nodes whose state is locked
+        self.evicted: set[TreeNode] = set()  # nodes whose state the pool evicted
 
     def attach(self, tree: RadixCache, table: ReqToTokenPool) -> None:
         super().attach(tree, table)
@@ -93,7 +98,16 @@ class MambaStates(PoolKind):
 
         return accept
 
+    def rule_walker(self) -> Walker:
+        slots, evicted = self.slots, self.evicted
+
+        def accept(node: TreeNode, matched: int, whole: bool) -> bool:
+            return whole and (node in slots or node in evicted)
+
+        return accept
+
     def removed(self, leaf: TreeNode) -> None:
+        self.evicted.discard(leaf)
         slot = self.slots.pop(leaf, -1)
         if slot >= 0:
             self.pool.free(slot)
@@ -119,6 +133,7 @@ class MambaStates(PoolKind):
             freed += 1
             if x.children or x.lock_ref:
                 self.pool.free(self.slots.pop(x))
+                self.evicted.add(x)
             else:
                 parent = x.parent
                 assert parent is not None
@@ -173,6 +188,7 @@ class MambaStates(PoolKind):
         slot = int(self.offered[row])
         if slot >= 0 and node not in self.slots:
             self.slots[node] = slot
+            self.evicted.discard(node)
             self.offered[row] = -1
 
     def settle(self, row: int) -> None:
@@ -203,6 +219,9 @@ class MambaStates(PoolKind):
         if not (set(self.slots) <= on_tree and set(self.locks) <= set(self.slots)):
             raise InvariantError("a state (or state lock) is kept for a node no longer in the "
                                  "tree, or a state lock has no state")
+        if not self.evicted <= on_tree or not self.evicted.isdisjoint(self.slots):
+            raise InvariantError("a node marked as having lost its state is no longer in the "
+                                 "tree, or holds a state")
         want: dict[TreeNode, int] = {}
         own = []
         for row, node in holders:

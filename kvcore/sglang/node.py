@@ -122,11 +122,14 @@ class TreeNode:
 class MatchResult(NamedTuple):
     """`indices`: the slots of the matched prefix (page-aligned); `last_node`: where it ends
     (lock it while the request runs); `token_hit`: the tokens a token-granular cache holding
-    the same content would match, whatever a side pool's rule cut off (>= len(indices))."""
+    the same content would match, whatever a side pool's rule cut off (>= len(indices));
+    `cuts`: with side pools, where the match rules cut it (RadixCache `rule_cuts`), empty
+    otherwise."""
 
     indices: torch.Tensor
     last_node: TreeNode
     token_hit: int = 0
+    cuts: tuple[int, ...] = ()
 
 
 # Each priority is one int (lower goes first), the node id in the low bits breaking ties, so

@@ -242,7 +242,16 @@ class SGLangPolicy(PrefixCache):
         tot.rounding += max(end - final_len, 0)
         self._queried += len(key)
         self._hit += cached
-        return AdmitResult(row, cached, max(token_hit, cached), host, storage)
+        if not match.cuts:  # full attention (or the cache off): no rule but the page's
+            return AdmitResult(row, cached, max(token_hit, cached), host, storage)
+        lost = {"window": 0, "state": 0}
+        for kind, before, after in zip(self.kinds, match.cuts[:-1], match.cuts[1:], strict=True):
+            lost[kind.rule] += before - after
+        # the token-level hit goes past the page-aligned match only where the page was the
+        # cut, not a window or state rule (nor a state the pool evicted)
+        return AdmitResult(row, cached, max(token_hit, cached) if cached == match.cuts[0]
+                           else cached, host, storage, window_lost=lost["window"],
+                           state_lost=lost["state"])
 
     # -- growth ----------------------------------------------------------------------------
     def extend(self, rids: Sequence[int], target_lens: Sequence[int]) -> bool:

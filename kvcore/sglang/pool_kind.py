@@ -43,9 +43,12 @@ def _accept(node: TreeNode, matched: int, whole: bool) -> bool:
 
 
 class PoolKind(ABC):
-    """One side pool of a layout. `kind` names it in `pool_usage` (capabilities.POOL_KINDS)."""
+    """One side pool of a layout. `kind` names it in `pool_usage` (capabilities.POOL_KINDS);
+    `rule` names its match rule in the reuse accounting: "window" or "state", the
+    `AdmitResult` field (`window_lost`, `state_lost`) that counts what the rule refused."""
 
     kind: str = ""
+    rule: str = ""
     tree: RadixCache
     table: ReqToTokenPool
 
@@ -60,6 +63,14 @@ class PoolKind(ABC):
         the match enters, in order: a match may end after a node only where every kind's
         predicate accepts it (SGLang's `create_match_validator`)."""
         return _accept
+
+    def rule_walker(self) -> Walker:
+        """Like `walker`, but where this kind's rule alone lets a match end, counting data
+        the pool evicted as still kept: the reuse accounting then tells what the rule refused
+        (past this cut) from what capacity took (between this cut and the hit). Accepts
+        wherever `walker` does; the default is `walker`, for a kind whose every cut is its
+        rule's."""
+        return self.walker()
 
     def split(self, upper: TreeNode, lower: TreeNode) -> None:  # noqa: B027 - optional hook
         """`lower` was cut after its first len(upper) tokens; `upper` is the new node above."""

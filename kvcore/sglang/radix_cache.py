@@ -19,6 +19,10 @@ Why it looks the way it does:
   leaving the tree gives its data back, and after a full eviction the leaves no kind can use
   any more are deleted. With no kind (full attention) each hook is an empty loop and a match
   needs no walk first.
+* Reuse accounting: the walk before a match also asks each kind's `rule_walker` (its rule
+  alone, counting data its pool evicted as still kept), so that a match says what each rule
+  refused of the full-attention KV the tree holds (`rule_cuts`), apart from what capacity
+  took.
 * The node, the eviction priorities and the key helpers live in kvcore/sglang/node.py.
 
 Invariants (`check_invariants`), besides the nodes' own (kvcore/sglang/node.py):
@@ -62,6 +66,7 @@ class TreeHooks(Protocol):
     """What the tree asks of a side pool (kvcore/sglang/pool_kind.py `PoolKind`)."""
 
     def walker(self) -> Walker: ...
+    def rule_walker(self) -> Walker: ...
     def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
     def removed(self, leaf: TreeNode) -> None: ...
     def dead(self, leaf: TreeNode) -> bool: ...
@@ -228,8 +233,9 @@ class RadixCache:
         key = as_key(key)
         if self.disable:
             return MatchResult(self._empty_value, self.root, 0)
+        cuts: tuple[int, ...] = ()
         if self.kinds:
-            n, token, _ = self._walk(key)
+            n, token, _, cuts = self._walk(key, rules=True)
         else:
             n, token = len(key) - len(key) % self.page_size, -1
         self._clock += 1
@@ -256,13 +262,13 @@ class RadixCache:
         if token < 0:  # no rule cut the match: the token-level hit continues from its end
             token = pos + partial_page_hit(node, key, pos)
         if not path:
-            return MatchResult(self._empty_value, self.root, token)
+            return MatchResult(self._empty_value, self.root, token, cuts)
         if len(path) == 1:
-            return MatchResult(node.value, node, token)
+            return MatchResult(node.value, node, token, cuts)
         if self._on_cpu:  # numpy's concatenate costs a fraction of torch.cat's here
             return MatchResult(torch.from_numpy(np.concatenate([p.host for p in path])), node,
-                               token)
-        return MatchResult(torch.cat([p.value for p in path]), node, token)
+                               token, cuts)
+        return MatchResult(torch.cat([p.value for p in path]), node, token, cuts)
 
     def peek(self, key: object) -> tuple[int, int]:
         """(hit, token-level hit) for `key` without touching or splitting anything: the hit
@@ -272,24 +278,43 @@ class RadixCache:
         The token-level hit also counts the tokens that match inside the next stored page,
         which the page-aligned match must give up: their difference is the reuse this page
         size misses."""
-        hit, token_hit, _ = self._walk(as_key(key))
+        hit, token_hit, _, _ = self._walk(as_key(key))
         return hit, token_hit
+
+    def rule_cuts(self, key: object) -> tuple[int, ...]:
+        """Where the match rules cut a match of `key`, read-only, in tokens of the key: first
+        the page-aligned prefix whose full-attention KV the tree holds, then for each kind in
+        order the longest prefix of the cut before it that the kind's rule lets a match end
+        at (`PoolKind.rule_walker`). Each is <= the one before; the hit `match_prefix` gives
+        is <= the last, the difference being data a side pool evicted (capacity). Empty with
+        no side pool or the cache off."""
+        if not self.kinds or self.disable:
+            return ()
+        return self._walk(as_key(key), rules=True)[3]
 
     def peek_evictable(self, key: object) -> tuple[int, int]:
         """(hit, the part of it that is evictable now). Locking the match moves that part out
         of `evictable_size()`: admission must not count it as memory it can free and as
         prefix it already has (SGLang re-checks its budget after locking)."""
-        hit, _, evictable = self._walk(as_key(key))
+        hit, _, evictable, _ = self._walk(as_key(key))
         return hit, evictable
 
-    def _walk(self, key: np.ndarray) -> tuple[int, int, int]:
-        """(hit, token-level hit, evictable part of the hit), read-only. Locks cover root
-        paths, so the unlocked nodes of a match are a suffix of it. The hit is page-aligned
-        and, with side pools, ends at the last node every kind's walker accepted."""
+    def _walk(self, key: np.ndarray,
+              rules: bool = False) -> tuple[int, int, int, tuple[int, ...]]:
+        """(hit, token-level hit, evictable part of the hit, the rules' cuts), read-only.
+        Locks cover root paths, so the unlocked nodes of a match are a suffix of it. The hit
+        is page-aligned and, with side pools, ends at the last node every kind's walker
+        accepted. The cuts (`rule_cuts`) only with `rules` and side pools, else ()."""
         if self.disable or len(key) == 0:
-            return 0, 0, 0
+            return 0, 0, 0, (0,) * (len(self.kinds) + 1) if rules and self.kinds else ()
         ps, size = self.page_size, len(key)
-        walkers = [kind.walker() for kind in self.kinds] if self.kinds else ()
+        walkers: list[Walker] | tuple[()] = ()
+        rulers: list[Walker] | tuple[()] = ()
+        if self.kinds:  # full attention builds none of this
+            walkers = [kind.walker() for kind in self.kinds]
+            if rules:
+                rulers = [kind.rule_walker() for kind in self.kinds]
+        cuts = [0] * len(rulers)
         node, pos, evictable = self.root, 0, 0
         hit = hit_evictable = 0
         token = -1
@@ -311,6 +336,12 @@ class RadixCache:
                     ok = accept(child, aligned, whole) and ok
                 if ok:
                     hit, hit_evictable = pos + aligned, evictable
+                if rulers:  # nested: kind i's cut also passes the rules of the kinds before
+                    ok = True
+                    for i, accept in enumerate(rulers):
+                        ok = accept(child, aligned, whole) and ok
+                        if ok:
+                            cuts[i] = pos + aligned
             if not whole:
                 token, pos = pos + m, pos + aligned
                 break
@@ -318,8 +349,8 @@ class RadixCache:
         if token < 0:
             token = pos
         if not walkers:
-            return pos, token, evictable
-        return hit, token, hit_evictable
+            return pos, token, evictable, ()
+        return hit, token, hit_evictable, (pos, *cuts) if rulers else ()
 
     # -- insertion -------------------------------------------------------------------------
     def insert(

@@ -17,7 +17,9 @@ SWA frees:
   which is then the boundary).
 * **Match rule.** A prefix can be reused only if its last `window` tokens have SWA KV, or if no
   node on its path is a tombstone (SGLang `_match_prefix_helper`, "match_len_since_tombstone >=
-  sliding_window_size").
+  sliding_window_size"). In the reuse accounting every cut of this rule is the window's
+  (sliding-window eviction), a tombstone's too: SWA KV is kept only for the windows the pool
+  has room for, by design of the rule (`rule_walker` is `walker`).
 * **Inserts.** Tokens whose SWA KV a request already freed go in as a tombstone; an existing
   tombstone whose tokens the request still has SWA KV for is revived with the request's SWA
   pages (SGLang's insert with `swa_evicted_seqlen`).
@@ -65,6 +67,8 @@ __all__ = ["SlidingWindow"]
 class SlidingWindow(PoolKind):
     """SWA KV of a `window`-token window in `pool`; `kind` "swa" or "chunked" (the pool's name
     in `pool_usage`); `bytes_per_token` of the windowed layers."""
+
+    rule = "window"  # a tombstone (SWA KV evicted under the pool's pressure) cuts by the rule
 
     def __init__(self, kind: str, window: int, pool: SWAPagePool, bytes_per_token: int) -> None:
         self.kind = kind

@@ -202,8 +202,9 @@ def test_the_match_rules_cuts_by_hand() -> None:
     res = pol.admit(2, np.concatenate([t[:8], ids((700, 3))]), 12, 1)  # 8 cached, no state
     assert (res.cached_len, res.window_lost, res.state_lost, res.token_hit) == (0, 0, 8, 0)
     pol.release(2)
-    assert pol.tree.evict_states(1) == 1  # the older state, at 10 (an inner node)
+    assert states(pol).evict(1) == 1  # the older state, at 10 (an inner node)
     pol.check_invariants()
+    assert states(pol).evicted and pol.tree.rule_cuts(t[:11]) == (11, 10)
     res = pol.admit(3, np.concatenate([t[:10], ids((800, 3))]), 13, 1)
     assert (res.cached_len, res.window_lost, res.state_lost) == (0, 0, 0)  # capacity
     pol.release(3)
@@ -218,7 +219,7 @@ def test_the_match_rules_cuts_by_hand() -> None:
         pol.finish(rid, tok)
     for rid, tok in ((3, a), (4, b)):
         pol.admit(rid, np.append(tok, 7), 25, 1)
-    assert pol.tree.evict_swa(1) == 2
+    assert window(pol).evict(1) == 2
     res = pol.admit(5, np.concatenate([b[:12], ids((900, 5))]), 25, 5)
     assert (res.cached_len, res.window_lost, res.state_lost, res.token_hit) == (0, 12, 0, 0)
 
@@ -295,6 +296,18 @@ def test_window_longer_than_every_request_is_full_attention(ps, pages, chunked, 
 
 
 # -- the stateful machine ------------------------------------------------------------------------
+def held_prefix(tree, key: np.ndarray) -> int:
+    """The page-aligned prefix of `key` whose full-attention KV the tree holds, from every
+    node's path (no walk, no rule)."""
+    best = 0
+    for node in tree.nodes():
+        path = np.concatenate([n.key for n in reversed(list(node.path_to_root()))])
+        n = min(len(path), len(key))
+        m = int(np.argmax(path[:n] != key[:n])) if (path[:n] != key[:n]).any() else n
+        best = max(best, m - m % tree.page_size)
+    return best
+
+
 def out_ids(rid: int, a: int, b: int) -> np.ndarray:
     return np.arange(a, b, dtype=np.int64) * 7 + 70_000 + rid * 1000
 
@@ -346,6 +359,8 @@ class HybridMachine(RuleBasedStateMachine):
             toks = np.array([7], dtype=np.int64)
         fin = len(toks) + out - 1
         peek = self.pol.peek_prefix(toks[:-1])
+        st = states(self.pol)
+        self.states_evicted |= st is not None and bool(st.evicted)  # by an admission too
         res = self.pol.admit(rid, toks, fin, out)
         if res is None:
             assert len(self.live) == self.pol.max_running or states(self.pol) is not None
@@ -354,12 +369,12 @@ class HybridMachine(RuleBasedStateMachine):
         event(f"hit={res.cached_len > 0}")
         # the rules' cuts: within the full-attention KV the tree held (a state evicted from
         # its pool is the rest: capacity), each only for a layout with that kind of layer
-        held = 0 if self.pol.tree.disable else self.pol.tree.peek(toks[:-1])[0]
+        held = 0 if self.pol.tree.disable else held_prefix(self.pol.tree, toks[:-1])
         lost = res.cached_len + res.window_lost + res.state_lost
         assert res.window_lost >= 0 and res.state_lost >= 0 and lost <= held
         assert lost == held or self.states_evicted
-        assert res.window_lost == 0 or self.pol.window is not None
-        assert res.state_lost == 0 or self.pol.states is not None
+        assert res.window_lost == 0 or window(self.pol) is not None
+        assert res.state_lost == 0 or states(self.pol) is not None
         event(f"cut={res.window_lost + res.state_lost > 0}")
         self.live[rid] = (toks, fin)
         for pos, slot in enumerate(self.pol.req_to_token_pool.read_at(
@@ -407,13 +422,33 @@ class HybridMachine(RuleBasedStateMachine):
             self.pol.release(rid)
         del self.live[rid]
 
+    @rule(prefix=st.sampled_from([0, 1]), shared=st.integers(1, 16), own=st.integers(0, 6),
+          cache=st.booleans())
+    def served(self, prefix, shared, own, cache) -> None:
+        """A request admitted, prefilled whole and finished (or its prefix cached) in one
+        step: later admissions of the same prefix then meet the tree's data and its rules."""
+        rid = self.next_rid
+        self.admit(prefix, shared, own, 1)
+        if rid not in self.live:
+            return
+        toks = self.live[rid][0]
+        if not self.pol.extend([rid], [len(toks)]):
+            return
+        self.record(rid)
+        if cache:
+            self.pol.cache_prefix(rid, toks)
+            self.record(rid)
+        else:
+            self.pol.finish(rid, toks)
+            del self.live[rid]
+
     @rule(n=st.integers(1, 6))
     def evict_swa_or_states(self, n) -> None:
         freed = 0
         for kind in self.pol.kinds:  # type: ignore[attr-defined]
             got = kind.evict(n)
             freed += got
-            self.states_evicted |= got > 0 and kind is mamba(self.pol)
+            self.states_evicted |= got > 0 and kind is states(self.pol)
         event(f"evicted={freed > 0}")
         event(f"tombstones={bool(window(self.pol) and window(self.pol).tombs)}")
 

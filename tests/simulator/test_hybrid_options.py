@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 
+from experiments.engines import ENGINE_OPTION
 from experiments.options import OPTIONS, RunOptions
 from kvcore.hybrid_presets import LAYOUTS
 from kvcore.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
@@ -102,10 +103,11 @@ def test_full_attention_columns_and_hash_leave_the_hybrid_options_out() -> None:
     cols = llama.resolved()
     assert not set(HYBRID_OPTIONS) & set(cols)
     # one replica: the fleet's options stay out too (simulator/fleet/spec.py), and so do the
-    # shared tier's without one (simulator/shared_tier.py)
+    # shared tier's without one (simulator/shared_tier.py), and --engine without it
+    # (experiments/engines.py: a column only when given)
     fleet = {"replicas", *ROUTER_OPTIONS, *SHARED_OPTIONS}
     assert set(cols) >= (set(OPTIONS) - set(HYBRID_OPTIONS) - set(HYBRID_MEMORY_OPTIONS)
-                         - {"kv_cache_memory_bytes"} - fleet)
+                         - {"kv_cache_memory_bytes", ENGINE_OPTION} - fleet)
     assert not {*HYBRID_MEMORY_OPTIONS, "kv_cache_memory_bytes"} & set(cols)
     qwen = RunOptions.from_mapping({"model": "qwen3.5-4b", "kv_tokens": 4096,
                                     "policy": "vllm"})

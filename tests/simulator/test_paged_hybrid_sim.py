@@ -13,6 +13,7 @@ from kvcore.hybrid_presets import LAYOUTS
 from kvcore.layers import FULL, SLIDING, HybridLayout, LayerGroup
 from kvcore.sglang.policy import PoolKindsPolicy
 from simulator.pool_columns import pool_column_names
+from simulator.reuse_gap import HYBRID_REUSE_COLUMNS
 from tests.simulator.helpers import NON_DETERMINISTIC_KEYS, chat, config, kshot
 
 
@@ -28,9 +29,10 @@ def _with_layout(monkeypatch: pytest.MonkeyPatch, layout: HybridLayout, kv_bytes
 
 
 def _summary(res) -> dict:
-    """The summary without its wall time and the hybrid-only columns (the pools per kind and
-    the block the policy ran), which a full-attention run does not have."""
-    hybrid_only = {"effective_page_size", "pools_shared",
+    """The summary without its wall time and the hybrid-only columns (the pools per kind, the
+    block the policy ran, the reuse its layer kinds' rules refused), which a full-attention
+    run does not have."""
+    hybrid_only = {"effective_page_size", "pools_shared", *HYBRID_REUSE_COLUMNS,
                    *(f"{k}_pool_{s}" for k in pool_column_names(res.summary)
                      for s in ("capacity_bytes", "used_pct", "cached_pct", "hit_rate"))}
     return {k: v for k, v in res.summary.items()
