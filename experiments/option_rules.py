@@ -92,6 +92,14 @@ def _budget_read(o: RunOptions) -> bool:
             and profile_for_rule(m.budget) != profile_for_rule(m.rule))
 
 
+def _seed_read(o: RunOptions) -> bool:
+    """The seed draws the workload (workloads/registry.py draws_at_random) or a fleet's
+    router (simulator/fleet/fleet.py)."""
+    from workloads.registry import draws_at_random
+
+    return o.fleet.replicas > 1 or draws_at_random(o.workload_spec())
+
+
 @dataclass(frozen=True)
 class Applies:
     """Option `option` is read only when `when(options)` holds; `on`: the options that decide
@@ -165,6 +173,11 @@ RULES: tuple[Applies, ...] = (
             "a shared tier (--shared-tier-size)"),
     Applies("shared_tier_latency_us", ("shared_tier_size",),
             lambda o: bool(o.tier.shared_tier_size), "a shared tier (--shared-tier-size)"),
+    Applies("seed", ("workload", "trace", "arrival", "ladder_type", "lengths", "replicas"),
+            _seed_read,
+            "something drawn at random: a random arrival process (poisson, gamma, diurnal, a "
+            "poisson ladder), a length model that draws (--lengths other than fixed), a "
+            "workload that draws or shuffles (chat, the grouped prompts, a trace) or a fleet"),
     Applies("slo_percentile", ("slo_ttft", "slo_tpot"),
             lambda o: o.output.slo_ttft is not None or o.output.slo_tpot is not None,
             "an SLO target (--slo-ttft or --slo-tpot)"),
