@@ -160,9 +160,9 @@ RULES: tuple[Applies, ...] = (
             "a storage tier (--storage-size)"),
     Applies("budget", (*DIRECT_SIZES, "model", "model_config", "kv_layout", "latency",
                        "latency_profile"), _budget_read,
-            "a pool sized by the rule, or with the KV memory given directly: a hybrid model "
-            "(--budget sglang picks SGLang's layout) or --latency roofline without "
-            "--latency-profile (the rule picks the profile)"),
+            "a pool the rule sizes, or, beside --kv-mem-gib / --kv-cache-memory-bytes, a "
+            "hybrid model (sglang picks SGLang's layout) or --latency roofline without "
+            "--latency-profile (vllm picks vllm-hopper)"),
     Applies("mamba_cache_dtype", _STATES, _state_layers,
             "a model with Mamba / linear-attention state layers run as a hybrid "
             "(--kv-layout hybrid)"),
