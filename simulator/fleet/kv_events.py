@@ -23,11 +23,11 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
-from kvcore.vllm.block_pool import BlockPool
 from kvcore.policies.base import KVPolicy
 from kvcore.policies.capabilities import PoolKinds, PrefixCache
 from kvcore.sglang.radix_cache import RadixCache
+from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
+from kvcore.vllm.block_pool import BlockPool
 from simulator.fleet.kv_index import KVEventIndex
 
 __all__ = ["attach_kv_events", "event_block", "publishes_kv_events"]

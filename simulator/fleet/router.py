@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from kvcore.vllm.block_hash import NONE_HASH, ChainHasher, block_hashes
 from kvcore.registry import Registry
+from kvcore.vllm.block_hash import NONE_HASH, ChainHasher, block_hashes
 from simulator.fleet.kv_index import KVEventIndex
 
 __all__ = ["LOAD", "MATCH", "ROUTERS", "Decision", "FleetView", "PoolReport", "RoutedRequest",
