@@ -66,6 +66,40 @@ def _gpu_read(o: RunOptions) -> bool:
             or (o.tier.enabled and not o.tier.host_link_gbps))
 
 
+def _state_layers(o: RunOptions) -> bool:
+    """The run stores Mamba / linear-attention states: a model with state layers run as a
+    hybrid (`--kv-layout full-attention` stores every layer as full attention)."""
+    from simulator.hybrid import run_layout
+
+    layout = run_layout(o.policy, o.memory.model_preset().id)
+    return layout is not None and bool(layout.state_groups())
+
+
+def _budget_read(o: RunOptions) -> bool:
+    """The budget rule sizes the pool; with the KV memory given directly (--kv-mem-gib,
+    --kv-cache-memory-bytes) it only names the engine, which reads it for a hybrid model's
+    layout (SGLang's under sglang, vLLM's under every other rule: kvcore/memory.py
+    MemorySpec.engine) and for the roofline's latency profile when none is given
+    (simulator/latency_profiles.py profile_for_rule)."""
+    from simulator.latency_profiles import profile_for_rule
+
+    m = o.memory
+    if not m.direct_sizes():
+        return True
+    if m.is_hybrid() and o.policy.kv_layout == "hybrid" and m.engine != "vllm":
+        return True
+    return (o.engine.latency == "roofline" and o.engine.latency_profile is None
+            and profile_for_rule(m.budget) != profile_for_rule(m.rule))
+
+
+def _seed_read(o: RunOptions) -> bool:
+    """The seed draws the workload (workloads/registry.py draws_at_random) or a fleet's
+    router (simulator/fleet/fleet.py)."""
+    from workloads.registry import draws_at_random
+
+    return o.fleet.replicas > 1 or draws_at_random(o.workload_spec())
+
+
 @dataclass(frozen=True)
 class Applies:
     """Option `option` is read only when `when(options)` holds; `on`: the options that decide
@@ -79,6 +113,7 @@ class Applies:
 
 _TIER = ("hicache_size", "hicache_ratio")
 _STORAGE = ("storage_size",)
+_STATES = ("model", "model_config", "kv_layout")
 RULES: tuple[Applies, ...] = (
     Applies("placement", ("policy",), _reads("placement"),
             "a policy that places contiguous reservations (--policy contiguous-*)"),
@@ -123,6 +158,26 @@ RULES: tuple[Applies, ...] = (
             "a storage tier (--storage-size)"),
     Applies("storage_latency_us", _STORAGE, lambda o: bool(o.tier.storage_size),
             "a storage tier (--storage-size)"),
+    Applies("budget", (*DIRECT_SIZES, "model", "model_config", "kv_layout", "latency",
+                       "latency_profile"), _budget_read,
+            "a pool the rule sizes, or, beside --kv-mem-gib / --kv-cache-memory-bytes, a "
+            "hybrid model (sglang picks SGLang's layout) or --latency roofline without "
+            "--latency-profile (vllm picks vllm-hopper)"),
+    Applies("mamba_cache_dtype", _STATES, _state_layers,
+            "a model with Mamba / linear-attention state layers run as a hybrid "
+            "(--kv-layout hybrid)"),
+    Applies("mamba_ssm_cache_dtype", _STATES, _state_layers,
+            "a model with Mamba / linear-attention state layers run as a hybrid "
+            "(--kv-layout hybrid)"),
+    Applies("shared_tier_gbps", ("shared_tier_size",), lambda o: bool(o.tier.shared_tier_size),
+            "a shared tier (--shared-tier-size)"),
+    Applies("shared_tier_latency_us", ("shared_tier_size",),
+            lambda o: bool(o.tier.shared_tier_size), "a shared tier (--shared-tier-size)"),
+    Applies("seed", ("workload", "trace", "arrival", "ladder_type", "lengths", "replicas"),
+            _seed_read,
+            "something drawn at random: a random arrival process (poisson, gamma, diurnal, a "
+            "poisson ladder), a length model that draws (--lengths other than fixed), a "
+            "workload that draws or shuffles (chat, the grouped prompts, a trace) or a fleet"),
     Applies("slo_percentile", ("slo_ttft", "slo_tpot"),
             lambda o: o.output.slo_ttft is not None or o.output.slo_tpot is not None,
             "an SLO target (--slo-ttft or --slo-tpot)"),

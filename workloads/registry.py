@@ -335,6 +335,10 @@ def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
     if arrival != "ladder":
         ignored += [n for n in ("ladder", "ladder_type", "ladder_gap_s", "ladder_drain")
                     if changed(n)]
+    ladder = workload.meta.get("ladder")
+    if arrival == "ladder" and ladder is not None and len(ladder.stages) < 2 and changed(
+            "ladder_gap_s"):
+        ignored.append("ladder_gap_s")  # the run ends inside the first stage: no gap reached
     if arrival in ("ladder", "burst") and changed("rate"):
         ignored.append("rate")  # the ladder's stages, or all at once, set the rate
     if spec.trace is None and (changed("format") or changed("skip_bad_rows")):
@@ -342,6 +346,31 @@ def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
     if ignored:
         raise WorkloadError(f"{', '.join(_flag(n) for n in ignored)}: not used by {what} "
                             "(it would be a silent no-op); drop it")
+
+
+# the generators that draw whatever the length model: chat's turn inputs (uniform), the
+# grouped prompts' shuffled order (workloads/prompt_groups.py)
+_ALWAYS_DRAW = ("chat", "shared-prefix", "generated-shared-prefix", "llmd-73-capacity",
+                "llmd-37-capacity", "sglang-v04-router")
+# the arrival processes that draw nothing (all at t = 0, evenly spaced, a constant ladder)
+_FIXED_ARRIVALS = ("burst", "fixed")
+
+
+def draws_at_random(spec: WorkloadSpec) -> bool:
+    """Whether the workload `spec` builds reads its seed for anything but names: a random
+    arrival process, a length model that draws, or a generator that draws or shuffles. A
+    trace is counted as drawing (its reader may sample rows)."""
+    if spec.trace is not None or spec.name not in _SYNTHETIC:
+        return True
+    if spec.name in _ALWAYS_DRAW:
+        return True
+    spec = resolve_defaults(spec)
+    arrival = spec.arrival or "poisson"
+    if arrival == "ladder":
+        fixed_arrivals = spec.ladder_type == "constant"
+    else:
+        fixed_arrivals = arrival in _FIXED_ARRIVALS
+    return not fixed_arrivals or (spec.lengths or _SYNTHETIC[spec.name].lengths) != "fixed"
 
 
 def default_lengths(name: str) -> str | None:

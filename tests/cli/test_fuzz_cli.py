@@ -282,6 +282,12 @@ RULE_CONTEXT = {
     "--hicache-prefetch-timeout-s": [*_STORAGE_TIER, "--hicache-prefetch-policy", "timeout"],
     "--storage-gbps": _STORAGE_TIER, "--storage-latency-us": _STORAGE_TIER,
     "--slo-percentile": ["--slo-ttft", "1"],
+    # BASE sizes no pool by rule once --budget replaces --kv-tokens; BASE's lengths draw
+    "--budget": [], "--seed": [],
+    # HYBRID_CONTEXT gives them a model with state layers
+    "--mamba-cache-dtype": [], "--mamba-ssm-cache-dtype": [],
+    **{o: [*FLEET_CONTEXT["--shared-tier-size"], "--shared-tier-size", "0.5"]
+       for o in ("--shared-tier-gbps", "--shared-tier-latency-us")},
 }
 
 
