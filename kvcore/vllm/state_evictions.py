@@ -48,7 +48,11 @@ class StateEvictions:
             blocks = per_group[g]
             if len(blocks):
                 live = self._full_hashes() if live is None else live
-                self.gone[g].update(live.intersection(pool.block_hash[blocks].tolist()))
+                # a state cached twice (two blocks of one hash) loses nothing while the other
+                # copy stays indexed: only a hash the group no longer holds is gone
+                still = pool.block_hash[pool.indexes[g].gen > 0].tolist()
+                self.gone[g].update(live.intersection(pool.block_hash[blocks].tolist())
+                                    .difference(still))
         if not any(self.gone.values()):
             return
         out = [h for g in self.full if len(per_group[g])

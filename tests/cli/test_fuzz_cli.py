@@ -422,8 +422,10 @@ def _moved(option: str, value: str | None, args: list[str]) -> list[str]:
                 *(eos_off if option == "--no-ignore-eos" else [])]
     if option in _LADDER:
         args = drop(("--rate",))
+        # a gap is read between stages only: give --ladder-gap-s a two-stage ladder
+        stages = "2x1,1x2" if option == "--ladder-gap-s" else "2x1"
         return [*args, "--arrival", "ladder", *([] if option == "--ladder" else
-                                                 ["--ladder", "2x1"])]
+                                                 ["--ladder", stages])]
     if option == "--cv":
         return [*args, "--arrival", "gamma"]
     if option in _TRACE_ONLY:

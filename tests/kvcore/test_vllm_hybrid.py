@@ -156,6 +156,28 @@ def test_a_state_block_the_pool_evicted_is_capacity_not_the_state_rule() -> None
     assert p.coordinator.peek(np.arange(66), 66).alone[:2] == [64, 64]
 
 
+def test_a_state_cached_twice_loses_nothing_while_one_copy_stays() -> None:
+    """Two requests with one 48-token prompt run side by side: each caches its own state
+    block at 48 (vLLM keeps duplicates: both computed it). C's 24 new tokens make the pool
+    evict one copy; the other still serves the hit, so no state is recorded as evicted."""
+    p = toy("align", blocks=20)
+    ids = np.arange(48)
+    for rid in (0, 1):
+        assert p.admit(rid, ids, 50, 2) is not None
+    assert p.extend([0, 1], [48, 48]) and p.decode([0, 1])
+    for rid in (0, 1):
+        p.finish(rid, np.concatenate([ids, 900_000 + np.arange(2)]))
+    a = p.hasher.chain(NONE_HASH, ids).tolist()
+    states = [h for h in p.pool.block_hash[p.pool.indexes[2].gen > 0].tolist() if h in a]
+    assert len(states) == 2 and len(set(states)) == 1  # one hash, two blocks
+    run_prompt(p, 2, 5000 + np.arange(24))
+    states = [h for h in p.pool.block_hash[p.pool.indexes[2].gen > 0].tolist() if h in a]
+    assert len(states) == 1  # one copy evicted, one kept
+    assert p.state_evictions is not None and not p.state_evictions.gone[2]
+    p.check_invariants()
+    assert p.peek_prefix(np.concatenate([ids, [1]])) == 48
+
+
 def test_an_evicted_state_is_forgotten_with_its_full_attention_kv() -> None:
     """After the case above, C (40 new tokens) makes the pool evict A's full-attention blocks
     too: no content is left for the evicted states to stand beside, so their record goes
