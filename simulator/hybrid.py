@@ -32,6 +32,10 @@ HYBRID_OPTIONS: tuple[str, ...] = ("kv_layout", "swa_full_tokens_ratio",
                                    "mamba_full_memory_ratio", "max_mamba_cache_size",
                                    "mamba_cache_mode")
 SGLANG_POLICIES = ("paged", "paged-nocache")
+#: the PolicyConfig fields a hybrid run sets (`HybridFields.policy_kwargs`): its layout, KV
+#: budget in bytes and vLLM version, and the hybrid options (named alike in PolicySpec)
+HYBRID_POLICY_FIELDS: tuple[str, ...] = ("layout", "kv_bytes", "vllm_version",
+                                         *HYBRID_OPTIONS[1:])
 
 
 def hybrid_policies() -> list[str]:
@@ -172,6 +176,7 @@ def resolved_hybrid_options(policy: PolicySpec, model_id: str | None = None,
     return out
 
 
-__all__ = ["HYBRID_OPTIONS", "HybridFields", "check_hybrid_options", "hybrid_fields",
+__all__ = ["HYBRID_OPTIONS", "HYBRID_POLICY_FIELDS", "HybridFields", "check_hybrid_options",
+           "hybrid_fields",
            "hybrid_policies", "policy_engine", "resolved_hybrid_options", "run_layout",
            "run_mamba_cache_mode"]

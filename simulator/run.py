@@ -18,7 +18,7 @@ from kvcore.presets import get_gpu, get_model
 from simulator.batch_means import batch_means, batch_ratios, batch_se, batch_text
 from simulator.config import SimConfig
 from simulator.engine import Engine
-from simulator.hybrid import hybrid_fields, run_layout
+from simulator.hybrid import HYBRID_POLICY_FIELDS, hybrid_fields, run_layout
 from simulator.latency import LatencyModel, make_latency_model
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import Unfinished, overload_verdict
@@ -77,15 +77,34 @@ class SimResult:
         return self.columns
 
 
+#: The PolicyConfig fields a spec gives as they are: PolicyConfig's field -> (the SimConfig
+#: part, that part's field). Each source is named here once; `policy_config` derives the
+#: rest (DERIVED_POLICY_FIELDS), and tests/simulator/test_build_policy.py checks that the two
+#: name every PolicyConfig field exactly once. A field here is read with getattr on the part:
+#: a renamed spec field is an AttributeError, never PolicyConfig's own default.
+POLICY_FROM_SPECS: dict[str, tuple[str, str]] = {
+    "kv_tokens": ("pool", "kv_tokens"),
+    "page_size": ("policy", "page_size"),
+    "max_requests": ("engine", "max_running_requests"),  # page-table rows
+    "device": ("engine", "device"),
+    "placement": ("policy", "placement"),
+    "eviction": ("policy", "eviction"),
+    "kv_dtype": ("pool", "kv_dtype"),
+    "hicache_write_policy": ("tier", "hicache_write_policy"),
+}
+#: The PolicyConfig fields `policy_config` derives: the resolved context; the model's KV
+#: geometry on one tensor-parallel rank; shape-only KV (no buffer) in simulations; the tier
+#: sizes in slots; and a hybrid run's layout, budget, vLLM version and hybrid options
+#: (simulator/hybrid.py `HybridFields.policy_kwargs`, which leave a full-attention run's
+#: config as it always was).
+DERIVED_POLICY_FIELDS: tuple[str, ...] = (
+    "max_context_len", "num_layers", "num_kv_heads", "head_dim", "store_kv", "host_tokens",
+    "storage_tokens", *HYBRID_POLICY_FIELDS)
+
+
 def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
-    """The PolicyConfig of `cfg`, every field named from the spec that owns it (so a renamed
-    spec field is an AttributeError here, never PolicyConfig's own default): the pool (size,
-    KV dtype), the policy spec (page size, placement, eviction), the engine (device, batch
-    limit as page-table rows), the tier spec (sizes resolved to slots, write policy), the
-    resolved context and the model's KV geometry on one tensor-parallel rank; a hybrid model
-    adds its layout, its per-rank KV budget in bytes and the hybrid options given
-    (simulator/hybrid.py; a full-attention model's config is what it always was). Shape-only
-    KV (no buffer) in simulations."""
+    """The PolicyConfig of `cfg`: the spec fields of POLICY_FROM_SPECS as they are, then the
+    derived ones (DERIVED_POLICY_FIELDS)."""
     model = get_model(cfg.pool.model)
     pol, pool, tier = cfg.policy, cfg.pool, cfg.tier
     host, storage = tier_tokens(tier, model, pool.kv_dtype, pool.tp, pool.kv_tokens)
@@ -97,17 +116,16 @@ def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
         tiered = [n for n in POLICIES.names() if POLICIES.get(n).supports_tiers]
         raise ValueError(f"--hicache-size / --hicache-ratio: the host tier is built for "
                          f"--policy {' or '.join(tiered)}, not {pol.policy!r}")
-    return PolicyConfig(
-        kv_tokens=pool.kv_tokens, page_size=pol.page_size, max_context_len=max_context_len,
-        max_requests=cfg.engine.max_running_requests, device=cfg.engine.device,
-        placement=pol.placement, eviction=pol.eviction, num_layers=model.num_layers,
+    given = {name: getattr(getattr(cfg, part), field)
+             for name, (part, field) in POLICY_FROM_SPECS.items()}
+    derived = dict(
+        max_context_len=max_context_len, num_layers=model.num_layers,
         num_kv_heads=model.kv_heads_per_rank(pool.tp), head_dim=model.head_dim,
-        kv_dtype=pool.kv_dtype, store_kv=False, host_tokens=host if host else 0,
-        storage_tokens=storage if host else 0,
-        hicache_write_policy=tier.hicache_write_policy,
+        store_kv=False, host_tokens=host if host else 0, storage_tokens=storage if host else 0,
         **hybrid_fields(pol, model, pool.kv_tokens, pool.kv_bytes, pool.kv_dtype,
                         pool.tp, pool.vllm_version, pool.mamba_cache_dtype,
                         pool.mamba_ssm_cache_dtype).policy_kwargs(pol))
+    return PolicyConfig(**given, **derived)
 
 
 def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
