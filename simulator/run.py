@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,7 +19,7 @@ from kvcore.presets import get_gpu, get_model
 from simulator.batch_means import batch_means, batch_ratios, batch_se, batch_text
 from simulator.config import SimConfig
 from simulator.engine import Engine
-from simulator.hybrid import HYBRID_POLICY_FIELDS, hybrid_fields, run_layout
+from simulator.hybrid import HYBRID_POLICY_FIELDS
 from simulator.latency import LatencyModel, make_latency_model
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import Unfinished, overload_verdict
@@ -80,8 +81,8 @@ class SimResult:
 #: The PolicyConfig fields a spec gives as they are: PolicyConfig's field -> (the SimConfig
 #: part, that part's field). Each source is named here once; `policy_config` derives the
 #: rest (DERIVED_POLICY_FIELDS), and tests/simulator/test_build_policy.py checks that the two
-#: name every PolicyConfig field exactly once. A field here is read with getattr on the part:
-#: a renamed spec field is an AttributeError, never PolicyConfig's own default.
+#: name every PolicyConfig field exactly once. A renamed spec field is an AttributeError
+#: here, never PolicyConfig's own default.
 POLICY_FROM_SPECS: dict[str, tuple[str, str]] = {
     "kv_tokens": ("pool", "kv_tokens"),
     "page_size": ("policy", "page_size"),
@@ -95,8 +96,8 @@ POLICY_FROM_SPECS: dict[str, tuple[str, str]] = {
 #: The PolicyConfig fields `policy_config` derives: the resolved context; the model's KV
 #: geometry on one tensor-parallel rank; shape-only KV (no buffer) in simulations; the tier
 #: sizes in slots; and a hybrid run's layout, budget, vLLM version and hybrid options
-#: (simulator/hybrid.py `HybridFields.policy_kwargs`, which leave a full-attention run's
-#: config as it always was).
+#: (the run's resolved layout, `SimConfig.layout`: simulator/hybrid.py
+#: `RunLayout.policy_kwargs`, which leave a full-attention run's config as it always was).
 DERIVED_POLICY_FIELDS: tuple[str, ...] = (
     "max_context_len", "num_layers", "num_kv_heads", "head_dim", "store_kv", "host_tokens",
     "storage_tokens", *HYBRID_POLICY_FIELDS)
@@ -116,15 +117,17 @@ def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
         tiered = [n for n in POLICIES.names() if POLICIES.get(n).supports_tiers]
         raise ValueError(f"--hicache-size / --hicache-ratio: the host tier is built for "
                          f"--policy {' or '.join(tiered)}, not {pol.policy!r}")
-    given = {name: getattr(getattr(cfg, part), field)
+    given = {name: attrgetter(f"{part}.{field}")(cfg)
              for name, (part, field) in POLICY_FROM_SPECS.items()}
+    # a hybrid's pools are sized from its budget in bytes: the planner's, or for a pool
+    # given in slots, those slots of every layer stored as full attention
+    kv_bytes = (pool.kv_bytes or pool.kv_tokens * model.kv_bytes_per_token(pool.kv_dtype, pool.tp)
+                if cfg.layout.layout is not None else 0)
     derived = dict(
         max_context_len=max_context_len, num_layers=model.num_layers,
         num_kv_heads=model.kv_heads_per_rank(pool.tp), head_dim=model.head_dim,
         store_kv=False, host_tokens=host if host else 0, storage_tokens=storage if host else 0,
-        **hybrid_fields(pol, model, pool.kv_tokens, pool.kv_bytes, pool.kv_dtype,
-                        pool.tp, pool.vllm_version, pool.mamba_cache_dtype,
-                        pool.mamba_ssm_cache_dtype).policy_kwargs(pol))
+        **cfg.layout.policy_kwargs(pol, kv_bytes, pool.vllm_version))
     return PolicyConfig(**given, **derived)
 
 
@@ -186,11 +189,9 @@ def build_engine(env: simpy.Environment, workload: Workload, cfg: SimConfig,
     gpu = get_gpu(cfg.pool.gpu)
     max_ctx = cfg.pool.max_context_len or model.max_position
     policy = build_policy(cfg, max_ctx)
-    layout = run_layout(cfg.policy, model.id, cfg.pool.vllm_version, cfg.pool.mamba_cache_dtype,
-                        cfg.pool.mamba_ssm_cache_dtype)
     latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp, cfg.pool.kv_dtype,
                                  **cfg.engine.latency_constants(cfg.policy.page_size),
-                                 layout=layout)
+                                 layout=cfg.layout.layout)
     start, end = _window(workload, cfg)
     interval = cfg.engine.timeline_interval_s or (
         (end - start) / 2000 if np.isfinite(end) and end > start else 0.05
@@ -400,7 +401,7 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
         # inter-token latency as the benchmarks define it: every gap between consecutive
         # output tokens of a request, pooled over requests
         **dict(zip(("itl_p50_s", "itl_p99_s"), rec.itl_percentiles((50, 99)), strict=True)),
-        "page_table_bytes": policy_page_table_bytes(policy),
+        "page_table_bytes": policy.page_table_bytes(),
         "block_table_entries": rec.page_entry_seconds / span if span > 0 else float("nan"),
         "sim_end_s": engine.env.now,
         **tier_summary(engine, rec, policy),
@@ -457,12 +458,3 @@ def noise_columns(done: dict[str, np.ndarray]) -> dict:
     return {"normalized_latency_se_s": batch_se(lat), "prefix_hit_rate_se": batch_se(hit),
             "normalized_latency_batches_s": batch_text(lat),
             "prefix_hit_rate_batches": batch_text(hit)}
-
-
-def policy_page_table_bytes(policy) -> int:
-    """The page (block) table's device bytes: the request-to-token table, or vLLM's block
-    tables, one per KV cache group, of the hybrid `vllm` policy (`page_table_nbytes`)."""
-    pool = getattr(policy, "req_to_token_pool", None)
-    if pool is not None:
-        return int(pool.nbytes)
-    return int(getattr(policy, "page_table_nbytes", 0))
