@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -26,6 +26,7 @@ from simulator.overload import Unfinished, overload_verdict
 from simulator.pool_columns import pool_columns
 from simulator.request_table import RequestColumns, column, nan_mean
 from simulator.reuse_gap import reuse_gap
+from simulator.run_summary import RunSummary
 from simulator.transfers import TransferModel, tier_tokens
 from workloads.request import Workload
 
@@ -45,7 +46,7 @@ class SimResult:
     The table and the timeline are held as numpy columns and rows and become pandas frames
     when first read, so a caller that reads only the summary never imports pandas."""
 
-    summary: dict
+    summary: RunSummary
     table: RequestColumns  # the per-request columns kept in memory (all, without a sink)
     timeline_rows: list[tuple]  # the Recorder's timeline samples (TIMELINE_COLUMNS)
     config: SimConfig
@@ -261,13 +262,14 @@ def simulate(
     backlog.setdefault("queue", len(engine.waiting))
     engine.close_idle(max(rec.window_end, env.now))
     requests = rec.requests_columns()
-    summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
-    summary.update(latency_columns(cfg, latency))
-    summary.update(overload_columns(workload, cfg, latency, rec, requests, summary,
-                                    unfinished_requests(engine)))
-    summary.update(reuse_gap(workload, requests, prefix_block(cfg, policy),
-                             *_rule_losses(engine, policy)))
-    summary["sim_wall_s"] = time.perf_counter() - wall0
+    queue = backlog.get("queue", 0)
+    summary = summarize(
+        engine, rec, cfg, policy, latency, requests, queue,
+        overload=overload_columns(workload, cfg, latency, rec, requests, queue,
+                                  unfinished_requests(engine)),
+        reuse=reuse_gap(workload, requests, prefix_block(cfg, policy),
+                        *_rule_losses(engine, policy)))
+    summary = replace(summary, sim_wall_s=time.perf_counter() - wall0)
     return SimResult(summary, requests, rec.timeline, cfg, {"latency": latency.describe()})
 
 
@@ -292,7 +294,7 @@ def prefix_block(cfg: SimConfig, policy: KVPolicy) -> int:
     return policy.page_size if isinstance(policy, PoolKinds) else cfg.policy.page_size
 
 
-def latency_columns(cfg: SimConfig, latency) -> dict:
+def latency_columns(cfg: SimConfig, latency: LatencyModel) -> dict[str, Any]:
     """Which calibration the run used, resolved (a bare config names no profile): the profile,
     the attention backend, the constants that options override, and the page size the
     kernel walks (1 where the backend runs page 1 inside the kernel: there --page-size is a
@@ -315,18 +317,18 @@ def unfinished_requests(engine: Engine) -> Unfinished:
                       np.array([s.admit_s for s in live], dtype=float))
 
 
-def overload_columns(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
-                     requests: RequestColumns, summary: dict,
-                     unfinished: Unfinished) -> dict:
-    """The overload columns (simulator/overload.py) from the run's window, its rows and the
-    requests it ended with."""
+def overload_columns(workload: Workload, cfg: SimConfig, latency: LatencyModel, rec: Recorder,
+                     requests: RequestColumns, backlog: int,
+                     unfinished: Unfinished) -> dict[str, Any]:
+    """The overload columns (simulator/overload.py) from the run's window, its rows, the
+    queue left at the window's end and the requests it ended with."""
     # columns, not every request built and sorted: the verdict counts arrivals in the window
     # and takes the median prompt, neither of which depends on the order
     arrivals, prompt_lens = workload.arrivals_and_prompt_lens()
     return overload_verdict(
         arrivals=arrivals, prompt_lens=prompt_lens,
         requests=requests, start=rec.window_start, end=rec.window_end,
-        backlog=int(summary["queue_backlog"]), latency=latency,
+        backlog=int(backlog), latency=latency,
         chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size,
         unfinished=unfinished)
 
@@ -346,8 +348,14 @@ def _completed(requests: RequestColumns | pd.DataFrame) -> dict[str, np.ndarray]
     return {c: column(requests, c)[done].astype(float, copy=False) for c in names}
 
 
-def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
-              requests: RequestColumns | pd.DataFrame, backlog: int) -> dict:
+def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy: KVPolicy,
+              latency: LatencyModel, requests: RequestColumns | pd.DataFrame, backlog: int,
+              *, overload: Mapping[str, Any],
+              reuse: Mapping[str, Any] | None = None) -> RunSummary:
+    """The run's RunSummary (no wall time yet): its pool, requests, breakdown, latency and
+    tier figures from the engine and the recorder, the hybrid pools of a `PoolKinds`
+    policy, the calibration in effect, and the `overload` verdict and `reuse` gap computed
+    by the caller (a fleet replica's summary has no reuse gap)."""
     avg = rec.averages()
     span = rec.window_length
     cap = policy.capacity
@@ -357,7 +365,6 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
     makespan = engine.last_finish_s - first_arrival(engine.workload)
     b_end = policy.breakdown(engine.head_reservation())
     out = {
-        **cfg.to_dict(),
         "capacity_slots": cap,
         "window_start_s": rec.window_start,
         "window_end_s": rec.window_end,
@@ -410,12 +417,13 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
         # the page (block) size the policy ran: vLLM raises a hybrid's attention block to fit
         # its Mamba page (kvcore/hybrid_plan.py), so it may differ from --page-size
         out["effective_page_size"] = policy.page_size
-        out.update(pool_columns(policy.pool_usage(), rec.pool_seconds, span,
-                                policy.shared_pool))
-    return out
+        out["pools"] = pool_columns(policy.pool_usage(), rec.pool_seconds, span,
+                                    policy.shared_pool)
+    return RunSummary(config=cfg.to_dict(), **out, **latency_columns(cfg, latency),
+                      **overload, **(reuse or {}))
 
 
-def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
+def tier_summary(engine: Engine, rec: Recorder, policy: KVPolicy) -> dict[str, Any]:
     """Where hits came from and what the tiers moved (zeros without a tier, so every summary
     has the same columns). prefix_hit_rate stays the total: device + host + storage."""
     tier, prompt = engine.tier, engine.prompt_tokens
