@@ -11,7 +11,10 @@ per concern, each validated once, where it is defined:
 * `tuning`  (`EngineTuning`, here): the simulator's own bounds (checks, timeline, stretches,
   the livelock guard);
 * `tier`    (`TierSpec`, simulator/specs.py): lower KV tiers (host, storage) and their links;
-* `duration_s`: the workload's span of arrivals, which also ends the measurement window.
+* `duration_s`: the workload's span of arrivals, which also ends the measurement window;
+* `layout` (`RunLayout`, simulator/hybrid.py): the hybrid layout those options resolve to,
+  resolved once (or handed over already resolved from the same options) and read by the
+  policy's config, the latency model and the summary; not an option.
 
 The experiments layer hands over the user's specs as they are (no field is copied);
 `SimConfig.of(**flat)` builds one from flat keyword arguments (tests, benchmarks, the
