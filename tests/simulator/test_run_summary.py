@@ -65,3 +65,14 @@ def test_optional_fields_are_the_ones_a_run_may_lack() -> None:
     del cols["ttft_p99_s"]
     with pytest.raises(TypeError, match="ttft_p99_s"):
         RunSummary.from_columns(cols)
+
+
+def test_the_fleets_rules_name_the_records_fields() -> None:
+    """The cluster summary's rule per column and the replica rows read the record's columns
+    by name (simulator/fleet/summary.py): each name is a field, so a renamed field fails here
+    rather than falling back to a rule-less combine or a NaN in a replica row."""
+    from simulator.fleet.summary import REPLICA_COLUMNS, RULES
+
+    assert set(RULES) <= set(NAMES)
+    own = {"replica", "requests_routed", "ttft_p90_s", "tpot_p90_s", "itl_p90_s"}
+    assert set(REPLICA_COLUMNS) - own <= set(NAMES)
