@@ -69,9 +69,7 @@ def _gpu_read(o: RunOptions) -> bool:
 def _state_layers(o: RunOptions) -> bool:
     """The run stores Mamba / linear-attention states: a model with state layers run as a
     hybrid (`--kv-layout full-attention` stores every layer as full attention)."""
-    from simulator.hybrid import run_layout
-
-    layout = run_layout(o.policy, o.memory.model_preset().id)
+    layout = o.run_layout.layout
     return layout is not None and bool(layout.state_groups())
 
 

@@ -30,6 +30,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,12 @@ from kvcore.fields import (
     option_name,
     spec_field,
 )
-from kvcore.hybrid_presets import hybrid_layout
 from kvcore.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
 from kvcore.planner import resolve_kv_bytes, resolve_kv_tokens
 from kvcore.vllm_rules import DEFAULT_VLLM_VERSION
 from simulator.config import PoolSpec, SimConfig
 from simulator.fleet.spec import FleetSpec
-from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout
+from simulator.hybrid import HYBRID_OPTIONS, RunLayout, resolve_layout, resolved_hybrid_options
 from simulator.latency_profiles import is_profile_file, profile_for_rule
 from simulator.shared_tier import SHARED_OPTIONS, check_shared_tier
 from simulator.specs import EngineSpec, PolicySpec, TierSpec, caching_policies
@@ -306,13 +306,11 @@ class RunOptions:
             del d[ENGINE_OPTION]
         if d.get("kv_cache_memory_bytes") is None:  # a column only when given
             del d["kv_cache_memory_bytes"]
-        if hybrid_layout(model) is not None:
-            version = m.vllm_version or DEFAULT_VLLM_VERSION
-            d.update(resolved_hybrid_options(self.policy, model, version))
-            d["vllm_version"] = version
-            layout = run_layout(replace(self.policy, kv_layout="hybrid"), model, version,
-                                m.mamba_cache_dtype, m.mamba_ssm_cache_dtype)
-            states = layout.state_groups() if layout is not None else ()
+        layout = self.run_layout.model
+        if layout is not None:
+            d.update(resolved_hybrid_options(self.policy, self.run_layout))
+            d["vllm_version"] = m.vllm_version or DEFAULT_VLLM_VERSION
+            states = layout.state_groups()
             d["mamba_cache_dtype"] = states[0].conv_dtype if states else m.mamba_cache_dtype
             d["mamba_ssm_cache_dtype"] = (states[0].state_dtype if states
                                           else m.mamba_ssm_cache_dtype)
@@ -326,6 +324,15 @@ class RunOptions:
             d[name] = getattr(e, name)  # the values in effect
         return d
 
+    @cached_property
+    def run_layout(self) -> RunLayout:
+        """The layout the model and the options resolve to (simulator/hybrid.py), once: the
+        summary's columns read it and `sim_config` hands it to the engine's config."""
+        m = self.memory
+        return resolve_layout(self.policy, m.model_preset().id,
+                              m.vllm_version or DEFAULT_VLLM_VERSION, m.mamba_cache_dtype,
+                              m.mamba_ssm_cache_dtype)
+
     def workload_spec(self) -> WorkloadSpec:
         """The workload to build: the spec with the fields a run derives filled in."""
         return replace(self.workload, seed=self.engine.seed,
@@ -337,7 +344,7 @@ class RunOptions:
         window ends at the last arrival); the engines' constants at their defaults."""
         m = self.memory
         model = m.model_preset().id
-        hybrid = run_layout(self.policy, model) is not None
+        hybrid = self.run_layout.layout is not None
         self.fleet.check(self.policy.policy, caching_policies(), model if hybrid else None)
         check_shared_tier(self.tier, self.fleet.replicas)
         pool = PoolSpec(model=model, gpu=m.gpu, tp=m.tp, kv_dtype=m.kv_dtype,
@@ -348,7 +355,7 @@ class RunOptions:
                         mamba_cache_dtype=m.mamba_cache_dtype,
                         mamba_ssm_cache_dtype=m.mamba_ssm_cache_dtype)
         return SimConfig(policy=self.policy, pool=pool, engine=self.engine_spec(), tier=self.tier,
-                         duration_s=self.workload.duration_s or 0.0)
+                         duration_s=self.workload.duration_s or 0.0, layout=self.run_layout)
 
     def config_hash(self) -> str:
         """Hash of everything that changes the simulation (not output paths, plot targets,

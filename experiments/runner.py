@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from experiments.executors import Executor
     from simulator.run import SimResult
+    from simulator.run_summary import RunSummary
     from workloads.request import Workload
 
 # what a worker process should import before its first cell (the fork server's preload)
@@ -53,10 +54,11 @@ def _rate(opts: RunOptions, workload: Workload) -> float:
     return len(reqs) / span if span > 0 else math.nan
 
 
-def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
+def summary_row(opts: RunOptions, summary: RunSummary, workload: Workload
                 ) -> dict[str, Any]:
-    """config_hash, every resolved option, rate_req_s, then the metrics (and the engine's
-    other counters; the engine's echo of its own configuration is left out)."""
+    """config_hash, every resolved option, rate_req_s, then the summary's columns
+    (simulator/run_summary.py): reports/schema.py's METRICS first, then the others in the
+    record's order (the engine's echo of its own configuration is left out)."""
     row: dict[str, Any] = {"config_hash": opts.config_hash()}
     row.update(opts.resolved())
     for k in unused_options(row):  # a column only for the arrivals or generator that read it
@@ -66,14 +68,15 @@ def summary_row(opts: RunOptions, summary: Mapping[str, Any], workload: Workload
     row["rate_req_s"] = _rate(opts, workload)
     # malformed trace rows --skip-bad-rows left out (0 without a trace): the commands say so
     row["trace_bad_rows"] = int(workload.meta.get("bad_rows") or 0)
-    row["capacity_slots"] = summary.get("capacity_slots")
+    row["capacity_slots"] = summary.capacity_slots
     if opts.tier.enabled:  # the line a host-tier sweep is drawn against (docs/tiers.md)
         from workloads.reuse import ideal_reuse
 
         row["ideal_reuse"] = ideal_reuse(workload, opts.policy.page_size)
+    columns = summary.columns()
     for k in METRICS:
-        row[k] = summary.get(k, math.nan)
-    for k, v in summary.items():
+        row[k] = columns.get(k, math.nan)
+    for k, v in columns.items():
         if k not in row and k not in _SIM_KEYS:
             row[k] = v
     return row
@@ -124,7 +127,7 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
         row.update(fleet.columns)
     out = opts.output
     row.update(slo_columns(result.columns, out.slo_ttft, out.slo_tpot, out.slo_percentile,
-                           int(result.summary.get("requests_total", 0))))
+                           int(result.summary.requests_total)))
     return row, result
 
 

@@ -11,7 +11,10 @@ per concern, each validated once, where it is defined:
 * `tuning`  (`EngineTuning`, here): the simulator's own bounds (checks, timeline, stretches,
   the livelock guard);
 * `tier`    (`TierSpec`, simulator/specs.py): lower KV tiers (host, storage) and their links;
-* `duration_s`: the workload's span of arrivals, which also ends the measurement window.
+* `duration_s`: the workload's span of arrivals, which also ends the measurement window;
+* `layout` (`RunLayout`, simulator/hybrid.py): the hybrid layout those options resolve to,
+  resolved once (or handed over already resolved from the same options) and read by the
+  policy's config, the latency model and the summary; not an option.
 
 The experiments layer hands over the user's specs as they are (no field is copied);
 `SimConfig.of(**flat)` builds one from flat keyword arguments (tests, benchmarks, the
@@ -25,7 +28,7 @@ from typing import Any
 
 from kvcore.vllm_rules import DEFAULT_VLLM_VERSION, check_vllm_version
 from simulator.admission import AdmissionParams
-from simulator.hybrid import check_hybrid_options
+from simulator.hybrid import UNRESOLVED, RunLayout, check_hybrid_options, resolve_layout
 from simulator.specs import EngineSpec, PolicySpec, TierSpec
 
 
@@ -92,7 +95,8 @@ _PARTS = {"policy": PolicySpec, "pool": PoolSpec, "engine": EngineSpec,
 
 @dataclass(frozen=True)
 class SimConfig:
-    """One engine over one workload: the five specs and the window's end."""
+    """One engine over one workload: the six specs, the window's end and the layout they
+    resolve to."""
 
     policy: PolicySpec = field(default_factory=PolicySpec)
     pool: PoolSpec = field(default_factory=PoolSpec)
@@ -101,6 +105,10 @@ class SimConfig:
     tuning: EngineTuning = field(default_factory=EngineTuning)
     tier: TierSpec = field(default_factory=TierSpec)
     duration_s: float = 0.0  # 0: the window ends at the last arrival
+    # the layout the policy and pool options resolve to (simulator/hybrid.py), resolved here
+    # once (or handed over by whoever resolved it from the same options) and read by every
+    # part of the run; not an option, so no part of the config's equality or flat form
+    layout: RunLayout = field(default=UNRESOLVED, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.duration_s >= 0:
@@ -108,6 +116,10 @@ class SimConfig:
         # the hybrid options against the model and policy (simulator/hybrid.py)
         check_hybrid_options(self.policy, self.pool.model, self.tier.enabled,
                              self.pool.vllm_version)
+        pool = self.pool
+        object.__setattr__(self, "layout", resolve_layout(
+            self.policy, pool.model, pool.vllm_version, pool.mamba_cache_dtype,
+            pool.mamba_ssm_cache_dtype, known=self.layout))
 
     @classmethod
     def of(cls, **flat: Any) -> SimConfig:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from kvcore.hybrid_presets import hybrid_layout
 from kvcore.layers import CHUNKED, SLIDING, HybridLayout
 from kvcore.policies.base import POLICIES, PolicyConfig
-from kvcore.presets import ModelPreset
 from kvcore.state_dtypes import resolve_state_dtypes
 from kvcore.vllm_rules import DEFAULT_VLLM_VERSION, vllm_rules
 from simulator.specs import PolicySpec
@@ -32,6 +31,10 @@ HYBRID_OPTIONS: tuple[str, ...] = ("kv_layout", "swa_full_tokens_ratio",
                                    "mamba_full_memory_ratio", "max_mamba_cache_size",
                                    "mamba_cache_mode")
 SGLANG_POLICIES = ("paged", "paged-nocache")
+#: the PolicyConfig fields a hybrid run sets (`RunLayout.policy_kwargs`): its layout, KV
+#: budget in bytes and vLLM version, and the hybrid options (named alike in PolicySpec)
+HYBRID_POLICY_FIELDS: tuple[str, ...] = ("layout", "kv_bytes", "vllm_version",
+                                         *HYBRID_OPTIONS[1:])
 
 
 def hybrid_policies() -> list[str]:
@@ -44,19 +47,85 @@ def policy_engine(policy: PolicySpec) -> str:
     return "vllm" if policy.policy == "vllm" else "sglang"
 
 
-def run_layout(policy: PolicySpec, model_id: str, vllm_version: str = DEFAULT_VLLM_VERSION,
-               mamba_cache_dtype: str | None = None,
-               mamba_ssm_cache_dtype: str | None = None) -> HybridLayout | None:
-    """The hybrid layout a run of `model_id` simulates, its states in the dtypes of the
-    policy's engine: None for a full-attention model and for the pre-hybrid baseline
-    (`--kv-layout full-attention`)."""
-    if policy.kv_layout != "hybrid":
-        return None
-    layout = hybrid_layout(model_id)
-    if layout is None:
-        return None
-    return resolve_state_dtypes(layout, policy_engine(policy), vllm_rules(vllm_version),
-                                mamba_cache_dtype, mamba_ssm_cache_dtype)
+@dataclass(frozen=True)
+class RunLayout:
+    """What a run's model and options resolve to about its layer kinds, once per run and
+    passed on (SimConfig.layout; RunOptions.run_layout in experiments/options.py), never
+    resolved again by the parts that read it (the policy's config, the latency model, the
+    summary's columns).
+
+    `model`: the model's hybrid layout, its states in the dtypes of the policy's engine
+    (kvcore.state_dtypes), whatever --kv-layout says (a summary shows those dtypes); None for
+    a full-attention model. `hybrid`: --kv-layout hybrid. `mamba_cache_mode`: the mode a
+    `vllm` run of a model with state layers uses (--mamba-cache-mode, else the version's
+    pick); None otherwise. `key`: the options it was resolved from, so that a config copied
+    with other options resolves its own (`resolve_layout`)."""
+
+    model: HybridLayout | None
+    hybrid: bool
+    mamba_cache_mode: str | None
+    key: tuple[object, ...]
+
+    @property
+    def layout(self) -> HybridLayout | None:
+        """The layout the run simulates: None for a full-attention model and for the
+        pre-hybrid baseline (`--kv-layout full-attention`)."""
+        return self.model if self.hybrid else None
+
+    def policy_kwargs(self, policy: PolicySpec, kv_bytes: int,
+                      vllm_version: str) -> dict[str, object]:
+        """Keyword arguments for PolicyConfig (HYBRID_POLICY_FIELDS): none for a
+        full-attention run (its config is the one it always was); the layout, the budget in
+        bytes, the vLLM version and the options given otherwise (an SGLang option not given
+        keeps PolicyConfig's default, the engine's own; vLLM's mamba cache mode is the
+        version's pick when not given)."""
+        layout = self.layout
+        if layout is None:
+            return {}
+        out: dict[str, object] = {"layout": layout, "kv_bytes": kv_bytes,
+                                  "vllm_version": vllm_version}
+        for name in HYBRID_OPTIONS[1:]:
+            value = getattr(policy, name)
+            if value is not None:
+                out[name] = value
+        if self.mamba_cache_mode is not None:
+            out["mamba_cache_mode"] = self.mamba_cache_mode
+        return out
+
+
+#: a SimConfig's layout before it is resolved (its key matches no options)
+UNRESOLVED = RunLayout(None, False, None, ())
+
+
+def layout_key(policy: PolicySpec, model_id: str, vllm_version: str,
+               mamba_cache_dtype: str | None,
+               mamba_ssm_cache_dtype: str | None) -> tuple[object, ...]:
+    """The options a RunLayout depends on."""
+    return (policy.policy, policy.kv_layout, policy.enable_prefix_caching,
+            policy.mamba_cache_mode, model_id, vllm_version, mamba_cache_dtype,
+            mamba_ssm_cache_dtype)
+
+
+def resolve_layout(policy: PolicySpec, model_id: str, vllm_version: str = DEFAULT_VLLM_VERSION,
+                   mamba_cache_dtype: str | None = None,
+                   mamba_ssm_cache_dtype: str | None = None,
+                   known: RunLayout | None = None) -> RunLayout:
+    """The RunLayout of these options: `known` when it was resolved from the same ones."""
+    key = layout_key(policy, model_id, vllm_version, mamba_cache_dtype, mamba_ssm_cache_dtype)
+    if known is not None and known.key == key:
+        return known
+    raw = hybrid_layout(model_id)
+    if raw is None:
+        return RunLayout(None, policy.kv_layout == "hybrid", None, key)
+    model = resolve_state_dtypes(raw, policy_engine(policy), vllm_rules(vllm_version),
+                                 mamba_cache_dtype, mamba_ssm_cache_dtype)
+    hybrid = policy.kv_layout == "hybrid"
+    # a mode given to the full-attention baseline is refused by check_hybrid_options, with
+    # its own message: it is not checked against the version here
+    mode = (run_mamba_cache_mode(policy, raw, vllm_version)
+            if policy.policy == "vllm" and raw.state_groups()
+            and (hybrid or policy.mamba_cache_mode is None) else None)
+    return RunLayout(model, hybrid, mode, key)
 
 
 def run_mamba_cache_mode(policy: PolicySpec, layout: HybridLayout,
@@ -113,50 +182,7 @@ def check_hybrid_options(policy: PolicySpec, model_id: str, tiers: bool,
         run_mamba_cache_mode(policy, layout, vllm_version)  # the mode exists in the version
 
 
-@dataclass(frozen=True)
-class HybridFields:
-    """The PolicyConfig fields of a hybrid run (empty for a full-attention one)."""
-
-    layout: HybridLayout | None
-    kv_bytes: int
-
-    vllm_version: str = DEFAULT_VLLM_VERSION
-
-    def policy_kwargs(self, policy: PolicySpec) -> dict[str, object]:
-        """Keyword arguments for PolicyConfig: none for a full-attention run (its config is
-        the one it always was); the layout, the budget, the vLLM version and the options
-        given otherwise (an SGLang option not given keeps PolicyConfig's default, the
-        engine's own; vLLM's mamba cache mode is the version's pick when not given)."""
-        if self.layout is None:
-            return {}
-        out: dict[str, object] = {"layout": self.layout, "kv_bytes": self.kv_bytes,
-                                  "vllm_version": self.vllm_version}
-        for name in HYBRID_OPTIONS[1:]:
-            value = getattr(policy, name)
-            if value is not None:
-                out[name] = value
-        if policy.policy == "vllm" and self.layout.state_groups():
-            out["mamba_cache_mode"] = run_mamba_cache_mode(policy, self.layout,
-                                                           self.vllm_version)
-        return out
-
-
-def hybrid_fields(policy: PolicySpec, model: ModelPreset, kv_tokens: int, kv_bytes: int,
-                  kv_dtype: str, tp: int, vllm_version: str = DEFAULT_VLLM_VERSION,
-                  mamba_cache_dtype: str | None = None,
-                  mamba_ssm_cache_dtype: str | None = None) -> HybridFields:
-    """The layout and the per-rank KV budget in bytes (`kv_bytes`, or, when 0, the bytes of
-    `kv_tokens` slots stored as full attention: the planner's figure for a direct size)."""
-    layout = run_layout(policy, model.id, vllm_version, mamba_cache_dtype,
-                        mamba_ssm_cache_dtype)
-    if layout is None:
-        return HybridFields(None, 0)
-    return HybridFields(layout, kv_bytes or kv_tokens * model.kv_bytes_per_token(kv_dtype, tp),
-                        vllm_version)
-
-
-def resolved_hybrid_options(policy: PolicySpec, model_id: str | None = None,
-                            vllm_version: str = DEFAULT_VLLM_VERSION) -> dict[str, object]:
+def resolved_hybrid_options(policy: PolicySpec, run: RunLayout) -> dict[str, object]:
     """The hybrid options as a hybrid run's summary shows them: the values in effect (the
     engines' defaults, from PolicyConfig, where none was given; the mamba cache mode of a
     `vllm` run as its version picks it)."""
@@ -165,13 +191,11 @@ def resolved_hybrid_options(policy: PolicySpec, model_id: str | None = None,
     for name in HYBRID_OPTIONS[1:]:
         value = getattr(policy, name)
         out[name] = getattr(defaults, name) if value is None else value
-    layout = hybrid_layout(model_id) if model_id is not None else None
-    if (policy.policy == "vllm" and policy.mamba_cache_mode is None and layout is not None
-            and layout.state_groups()):
-        out["mamba_cache_mode"] = run_mamba_cache_mode(policy, layout, vllm_version)
+    if policy.mamba_cache_mode is None and run.mamba_cache_mode is not None:
+        out["mamba_cache_mode"] = run.mamba_cache_mode
     return out
 
 
-__all__ = ["HYBRID_OPTIONS", "HybridFields", "check_hybrid_options", "hybrid_fields",
-           "hybrid_policies", "policy_engine", "resolved_hybrid_options", "run_layout",
-           "run_mamba_cache_mode"]
+__all__ = ["HYBRID_OPTIONS", "HYBRID_POLICY_FIELDS", "UNRESOLVED", "RunLayout",
+           "check_hybrid_options", "hybrid_policies", "layout_key", "policy_engine",
+           "resolve_layout", "resolved_hybrid_options", "run_mamba_cache_mode"]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -18,13 +19,14 @@ from kvcore.presets import get_gpu, get_model
 from simulator.batch_means import batch_means, batch_ratios, batch_se, batch_text
 from simulator.config import SimConfig
 from simulator.engine import Engine
-from simulator.hybrid import hybrid_fields, run_layout
+from simulator.hybrid import HYBRID_POLICY_FIELDS
 from simulator.latency import LatencyModel, make_latency_model
 from simulator.metrics import TIMELINE_COLUMNS, Recorder
 from simulator.overload import Unfinished, overload_verdict
 from simulator.pool_columns import pool_columns
 from simulator.request_table import RequestColumns, column, nan_mean
 from simulator.reuse_gap import reuse_gap
+from simulator.run_summary import RunSummary
 from simulator.transfers import TransferModel, tier_tokens
 from workloads.request import Workload
 
@@ -44,7 +46,7 @@ class SimResult:
     The table and the timeline are held as numpy columns and rows and become pandas frames
     when first read, so a caller that reads only the summary never imports pandas."""
 
-    summary: dict
+    summary: RunSummary
     table: RequestColumns  # the per-request columns kept in memory (all, without a sink)
     timeline_rows: list[tuple]  # the Recorder's timeline samples (TIMELINE_COLUMNS)
     config: SimConfig
@@ -77,15 +79,34 @@ class SimResult:
         return self.columns
 
 
+#: The PolicyConfig fields a spec gives as they are: PolicyConfig's field -> (the SimConfig
+#: part, that part's field). Each source is named here once; `policy_config` derives the
+#: rest (DERIVED_POLICY_FIELDS), and tests/simulator/test_build_policy.py checks that the two
+#: name every PolicyConfig field exactly once. A renamed spec field is an AttributeError
+#: here, never PolicyConfig's own default.
+POLICY_FROM_SPECS: dict[str, tuple[str, str]] = {
+    "kv_tokens": ("pool", "kv_tokens"),
+    "page_size": ("policy", "page_size"),
+    "max_requests": ("engine", "max_running_requests"),  # page-table rows
+    "device": ("engine", "device"),
+    "placement": ("policy", "placement"),
+    "eviction": ("policy", "eviction"),
+    "kv_dtype": ("pool", "kv_dtype"),
+    "hicache_write_policy": ("tier", "hicache_write_policy"),
+}
+#: The PolicyConfig fields `policy_config` derives: the resolved context; the model's KV
+#: geometry on one tensor-parallel rank; shape-only KV (no buffer) in simulations; the tier
+#: sizes in slots; and a hybrid run's layout, budget, vLLM version and hybrid options
+#: (the run's resolved layout, `SimConfig.layout`: simulator/hybrid.py
+#: `RunLayout.policy_kwargs`, which leave a full-attention run's config as it always was).
+DERIVED_POLICY_FIELDS: tuple[str, ...] = (
+    "max_context_len", "num_layers", "num_kv_heads", "head_dim", "store_kv", "host_tokens",
+    "storage_tokens", *HYBRID_POLICY_FIELDS)
+
+
 def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
-    """The PolicyConfig of `cfg`, every field named from the spec that owns it (so a renamed
-    spec field is an AttributeError here, never PolicyConfig's own default): the pool (size,
-    KV dtype), the policy spec (page size, placement, eviction), the engine (device, batch
-    limit as page-table rows), the tier spec (sizes resolved to slots, write policy), the
-    resolved context and the model's KV geometry on one tensor-parallel rank; a hybrid model
-    adds its layout, its per-rank KV budget in bytes and the hybrid options given
-    (simulator/hybrid.py; a full-attention model's config is what it always was). Shape-only
-    KV (no buffer) in simulations."""
+    """The PolicyConfig of `cfg`: the spec fields of POLICY_FROM_SPECS as they are, then the
+    derived ones (DERIVED_POLICY_FIELDS)."""
     model = get_model(cfg.pool.model)
     pol, pool, tier = cfg.policy, cfg.pool, cfg.tier
     host, storage = tier_tokens(tier, model, pool.kv_dtype, pool.tp, pool.kv_tokens)
@@ -97,17 +118,18 @@ def policy_config(cfg: SimConfig, max_context_len: int) -> PolicyConfig:
         tiered = [n for n in POLICIES.names() if POLICIES.get(n).supports_tiers]
         raise ValueError(f"--hicache-size / --hicache-ratio: the host tier is built for "
                          f"--policy {' or '.join(tiered)}, not {pol.policy!r}")
-    return PolicyConfig(
-        kv_tokens=pool.kv_tokens, page_size=pol.page_size, max_context_len=max_context_len,
-        max_requests=cfg.engine.max_running_requests, device=cfg.engine.device,
-        placement=pol.placement, eviction=pol.eviction, num_layers=model.num_layers,
+    given = {name: attrgetter(f"{part}.{field}")(cfg)
+             for name, (part, field) in POLICY_FROM_SPECS.items()}
+    # a hybrid's pools are sized from its budget in bytes: the planner's, or for a pool
+    # given in slots, those slots of every layer stored as full attention
+    kv_bytes = (pool.kv_bytes or pool.kv_tokens * model.kv_bytes_per_token(pool.kv_dtype, pool.tp)
+                if cfg.layout.layout is not None else 0)
+    derived = dict(
+        max_context_len=max_context_len, num_layers=model.num_layers,
         num_kv_heads=model.kv_heads_per_rank(pool.tp), head_dim=model.head_dim,
-        kv_dtype=pool.kv_dtype, store_kv=False, host_tokens=host if host else 0,
-        storage_tokens=storage if host else 0,
-        hicache_write_policy=tier.hicache_write_policy,
-        **hybrid_fields(pol, model, pool.kv_tokens, pool.kv_bytes, pool.kv_dtype,
-                        pool.tp, pool.vllm_version, pool.mamba_cache_dtype,
-                        pool.mamba_ssm_cache_dtype).policy_kwargs(pol))
+        store_kv=False, host_tokens=host if host else 0, storage_tokens=storage if host else 0,
+        **cfg.layout.policy_kwargs(pol, kv_bytes, pool.vllm_version))
+    return PolicyConfig(**given, **derived)
 
 
 def build_policy(cfg: SimConfig, max_context_len: int) -> KVPolicy:
@@ -168,11 +190,9 @@ def build_engine(env: simpy.Environment, workload: Workload, cfg: SimConfig,
     gpu = get_gpu(cfg.pool.gpu)
     max_ctx = cfg.pool.max_context_len or model.max_position
     policy = build_policy(cfg, max_ctx)
-    layout = run_layout(cfg.policy, model.id, cfg.pool.vllm_version, cfg.pool.mamba_cache_dtype,
-                        cfg.pool.mamba_ssm_cache_dtype)
     latency = make_latency_model(cfg.engine.latency, model, gpu, cfg.pool.tp, cfg.pool.kv_dtype,
                                  **cfg.engine.latency_constants(cfg.policy.page_size),
-                                 layout=layout)
+                                 layout=cfg.layout.layout)
     start, end = _window(workload, cfg)
     interval = cfg.engine.timeline_interval_s or (
         (end - start) / 2000 if np.isfinite(end) and end > start else 0.05
@@ -242,13 +262,14 @@ def simulate(
     backlog.setdefault("queue", len(engine.waiting))
     engine.close_idle(max(rec.window_end, env.now))
     requests = rec.requests_columns()
-    summary = summarize(engine, rec, cfg, policy, requests, backlog.get("queue", 0))
-    summary.update(latency_columns(cfg, latency))
-    summary.update(overload_columns(workload, cfg, latency, rec, requests, summary,
-                                    unfinished_requests(engine)))
-    summary.update(reuse_gap(workload, requests, prefix_block(cfg, policy),
-                             *_rule_losses(engine, policy)))
-    summary["sim_wall_s"] = time.perf_counter() - wall0
+    queue = backlog.get("queue", 0)
+    summary = summarize(
+        engine, rec, cfg, policy, latency, requests, queue,
+        overload=overload_columns(workload, cfg, latency, rec, requests, queue,
+                                  unfinished_requests(engine)),
+        reuse=reuse_gap(workload, requests, prefix_block(cfg, policy),
+                        *_rule_losses(engine, policy)))
+    summary = replace(summary, sim_wall_s=time.perf_counter() - wall0)
     return SimResult(summary, requests, rec.timeline, cfg, {"latency": latency.describe()})
 
 
@@ -273,7 +294,7 @@ def prefix_block(cfg: SimConfig, policy: KVPolicy) -> int:
     return policy.page_size if isinstance(policy, PoolKinds) else cfg.policy.page_size
 
 
-def latency_columns(cfg: SimConfig, latency) -> dict:
+def latency_columns(cfg: SimConfig, latency: LatencyModel) -> dict[str, Any]:
     """Which calibration the run used, resolved (a bare config names no profile): the profile,
     the attention backend, the constants that options override, and the page size the
     kernel walks (1 where the backend runs page 1 inside the kernel: there --page-size is a
@@ -296,18 +317,18 @@ def unfinished_requests(engine: Engine) -> Unfinished:
                       np.array([s.admit_s for s in live], dtype=float))
 
 
-def overload_columns(workload: Workload, cfg: SimConfig, latency, rec: Recorder,
-                     requests: RequestColumns, summary: dict,
-                     unfinished: Unfinished) -> dict:
-    """The overload columns (simulator/overload.py) from the run's window, its rows and the
-    requests it ended with."""
+def overload_columns(workload: Workload, cfg: SimConfig, latency: LatencyModel, rec: Recorder,
+                     requests: RequestColumns, backlog: int,
+                     unfinished: Unfinished) -> dict[str, Any]:
+    """The overload columns (simulator/overload.py) from the run's window, its rows, the
+    queue left at the window's end and the requests it ended with."""
     # columns, not every request built and sorted: the verdict counts arrivals in the window
     # and takes the median prompt, neither of which depends on the order
     arrivals, prompt_lens = workload.arrivals_and_prompt_lens()
     return overload_verdict(
         arrivals=arrivals, prompt_lens=prompt_lens,
         requests=requests, start=rec.window_start, end=rec.window_end,
-        backlog=int(summary["queue_backlog"]), latency=latency,
+        backlog=int(backlog), latency=latency,
         chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size,
         unfinished=unfinished)
 
@@ -327,8 +348,14 @@ def _completed(requests: RequestColumns | pd.DataFrame) -> dict[str, np.ndarray]
     return {c: column(requests, c)[done].astype(float, copy=False) for c in names}
 
 
-def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
-              requests: RequestColumns | pd.DataFrame, backlog: int) -> dict:
+def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy: KVPolicy,
+              latency: LatencyModel, requests: RequestColumns | pd.DataFrame, backlog: int,
+              *, overload: Mapping[str, Any],
+              reuse: Mapping[str, Any] | None = None) -> RunSummary:
+    """The run's RunSummary (no wall time yet): its pool, requests, breakdown, latency and
+    tier figures from the engine and the recorder, the hybrid pools of a `PoolKinds`
+    policy, the calibration in effect, and the `overload` verdict and `reuse` gap computed
+    by the caller (a fleet replica's summary has no reuse gap)."""
     avg = rec.averages()
     span = rec.window_length
     cap = policy.capacity
@@ -338,7 +365,6 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
     makespan = engine.last_finish_s - first_arrival(engine.workload)
     b_end = policy.breakdown(engine.head_reservation())
     out = {
-        **cfg.to_dict(),
         "capacity_slots": cap,
         "window_start_s": rec.window_start,
         "window_end_s": rec.window_end,
@@ -382,7 +408,7 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
         # inter-token latency as the benchmarks define it: every gap between consecutive
         # output tokens of a request, pooled over requests
         **dict(zip(("itl_p50_s", "itl_p99_s"), rec.itl_percentiles((50, 99)), strict=True)),
-        "page_table_bytes": policy_page_table_bytes(policy),
+        "page_table_bytes": policy.page_table_bytes(),
         "block_table_entries": rec.page_entry_seconds / span if span > 0 else float("nan"),
         "sim_end_s": engine.env.now,
         **tier_summary(engine, rec, policy),
@@ -391,12 +417,13 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy,
         # the page (block) size the policy ran: vLLM raises a hybrid's attention block to fit
         # its Mamba page (kvcore/hybrid_plan.py), so it may differ from --page-size
         out["effective_page_size"] = policy.page_size
-        out.update(pool_columns(policy.pool_usage(), rec.pool_seconds, span,
-                                policy.shared_pool))
-    return out
+        out["pools"] = pool_columns(policy.pool_usage(), rec.pool_seconds, span,
+                                    policy.shared_pool)
+    return RunSummary(config=cfg.to_dict(), **out, **latency_columns(cfg, latency),
+                      **overload, **(reuse or {}))
 
 
-def tier_summary(engine: Engine, rec: Recorder, policy) -> dict:
+def tier_summary(engine: Engine, rec: Recorder, policy: KVPolicy) -> dict[str, Any]:
     """Where hits came from and what the tiers moved (zeros without a tier, so every summary
     has the same columns). prefix_hit_rate stays the total: device + host + storage."""
     tier, prompt = engine.tier, engine.prompt_tokens
@@ -439,12 +466,3 @@ def noise_columns(done: dict[str, np.ndarray]) -> dict:
     return {"normalized_latency_se_s": batch_se(lat), "prefix_hit_rate_se": batch_se(hit),
             "normalized_latency_batches_s": batch_text(lat),
             "prefix_hit_rate_batches": batch_text(hit)}
-
-
-def policy_page_table_bytes(policy) -> int:
-    """The page (block) table's device bytes: the request-to-token table, or vLLM's block
-    tables, one per KV cache group, of the hybrid `vllm` policy (`page_table_nbytes`)."""
-    pool = getattr(policy, "req_to_token_pool", None)
-    if pool is not None:
-        return int(pool.nbytes)
-    return int(getattr(policy, "page_table_nbytes", 0))

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcore.shared_tier import SharedTier
 from simulator.specs import TierSpec
+
+if TYPE_CHECKING:
+    from simulator.run_summary import RunSummary
 
 __all__ = ["SHARED_COLUMNS", "SHARED_OPTIONS", "attach_shared", "check_shared_tier",
            "replica_tier", "shared_columns"]
@@ -70,14 +73,14 @@ def attach_shared(policies: list[Any]) -> SharedTier:
     return shared
 
 
-def shared_columns(shared: SharedTier, summary: dict[str, Any]) -> dict[str, Any]:
+def shared_columns(shared: SharedTier, summary: RunSummary) -> dict[str, Any]:
     """The cluster row's shared-tier figures (from the replicas' summed storage columns, which
     only the shared tier feeds) and its true capacity (the replicas' sum counts it once each)."""
     cap = shared.capacity
     return {
-        "shared_tier_hit_rate": summary.get("storage_hit_rate", math.nan),
-        "shared_tier_read_bytes": summary.get("storage_to_host_bytes", math.nan),
-        "shared_tier_write_bytes": summary.get("host_to_storage_bytes", math.nan),
+        "shared_tier_hit_rate": summary.storage_hit_rate,
+        "shared_tier_read_bytes": summary.storage_to_host_bytes,
+        "shared_tier_write_bytes": summary.host_to_storage_bytes,
         "shared_tier_used_pct": 100.0 * shared.used / cap if cap else math.nan,
         "storage_capacity_slots": cap,
     }

@@ -33,7 +33,7 @@ def _hit_rows(label: str, w: Workload, analytic: dict[int, float], cfg: dict,
     for ps in (1, 16, 64):
         s = run_summary(w, **cfg, page_size=ps)
         log(f"prefix: {label} page {ps}")
-        v = s["prefix_hit_rate"] * 100
+        v = s.prefix_hit_rate * 100
         a = analytic[ps] * 100
         note = "unbounded cache" if ps == 1 else (
             f"loss vs page 1: {analytic[1] * 100 - v:.2f} pts (page-aligned analytic "
@@ -112,7 +112,7 @@ def analytic_rows(quick: bool, log: Callable[[str], None]) -> list[dict]:
     # contiguous-oracle + buddy: L = 100 + 201 - 1 = 300 slots in a 512-slot block
     w = _fixed(60 if quick else 300, 100, 201, 50.0)
     s = run_summary(w, **ORCA["Orca (Oracle)"])
-    v = s["internal_rounding_pct"] / held_pct(s) * 100
+    v = s.internal_rounding_pct / held_pct(s) * 100
     # every request holds the same 512-slot block at every instant: the ratio is exact
     rows.append(make_row("Fragmentation", "identical requests, oracle+buddy: slack / held (%)",
                          212 / 512 * 100, v, f"+/- {EXACT:g} pts",
@@ -122,7 +122,7 @@ def analytic_rows(quick: bool, log: Callable[[str], None]) -> list[dict]:
     # paged, page 16, prompt-only requests: 100 tokens in 7 pages
     w = _fixed(60 if quick else 300, 100, 1, 20.0)
     s = run_summary(w, policy="paged-nocache", page_size=16, admission="sglang")
-    v = s["internal_rounding_pct"] / held_pct(s) * 100
+    v = s.internal_rounding_pct / held_pct(s) * 100
     rows.append(make_row("Fragmentation", "identical requests, paged 16: rounding / held (%)",
                          12 / 112 * 100, v, f"+/- {EXACT:g} pts",
                          abs(v - 12 / 112 * 100) <= EXACT,
@@ -134,8 +134,8 @@ def analytic_rows(quick: bool, log: Callable[[str], None]) -> list[dict]:
         s = run_summary(w, **ORCA["Orca (Max)"], kv_tokens=slots)
         exp = slots // MAX_CONTEXT_LEN
         rows.append(make_row("Concurrency", f"contiguous-max concurrency, {slots:,} slots",
-                             exp, s["peak_batch_size"], "exact",
-                             s["peak_batch_size"] == exp, rate=2.0, summary=s, kind=CROSS_CHECK,
+                             exp, s.peak_batch_size, "exact",
+                             s.peak_batch_size == exp, rate=2.0, summary=s, kind=CROSS_CHECK,
                              note=f"floor({slots} / {MAX_CONTEXT_LEN}); peak batch of a saturated "
                              "run"))
     log("analytic: concurrency")

@@ -35,6 +35,7 @@ from experiments.validation.rows import IDENTITY, PAPER, make_row
 from simulator.config import SimConfig
 from simulator.latency_profiles import SGLANG_PR4832, VLLM_ITL_INTERCEPT_S, VLLM_ITL_SLOPE_S
 from simulator.run import simulate
+from simulator.run_summary import RunSummary
 from workloads.request import Request, Workload, unique_prompt
 
 SECTION = "latency"
@@ -60,7 +61,7 @@ def vllm_itl_rows(log: Callable[[str], None]) -> list[dict]:
                            max_concurrency=1)
         s = simulate(_batch(3, inp, 128, 0.0, seed=inp), cfg).summary
         ref = (VLLM_ITL_INTERCEPT_S + VLLM_ITL_SLOPE_S * inp) * 1e3
-        got = s["itl_p50_s"] * 1e3
+        got = s.itl_p50_s * 1e3
         ok = abs(got / ref - 1) <= VLLM_TOL
         rows.append(make_row(
             SECTION, f"vLLM v0.19.1 batch-1 ITL at {inp:,} input tokens (ms)", round(ref, 2),
@@ -72,7 +73,7 @@ def vllm_itl_rows(log: Callable[[str], None]) -> list[dict]:
     return rows
 
 
-def _pr4832_run(page: int) -> dict:
+def _pr4832_run(page: int) -> RunSummary:
     cfg = SimConfig.of(**H100, kv_tokens=16 * (1024 + 512) + 4 * 1024, page_size=page,
                        latency_profile="sglang-hopper", attention_backend="fa3",
                        max_running_requests=16, max_prefill_tokens=16 * 1024,
@@ -82,7 +83,7 @@ def _pr4832_run(page: int) -> dict:
 
 def sglang_page_rows(log: Callable[[str], None]) -> list[dict]:
     runs = {page: _pr4832_run(page) for page in SGLANG_PR4832}
-    got = {p: (s["ttft_p50_s"], s["itl_p50_s"]) for p, s in runs.items()}
+    got = {p: (s.ttft_p50_s, s.itl_p50_s) for p, s in runs.items()}
     note = "sglang-hopper / fa3; the PR does not state its GPU: simulated on an H100"
     rows = []
     for page, (pre_ref, dec_ref) in SGLANG_PR4832.items():

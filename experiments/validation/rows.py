@@ -10,7 +10,9 @@ a `closed-form cross-check` has no paper number and tests the simulator against 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from reports.validation_report import (
     CROSS_CHECK,
@@ -22,6 +24,7 @@ from reports.validation_report import (
 )
 from simulator.config import SimConfig
 from simulator.run import simulate
+from simulator.run_summary import RunSummary
 from workloads.registry import build_workload
 from workloads.request import Workload
 from workloads.spec import WorkloadSpec
@@ -76,7 +79,8 @@ class Tolerance:
 
 def make_row(section: str, name: str, reference, kvsim, tolerance: str, ok: bool,
              difference: float | None = None, rate: float | None = None,
-             summary: dict | None = None, note: str = "", kind: str = PAPER) -> dict:
+             summary: Mapping[str, Any] | None = None, note: str = "", kind: str = PAPER
+             ) -> dict:
     """One check. `kind` is PAPER (a paper number the simulation could miss), IDENTITY,
     CROSS_CHECK or DERIVED (see KINDS)."""
     if difference is None and isinstance(reference, (int, float)) and isinstance(
@@ -101,27 +105,26 @@ def sharegpt_workload(rate: float, n: int, seed: int = 0) -> Workload:
                                        max_context_len=MAX_CONTEXT_LEN, seed=seed))
 
 
-def run_summary(workload: Workload, **cfg) -> dict:
+def run_summary(workload: Workload, **cfg) -> RunSummary:
     return simulate(workload, SimConfig.of(**{**BASE, **cfg})).summary
 
 
-def saturated(s: dict, n: int) -> bool:
+def saturated(s: RunSummary, n: int) -> bool:
     """A run is saturated when requests are still queued when arrivals stop."""
-    return s["queue_backlog"] >= max(1, n // 100)
+    return s.queue_backlog >= max(1, n // 100)
 
 
-def paper_shares(s: dict) -> tuple[float, float, float, float]:
+def paper_shares(s: RunSummary) -> tuple[float, float, float, float]:
     """kvsim's parts in the paper's four categories (see the module notes)."""
-    over = s["internal_overreserve_pct"]
-    others = (s["external_frag_pct"] + s["internal_rounding_pct"] + s["free_pct"]
-              + s["cached_pct"])
-    return s["token_states_pct"], s["reserved_pct"], over, others
+    over = s.internal_overreserve_pct
+    others = s.external_frag_pct + s.internal_rounding_pct + s.free_pct + s.cached_pct
+    return s.token_states_pct, s.reserved_pct, over, others
 
 
 
-def held_pct(s: dict) -> float:
+def held_pct(s: RunSummary) -> float:
     """Time-averaged slots held by live requests (shared slots once): the paper's blocks."""
-    return s["token_states_pct"] + s["reserved_pct"] + s["internal_frag_pct"]
+    return s.token_states_pct + s.reserved_pct + s.internal_frag_pct
 
 
 __all__ = ["BASE", "CROSS_CHECK", "DERIVED", "EXACT", "IDENTITY", "MAX_CONTEXT_LEN",

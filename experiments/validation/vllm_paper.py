@@ -177,7 +177,7 @@ def fig13_rows(quick: bool, notes: dict, log: Callable[[str], None], seed: int =
     rows = []
     for name, pub in FIG13.items():
         s = runs[name]
-        b = s["avg_batch_size"]
+        b = s.avg_batch_size
         kind = PAPER
         if name == "Orca (Max)":  # every request holds 2,048 of 15,728 slots: 7 fit
             # printed as 7.00: read to +/- 0.005, and no seed noise once saturated
@@ -200,7 +200,7 @@ def fig13_rows(quick: bool, notes: dict, log: Callable[[str], None], seed: int =
                              summary=s, note=note, kind=kind))
         rows[-1]["difference"] = (b - pub) / pub * 100.0
         rows[-1]["tolerance"] += " (difference in %)"
-    v = runs["vLLM"]["avg_batch_size"]
+    v = runs["vLLM"].avg_batch_size
     for other in ("Orca (Oracle)", "Orca (Max)"):
         pub_ratio = FIG13["vLLM"] / FIG13[other]
         # symmetric, to first order the two batch rows' relative bands added (Orca (Max)'s
@@ -208,15 +208,15 @@ def fig13_rows(quick: bool, notes: dict, log: Callable[[str], None], seed: int =
         rel = FIG13_TOL["vLLM"].width + (FIG13_TOL[other].width if other in FIG13_TOL
                                          else 0.005 / FIG13[other] * 100)
         half = pub_ratio * rel / 100
-        r = v / runs[other]["avg_batch_size"]
+        r = v / runs[other].avg_batch_size
         rows.append(make_row("Fig. 13", f"vLLM / {other} batch ratio", round(pub_ratio, 2), r,
                              f"+/- {half:.2f}x (the batch rows' bands, {rel:.1f} %)",
                              abs(r - pub_ratio) <= half, rate=rate, kind=DERIVED,
                              note="the paper's ratio claim, computed from the batch rows above: "
                              "no run of its own, so not counted as a reproduction"))
     s = runs["vLLM"]
-    span = s["window_end_s"] - s["window_start_s"]
-    per_iter = span / s["iterations"] * 1e3 if s["iterations"] else float("nan")
+    span = s.window_end_s - s.window_start_s
+    per_iter = span / s.iterations * 1e3 if s.iterations else float("nan")
     notes["Latency calibration"] = (
         "Fig. 13 implies about 45 ms per iteration (30.42 running / (2 req/s x 338 output "
         "tokens)). kvsim uses its roofline model unchanged (docs/latency.md: weights + KV read "
@@ -243,7 +243,7 @@ def fig18b_rows(notes: dict, log: Callable[[str], None]) -> list[dict]:
         lat = {}
         for ps in sizes:
             s = run_summary(w, **{**VLLM, "page_size": ps})
-            lat[ps] = s["normalized_latency_s"]
+            lat[ps] = s.normalized_latency_s
             log(f"fig18b: {label} block {ps}")
         best = min(lat, key=lambda k: (lat[k], k))
         text.append(f"{label} at {rate:g} req/s ({n} requests): " + ", ".join(

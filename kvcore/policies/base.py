@@ -271,6 +271,11 @@ class KVPolicy(ABC):
         """Block-table entries of live requests: sum of ceil(context / page_size)."""
 
     @abstractmethod
+    def page_table_bytes(self) -> int:
+        """Device bytes of the policy's page (block) table (a run's summary reports them
+        beside the pool)."""
+
+    @abstractmethod
     def check_invariants(self) -> None:
         """Raise InvariantError if any invariant of the policy or its structures is broken
         (read-only, except that work a policy defers, such as due host stores, is done)."""

@@ -305,6 +305,10 @@ class ContiguousPolicy(Reserving, DecodeStretch):
     def page_table_entries(self) -> int:
         return self._entries  # sum of ceil(written / page_size), kept by `_wrote`
 
+    def page_table_bytes(self) -> int:
+        """The request-to-token table's device bytes."""
+        return int(self.req_to_token_pool.nbytes)
+
     def check_invariants(self) -> None:
         pl = self.placement
         pl.check_invariants()

@@ -485,6 +485,10 @@ class SGLangPolicy(PrefixCache):
         # each live row's entries end at its last page's end: a running total
         return self._tot.end // self.page_size
 
+    def page_table_bytes(self) -> int:
+        """The request-to-token table's device bytes."""
+        return int(self.req_to_token_pool.nbytes)
+
     def _count_entries(self) -> int:
         return int(((self._written + self.page_size - 1) // self.page_size).sum())
 

@@ -173,6 +173,12 @@ class VLLMManager(PrefixCache, DecodeStretch):
         """Device bytes of the page table (vLLM's block tables, or the token-to-slot table)."""
         return self.page_table.nbytes
 
+    def page_table_bytes(self) -> int:
+        """The token-to-slot table's device bytes for a full-attention model, else the
+        per-group block tables' (`page_table_nbytes`)."""
+        pool = self.req_to_token_pool
+        return int(pool.nbytes) if pool is not None else int(self.page_table_nbytes)
+
     def _slots(self, blocks: int) -> int:
         """Blocks of the shared pool as engine slots (see `slot_groups`)."""
         return blocks * self.page_size // self.slot_groups

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -42,12 +42,12 @@ from simulator.run import (
     TORCH_THREADS,
     SimResult,
     first_arrival,
-    latency_columns,
     overload_columns,
     prefix_block,
     summarize,
     unfinished_requests,
 )
+from simulator.run_summary import RunSummary
 from simulator.shared_tier import SHARED_COLUMNS, shared_columns
 from workloads.request import Workload
 
@@ -158,15 +158,15 @@ def simulate_fleet(workload: Workload, cfg: SimConfig, setup: FleetSetup,
             p.rec.window_end = env.now
         p.engine.close_idle(max(p.rec.window_end, env.now))
         requests = p.rec.requests_columns()
-        s = summarize(p.engine, p.rec, cfg, p.policy, requests, backlog[i])
-        s.update(latency_columns(cfg, p.latency))
         if n == 1:
-            s.update(overload_columns(workload, cfg, p.latency, p.rec, requests, s,
-                                      unfinished_requests(p.engine)))
-            s.update(reuse_gap(workload, requests, prefix_block(cfg, p.policy)))
-        else:
-            s["requests_total"] = int(fleet.routed[i])
-            s.update(_replica_overload(cfg, p, requests, backlog[i]))
+            s = summarize(p.engine, p.rec, cfg, p.policy, p.latency, requests, backlog[i],
+                          overload=overload_columns(workload, cfg, p.latency, p.rec, requests,
+                                                    backlog[i], unfinished_requests(p.engine)),
+                          reuse=reuse_gap(workload, requests, prefix_block(cfg, p.policy)))
+        else:  # a replica's figures over what it was sent; the reuse gap is the cluster's
+            s = summarize(p.engine, p.rec, cfg, p.policy, p.latency, requests, backlog[i],
+                          overload=_replica_overload(cfg, p, requests, backlog[i]))
+            s = replace(s, requests_total=int(fleet.routed[i]))
         summaries.append(s)
         tables.append(requests)
     if n == 1:
@@ -192,14 +192,14 @@ def simulate_fleet(workload: Workload, cfg: SimConfig, setup: FleetSetup,
             chunk=cfg.engine.chunked_prefill_size, page_size=cfg.policy.page_size,
             unfinished=_unfinished(fleet.engines)))
         recomputed.update(reuse_gap(workload, requests, prefix_block(cfg, p0.policy)))
-        summary = combine(summaries, recomputed)
+        summary = RunSummary.from_columns(combine(summaries, recomputed))
         p90 = {f"{m}_p90_s": recomputed[f"{m}_p90_s"] for m in ("ttft", "tpot", "itl")}
         timeline = _summed_timeline([p.rec.timeline for p in parts],
                                     [p.policy.capacity for p in parts])
     wall = time.perf_counter() - wall0
-    summary["sim_wall_s"] = wall
+    summary = replace(summary, sim_wall_s=wall)
     if fleet.shared is not None:  # the shared tier's figures; its capacity counted once
-        summary.update(shared_columns(fleet.shared, summary))
+        summary = replace(summary, **shared_columns(fleet.shared, summary))
     outcome = _outcome(fleet, summaries, tables, summary, which, setup, requests)
     outcome.columns.update(p90)
     if fleet.shared is not None:
@@ -271,7 +271,7 @@ def _summed_timeline(timelines: list[list[tuple]], capacities: list[int]) -> lis
     return out
 
 
-def _outcome(fleet: Fleet, summaries: list[dict], tables: list, cluster: dict,
+def _outcome(fleet: Fleet, summaries: list[RunSummary], tables: list, cluster: RunSummary,
              which: np.ndarray, setup: FleetSetup, requests) -> FleetOutcome:
     rows = [replica_columns(i, s, t, int(fleet.routed[i]), p.rec.itl_percentiles((90,))[0])
             for i, (s, t, p) in enumerate(zip(summaries, tables, fleet.parts, strict=True))]
@@ -279,7 +279,7 @@ def _outcome(fleet: Fleet, summaries: list[dict], tables: list, cluster: dict,
         np.zeros(0, dtype=bool)
     prompt_tokens = float(column(requests, "prompt_len")[admitted].sum()) \
         if len(requests) else 0.0
-    ideal = cluster.get("ideal_hit_rate", math.nan)
+    ideal = math.nan if cluster.ideal_hit_rate is None else cluster.ideal_hit_rate
     working = prompt_tokens * (1.0 - ideal) if not math.isnan(ideal) else math.nan
     decisions = int(fleet.routed.sum())
     cols = fleet_columns(rows, fleet.how, decisions, fleet.router_s,

@@ -17,7 +17,7 @@ cluster's KV (the "fill %" of llm-d's capacity reports) and the hottest replica.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,7 +85,7 @@ def _completed(requests: RequestColumns) -> np.ndarray:
     return column(requests, "status") == "completed"
 
 
-def replica_columns(i: int, summary: dict, requests: RequestColumns, routed: int,
+def replica_columns(i: int, summary: Mapping[str, Any], requests: RequestColumns, routed: int,
                     itl90: float) -> dict[str, Any]:
     """Replica i's row (REPLICA_COLUMNS) from its summary and its requests."""
     done = _completed(requests)
@@ -115,8 +115,10 @@ def cluster_requests(tables: Sequence[RequestColumns]) -> tuple[RequestColumns, 
     return table.finished(), rows
 
 
-def combine(summaries: Sequence[dict], recomputed: dict[str, Any]) -> dict[str, Any]:
-    """The cluster's summary: every key of the replicas' by its rule; RECOMPUTE keys from
+def combine(summaries: Sequence[Mapping[str, Any]], recomputed: dict[str, Any]
+            ) -> dict[str, Any]:
+    """The cluster's summary columns (simulator/run_summary.py `RunSummary.from_columns`
+    makes them a record): every column of the replicas' by its rule; RECOMPUTE keys from
     `recomputed`. A key without a rule keeps the replicas' value when they all agree, else
     their mean (numbers) or the first replica's."""
     out: dict[str, Any] = {}

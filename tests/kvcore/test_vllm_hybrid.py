@@ -566,5 +566,4 @@ def test_block_tables_are_sized_as_vllms(mode: str, columns: int) -> None:
     groups: 8 x 48 x 4 = 1,536 B in align, 8 x 33 x 4 = 1,056 B in none."""
     p = toy(mode)
     assert p.page_table_nbytes == 8 * columns * 4
-    from simulator.run import policy_page_table_bytes
-    assert policy_page_table_bytes(p) == p.page_table_nbytes
+    assert p.page_table_bytes() == p.page_table_nbytes

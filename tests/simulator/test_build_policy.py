@@ -55,3 +55,15 @@ def test_a_tier_on_a_policy_without_one_names_those_with_one() -> None:
     with pytest.raises(ValueError, match="built for --policy paged or vllm, not "
                        "'contiguous-max'"):
         build_policy(cfg, 1000)
+
+
+def test_every_policy_config_field_has_one_declared_source() -> None:
+    """A PolicyConfig field is either copied from one spec field (POLICY_FROM_SPECS) or
+    derived (DERIVED_POLICY_FIELDS), never both and never neither; each declared source is
+    a field of the part it names."""
+    from simulator.run import DERIVED_POLICY_FIELDS, POLICY_FROM_SPECS
+
+    declared = [*POLICY_FROM_SPECS, *DERIVED_POLICY_FIELDS]
+    assert sorted(declared) == sorted(f.name for f in fields(PolicyConfig))
+    for part, name in POLICY_FROM_SPECS.values():
+        assert name in {f.name for f in fields(getattr(SimConfig(), part))}, (part, name)
