@@ -14,7 +14,7 @@ import typing
 import typer
 from typer.core import TyperGroup
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 from simulator.guard import LivelockError
 
 STATE = {"debug": False}

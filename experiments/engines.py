@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.memory import DIRECT_SIZES
+from kvcore.model.memory import DIRECT_SIZES
 
 ENGINE_OPTION = "engine"
 
@@ -67,7 +67,7 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {e.name: e for e in (
         Default("admission", "vllm", "the V1 scheduler admits while allocate_slots finds the "
                 "blocks (vllm/v1/core/sched/scheduler.py; simulator/admission.py)"),
         Default("budget", "vllm", "gpu_memory_utilization 0.9 of total memory (vllm/config/"
-                "cache.py, vllm/engine/arg_utils.py; kvcore/memory.py)"),
+                "cache.py, vllm/engine/arg_utils.py; kvcore/model/memory.py)"),
         Default("latency_profile", "vllm-hopper", "FLASH_ATTN (FA3) on Hopper, fitted to "
                 "v0.19.1's ITL line (simulator/latency_profiles.py)"),
     )),
@@ -77,7 +77,7 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {e.name: e for e in (
         Default("admission", "sglang", "PrefillAdder's budget with new_token_ratio "
                 "(python/sglang/srt/managers/schedule_policy.py; simulator/admission.py)"),
         Default("budget", "sglang", "mem_fraction_static by TP size (python/sglang/srt/"
-                "server_args.py; kvcore/memory.py)"),
+                "server_args.py; kvcore/model/memory.py)"),
         Default("latency_profile", "sglang-hopper", "fa3 on Hopper, fitted to SGLang PR "
                 "#4832 (simulator/latency_profiles.py)"),
     )),

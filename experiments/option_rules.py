@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.options import OPTIONS, RunOptions
-from kvcore.fields import flag
-from kvcore.memory import BUDGET_RULES, DIRECT_SIZES
+from kvcore.contract.fields import flag
+from kvcore.model.memory import BUDGET_RULES, DIRECT_SIZES
 
 
 @functools.cache
 def _reserves(policy: str) -> bool:
     """The policy reserves each request's memory at admission (the `Reserving` capability):
     a decode step never runs out of memory, so nothing is preempted."""
+    from kvcore.contract.capabilities import Reserving
     from kvcore.policies import PolicyConfig, make_policy
-    from kvcore.policies.capabilities import Reserving
 
     p = make_policy(policy, PolicyConfig(kv_tokens=64, page_size=1, max_context_len=64,
                                          max_requests=2))
@@ -78,7 +78,7 @@ def _state_layers(o: RunOptions) -> bool:
 def _budget_read(o: RunOptions) -> bool:
     """The budget rule sizes the pool; with the KV memory given directly (--kv-mem-gib,
     --kv-cache-memory-bytes) it only names the engine, which reads it for a hybrid model's
-    layout (SGLang's under sglang, vLLM's under every other rule: kvcore/memory.py
+    layout (SGLang's under sglang, vLLM's under every other rule: kvcore/model/memory.py
     MemorySpec.engine) and for the roofline's latency profile when none is given
     (simulator/latency_profiles.py profile_for_rule)."""
     from simulator.latency_profiles import profile_for_rule

@@ -1,16 +1,16 @@
 """`RunOptions`: the options of one simulation, composed of one frozen spec per concern.
 
-| attribute  | spec           | defined in         | holds                                       |
-|------------|----------------|--------------------|---------------------------------------------|
-| `workload` | `WorkloadSpec` | workloads/spec.py  | trace or generator, arrivals, lengths       |
-| `policy`   | `PolicySpec`   | simulator/specs.py | policy, placement, eviction, page size      |
-| `memory`   | `MemorySpec`   | kvcore/memory.py   | model, GPU, TP, KV dtype, pool size or rule |
-| `engine`   | `EngineSpec`   | simulator/specs.py | admission, batches, latency, window, seed   |
-| `tier`     | `TierSpec`     | simulator/specs.py | host / storage KV tiers and their links     |
-| `fleet`    | `FleetSpec`    | simulator/fleet/   | replicas, router, its settings, KV events   |
-| `output`   | `OutputSpec`   | here               | output directory, SLO marks                 |
+| attribute  | spec           | defined in             | holds                                     |
+|------------|----------------|------------------------|-------------------------------------------|
+| `workload` | `WorkloadSpec` | workloads/spec.py      | trace or generator, arrivals, lengths     |
+| `policy`   | `PolicySpec`   | simulator/specs.py     | policy, placement, eviction, page size    |
+| `memory`   | `MemorySpec`   | kvcore/model/memory.py | model, GPU, TP, KV dtype, pool size/rule  |
+| `engine`   | `EngineSpec`   | simulator/specs.py     | admission, batches, latency, window, seed |
+| `tier`     | `TierSpec`     | simulator/specs.py     | host / storage KV tiers and their links   |
+| `fleet`    | `FleetSpec`    | simulator/fleet/       | replicas, router, its settings, KV events |
+| `output`   | `OutputSpec`   | here                   | output directory, SLO marks               |
 
-Every field declared with `kvcore.fields.spec_field` is an option. `OPTIONS` lists them, in
+Every field declared with `kvcore.contract.fields.spec_field` is an option. `OPTIONS` lists them, in
 the order summary.csv shows them, under their one name: the command-line flag (`page_size` is
 `--page-size`), the experiment-file key (`page_size` or `page-size`) and the summary column.
 The CLI generates its options from `OPTIONS`; each spec validates its own fields when it is
@@ -21,7 +21,7 @@ the name is.
 `sim_config()` composes the engine's `SimConfig` from the policy and engine specs as they are
 and the pool the memory spec resolves to (no field is copied by hand); `workload_spec()` is
 the workload with its two derived fields (seed, maximum context) filled in.
-Memory is resolved by `kvcore.planner.resolve_kv_tokens`.
+Memory is resolved by `kvcore.model.planner.resolve_kv_tokens`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 from experiments.engines import ENGINE_OPTION, apply_engine
 from experiments.spellings import IMPLIES, SPELLINGS, check_spellings, list_flag
 from experiments.spellings import key as spelling_key
-from kvcore.fields import (
+from kvcore.contract.fields import (
     MAX_I32,
     Domain,
     allowed_values,
@@ -47,10 +47,10 @@ from kvcore.fields import (
     option_name,
     spec_field,
 )
-from kvcore.hybrid_presets import hybrid_layout
-from kvcore.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
-from kvcore.planner import resolve_kv_bytes, resolve_kv_tokens
-from kvcore.vllm_rules import DEFAULT_VLLM_VERSION
+from kvcore.model.hybrid_presets import hybrid_layout
+from kvcore.model.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
+from kvcore.model.planner import resolve_kv_bytes, resolve_kv_tokens
+from kvcore.model.vllm_rules import DEFAULT_VLLM_VERSION
 from simulator.config import PoolSpec, SimConfig
 from simulator.fleet.spec import FleetSpec
 from simulator.hybrid import HYBRID_OPTIONS, resolved_hybrid_options, run_layout

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from experiments.capacity import CapacityResult, Probe, check_steps
 from experiments.grid import DEFAULT_PAGE_SIZES, page_sizes_for, parse_list
 from experiments.options import RunOptions
-from kvcore.planner import PlanResult
+from kvcore.model.planner import PlanResult
 
 if TYPE_CHECKING:
     from reports.recommend import PageSizeRecommendation

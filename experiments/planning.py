@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from experiments.grid import cells
 from experiments.options import RunOptions
-from kvcore.planner import PlanResult, plan
+from kvcore.model.planner import PlanResult, plan
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,7 +26,7 @@ def static_plan(opts: RunOptions, context_len: int | None = None,
     entries are taken over the workload's own final lengths (prompt + output of every request)
     rather than the single maximum context, which rounds to 0.0 at every page size. A hybrid's
     engine figures follow `--enable-prefix-caching` and `--mamba-cache-mode` as a `vllm` run
-    of the same options does (kvcore.vllm_rules)."""
+    of the same options does (kvcore.model.vllm_rules)."""
     lengths = None
     if with_workload:
         from workloads import build_workload

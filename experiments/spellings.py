@@ -1,9 +1,9 @@
 """How options are spelled on the command line besides their name.
 
-An option's name is its field's (kvcore/fields.py `spec_field`): `page_size` is `--page-size`,
-the experiment-file key `page_size` or `page-size`, the summary column `page_size`. This
-module holds the other spellings, which are the command line's business and so live above
-kvcore:
+An option's name is its field's (kvcore/contract/fields.py `spec_field`): `page_size` is
+`--page-size`, the experiment-file key `page_size` or `page-size`, the summary column
+`page_size`. This module holds the other spellings, which are the command line's business and
+so live above kvcore:
 
 * `SPELLINGS`: extra flags an option answers to, accepted on the command line and (without the
   dashes) as experiment-file keys: the engines' own names, so a command copied from a vLLM or

@@ -7,9 +7,9 @@ import math
 from rich.console import Group
 from rich.table import Table
 
-from kvcore.memory import DEFAULT_ACTIVATION_PEAK_GIB, DEFAULT_NON_TORCH_GIB
-from kvcore.planner import PlanResult
-from kvcore.presets import GiB
+from kvcore.model.memory import DEFAULT_ACTIVATION_PEAK_GIB, DEFAULT_NON_TORCH_GIB
+from kvcore.model.planner import PlanResult
+from kvcore.model.presets import GiB
 from reports.recommend import PageSizeRecommendation
 from reports.reuse_view import HYBRID_CAUSES, REUSE_CAUSES, reuse_sentence
 

@@ -30,7 +30,7 @@ A candidate's band is the largest of three, so that page sizes within noise are 
   is **unknown**: the rule is then the tolerance alone, and the sentence says so.
 
 From the equivalent set (every rule met) the tie-break is stated: the **largest** page size, the
-smallest page table and the fewest per-page costs (kvcore/planner.py's page-table bytes). When
+smallest page table and the fewest per-page costs (kvcore/model/planner.py's page-table bytes). When
 no page size meets every rule it recommends **none**, with the rules each candidate fails: a
 page size that breaks a rule by more than its band is never recommended anyway.
 `reports.plan_view` renders it.

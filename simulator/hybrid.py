@@ -1,6 +1,6 @@
 """Hybrid models in a run: which layout the run simulates, and whether its options apply.
 
-A model whose layers are not all full attention (kvcore.hybrid_presets, or a --model-config
+A model whose layers are not all full attention (kvcore.model.hybrid_presets, or a --model-config
 with several layer kinds) runs its own layout under `paged` / `paged-nocache` (SGLang's full,
 SWA and state pools) and `vllm` (vLLM's KV cache groups), unless `--kv-layout full-attention`
 asks for the pre-hybrid baseline: every layer stored as full attention, which is the path
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.hybrid_presets import hybrid_layout
-from kvcore.layers import CHUNKED, SLIDING, HybridLayout
-from kvcore.policies.base import POLICIES, PolicyConfig
-from kvcore.presets import ModelPreset
-from kvcore.state_dtypes import resolve_state_dtypes
-from kvcore.vllm_rules import DEFAULT_VLLM_VERSION, vllm_rules
+from kvcore.model.hybrid_presets import hybrid_layout
+from kvcore.model.layers import CHUNKED, SLIDING, HybridLayout
+from kvcore.model.presets import ModelPreset
+from kvcore.model.state_dtypes import resolve_state_dtypes
+from kvcore.model.vllm_rules import DEFAULT_VLLM_VERSION, vllm_rules
+from kvcore.policies import POLICIES, PolicyConfig
 from simulator.specs import PolicySpec
 
 #: the options only a hybrid run has: a full-attention model's summary leaves them out, so

@@ -2,7 +2,7 @@
 
 Each field is one command-line option and experiment-file key of kvsim's run commands
 (`rate_scale` is `--rate-scale`; `name` is `--workload`), declared with its help, allowed
-values and domain (kvcore.fields.spec_field), and validated once, when the spec is built.
+values and domain (kvcore.contract.fields.spec_field), and validated once, when the spec is built.
 `None` means "the named workload's default" (see `workloads.registry.list_workloads`).
 
 Two fields are not options of a composed run: `seed` and `max_context_len` come from the
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
+from kvcore.contract.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
 from workloads.errors import WorkloadError
 from workloads.ladder import DEFAULT_GAP_S, LADDER_TYPES, parse_ladder
 from workloads.traces.formats import TRACE_FORMATS

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.fields import Domain, check_fields, spec_field
+from kvcore.contract.fields import Domain, check_fields, spec_field
 from simulator.fleet import ROUTERS, FleetSetup, parse_settings
 
 __all__ = ["DEFAULT_ROUTER", "ROUTER_OPTIONS", "FleetSpec", "grid_cell"]

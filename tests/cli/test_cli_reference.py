@@ -16,7 +16,7 @@ from experiments.cli_reference import render
 from experiments.grid import SWEEP_AXES
 from experiments.options import OPTIONS, SPECS
 from experiments.spellings import SPELLINGS, check_spellings
-from kvcore import fields as kvcore_fields
+from kvcore.contract import fields as kvcore_fields
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 

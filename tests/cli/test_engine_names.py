@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from cli import app
 from experiments.options import RunOptions
 from experiments.progress import RequestBar
-from kvcore.memory import MemorySpec, check_tp
-from kvcore.presets import get_model
+from kvcore.model.memory import MemorySpec, check_tp
+from kvcore.model.presets import get_model
 from reports.io import check_writable
 from simulator.latency import make_latency_model
 

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from cli import SWEEP_AXES, app
 from experiments.options import OPTIONS
-from kvcore.fields import flag
-from kvcore.presets import ALIASES, get_model
+from kvcore.contract.fields import flag
+from kvcore.model.presets import ALIASES, get_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "workloads" / "fixtures"
 RUNNER = CliRunner()
@@ -292,7 +292,7 @@ RULE_CONTEXT = {
 
 
 def _has_states(model: str | None) -> bool:
-    from kvcore.hybrid_presets import hybrid_layout
+    from kvcore.model.hybrid_presets import hybrid_layout
 
     layout = hybrid_layout(str(model))
     return layout is not None and bool(layout.state_groups())

@@ -39,8 +39,8 @@ from experiments.config_file import options_from
 from experiments.engines import ENGINE_DEFAULTS
 from experiments.option_rules import check_options_apply
 from experiments.options import OPTIONS, RunOptions
-from kvcore.memory import BUDGET_RULES
-from kvcore.presets import GiB, get_gpu, get_model
+from kvcore.model.memory import BUDGET_RULES
+from kvcore.model.presets import GiB, get_gpu, get_model
 from workloads.errors import WorkloadError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "workloads" / "fixtures"
@@ -199,7 +199,7 @@ def _context_fix(name: str, value: Any) -> dict[str, Any]:
     a burst (so that the policy, the admission and the prefill budget have work to differ
     on)."""
     if name == "model":
-        from kvcore.hybrid_presets import hybrid_layout
+        from kvcore.model.hybrid_presets import hybrid_layout
 
         m, layout = get_model(value), hybrid_layout(value)
         fix: dict[str, Any] = {"gpu_mem_gib": math.ceil(m.weight_bytes() / GiB) + 3.0}

@@ -9,9 +9,9 @@ import pytest
 
 from experiments.config_file import load_config, options_from
 from experiments.options import ALIASES, IMPLIED, OPTIONS, SPECS, RunOptions
-from kvcore.memory import DEFAULT_BUDGET, HYBRID_MEMORY_OPTIONS, MemorySpec
-from kvcore.planner import resolve_kv_tokens
-from kvcore.presets import MODELS, get_model
+from kvcore.model.memory import DEFAULT_BUDGET, HYBRID_MEMORY_OPTIONS, MemorySpec
+from kvcore.model.planner import resolve_kv_tokens
+from kvcore.model.presets import MODELS, get_model
 from simulator.config import FLAT_FIELDS
 from simulator.hybrid import HYBRID_OPTIONS
 from simulator.shared_tier import SHARED_OPTIONS

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvcore.memory import MemorySpec
-from kvcore.planner import plan
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import plan
 from reports.recommend import recommend_page_size
 
 

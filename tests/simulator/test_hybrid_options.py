@@ -12,13 +12,13 @@ import pytest
 
 from experiments.engines import ENGINE_OPTION
 from experiments.options import OPTIONS, RunOptions
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
-from kvcore.planner import plan
+from kvcore.contract.capabilities import PoolUsage
+from kvcore.contract.policy import PolicyConfig
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
+from kvcore.model.planner import plan
+from kvcore.model.presets import get_model
 from kvcore.policies import make_policy
-from kvcore.policies.base import PolicyConfig
-from kvcore.policies.capabilities import PoolUsage
-from kvcore.presets import get_model
 from simulator.config import SimConfig
 from simulator.fleet.spec import ROUTER_OPTIONS
 from simulator.hybrid import HYBRID_OPTIONS

@@ -1,6 +1,6 @@
 """How vLLM and SGLang lay out the KV memory of a hybrid model, from a per-rank KV budget.
 
-vLLM: the rules change with the version and are data (kvcore.vllm_rules, each with its file
+vLLM: the rules change with the version and are data (kvcore.model.vllm_rules, each with its file
 and version); the functions here apply one version's `VllmRules`
 (vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py, vllm/model_executor/models/
 config.py, vllm/platforms/interface.py):
@@ -35,7 +35,7 @@ SGLang (v0.5; python/sglang/srt/model_executor/model_runner.py and pool_configur
   radix cache: a running request's slot, the state it forks when its prefix is cached and
   one in flight; 1 without the cache).
 
-State dtypes are the layout's (kvcore.state_dtypes resolves them per engine before these
+State dtypes are the layout's (kvcore.model.state_dtypes resolves them per engine before these
 functions run); the KV dtype sizes attention only.
 """
 
@@ -45,9 +45,9 @@ from dataclasses import asdict, dataclass, field
 from math import lcm
 from typing import Any
 
-from kvcore.layers import CHUNKED, FULL, KIND_LABELS, SLIDING, HybridLayout, LayerGroup
-from kvcore.validation import cdiv
-from kvcore.vllm_rules import VllmRules, vllm_rules
+from kvcore.contract.validation import cdiv
+from kvcore.model.layers import CHUNKED, FULL, KIND_LABELS, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.vllm_rules import VllmRules, vllm_rules
 
 #: the smallest kernel block of the attention backends (FlashAttention, FlashInfer) on
 #: non-MLA models: HybridAttentionMambaModelConfig's kernel_block_alignment_size (v0.11 -
@@ -137,7 +137,7 @@ class HybridPlan:
     log: list[str] = field(default_factory=list)
     # vLLM only: the version whose rules were applied, the mamba cache mode and prefix
     # caching they resolved to, the shared pool's blocks and one block id's bytes, and the
-    # source of each rule (kvcore.vllm_rules)
+    # source of each rule (kvcore.model.vllm_rules)
     vllm_version: str = ""
     mamba_cache_mode: str = ""
     prefix_caching: bool | None = None

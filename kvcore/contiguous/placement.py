@@ -15,7 +15,7 @@ what external fragmentation is measured from:
 
 Free and allocated ranges are kept in plain Python lists sorted by address (bisect), so every
 operation is O(log n) searches plus O(holes) list moves, with holes bounded by the number of
-live requests. External fragmentation is defined once (kvcore/breakdown.py:
+live requests. External fragmentation is defined once (kvcore/contract/breakdown.py:
 `external(need) = sum of |h| over holes h with |h| < need`); each placement computes it from
 its own index (sizes in order, or free blocks per order) and `check_invariants` compares the
 two.
@@ -27,9 +27,9 @@ from abc import ABC, abstractmethod
 from bisect import bisect_left, insort
 from itertools import pairwise
 
-from kvcore.breakdown import external_fragmentation
-from kvcore.registry import Registry
-from kvcore.validation import InvariantError, positive_int
+from kvcore.contract.breakdown import external_fragmentation
+from kvcore.contract.registry import Registry
+from kvcore.contract.validation import InvariantError, positive_int
 
 
 class Placement(ABC):

@@ -9,12 +9,12 @@ rule (`vllm`, `sglang`, `trtllm`, `lmdeploy`) with its fraction, the activation 
 non-torch memory. A KV memory given directly may name a budget rule too: the rule then picks
 the engine whose layout and rules a hybrid model follows (`engine`), and the number replaces
 the rule's computation. For hybrid models it also holds the vLLM version whose rules apply
-and the state dtypes (kvcore.vllm_rules, kvcore.state_dtypes). `kvcore.planner.plan` and
-`resolve_kv_tokens` take it whole.
+and the state dtypes (kvcore.model.vllm_rules, kvcore.model.state_dtypes).
+`kvcore.model.planner.plan` and `resolve_kv_tokens` take it whole.
 
 The budget rules live here rather than in the planner because the spec validates `--budget`
 against them; the planner does the arithmetic. Each field is validated once, when the spec is
-built (kvcore.fields.check_fields plus the cross-field rules below).
+built (kvcore.contract.fields.check_fields plus the cross-field rules below).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvcore.fields import MAX_I32, MAX_TOKENS, Domain, check_fields, flag, spec_field
-from kvcore.hybrid_presets import CONFIG_LAYOUTS, LAYOUTS
-from kvcore.hybrid_weights import preset_from_config
-from kvcore.model_config import layout_from_hf_config
-from kvcore.presets import ALIASES, DTYPE_BYTES, GPUS, MODELS, ModelPreset, get_model
-from kvcore.state_dtypes import STATE_DTYPES
-from kvcore.vllm_rules import DEFAULT_VLLM_VERSION, check_vllm_version
+from kvcore.contract.fields import MAX_I32, MAX_TOKENS, Domain, check_fields, flag, spec_field
+from kvcore.model.hybrid_presets import CONFIG_LAYOUTS, LAYOUTS
+from kvcore.model.hybrid_weights import preset_from_config
+from kvcore.model.model_config import layout_from_hf_config
+from kvcore.model.presets import ALIASES, DTYPE_BYTES, GPUS, MODELS, ModelPreset, get_model
+from kvcore.model.state_dtypes import STATE_DTYPES
+from kvcore.model.vllm_rules import DEFAULT_VLLM_VERSION, check_vllm_version
 
 DEFAULT_ACTIVATION_PEAK_GIB = 2.0
 DEFAULT_NON_TORCH_GIB = 0.5
@@ -222,7 +222,7 @@ class MemorySpec:
 
     def is_hybrid(self) -> bool:
         """Whether the model has layers other than full attention (a preset in
-        kvcore.hybrid_presets or a --model-config with several layer kinds)."""
+        kvcore.model.hybrid_presets or a --model-config with several layer kinds)."""
         if self.model_config:
             return layout_from_hf_config(self.model_config).is_hybrid
         layout = LAYOUTS.get(get_model(self.model).id)
@@ -231,7 +231,7 @@ class MemorySpec:
     def model_preset(self) -> ModelPreset:
         """The model; `model_config` is loaded and registered in the preset table under its id
         (so configurations that name models by id find it), with its layer layout
-        (kvcore.hybrid_presets.CONFIG_LAYOUTS, which the simulator reads), in every process
+        (kvcore.model.hybrid_presets.CONFIG_LAYOUTS, which the simulator reads), in every process
         that asks."""
         if self.model_config:
             preset = preset_from_config(self.model_config)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 
 #: order of the breakdown parts in profiles, timelines and reports
 PARTS = ("token_states", "cached", "reserved", "internal", "external", "free")

@@ -13,7 +13,7 @@ iteration, no tier traffic.
   cost of those steps known in advance: what the fast-forward (simulator/fastforward/) needs.
 * `LowerTiers`: host (and storage) tiers behind the device pool; admission may load from them,
   at most what the storage prefetch delivered. Both tiered policies keep them in one tier
-  controller (kvcore/tier_controller.py).
+  controller (kvcore/tiers/controller.py).
 * `PoolKinds`: a hybrid model's pools, one per layer kind (full attention, sliding window,
   chunked local, Mamba / linear-attention state), each with its bytes and its prefix hits;
   `breakdown()` still reports the full-attention pool in slots.
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.breakdown import PARTS, MemoryBreakdown
-from kvcore.policies.base import AdmitResult, KVPolicy, PrefixPeek
-from kvcore.tiers import TierHit, TierState
+from kvcore.contract.breakdown import PARTS, MemoryBreakdown
+from kvcore.contract.policy import AdmitResult, KVPolicy, PrefixPeek
+from kvcore.contract.tiers import TierHit, TierState
 
 __all__ = ["CAPABILITIES", "POOL_KINDS", "DecodeStretch", "LowerTiers", "PoolKinds",
            "PoolUsage", "PrefixCache", "Reserving"]

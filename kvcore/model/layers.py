@@ -4,7 +4,7 @@ A model is a tuple of `LayerGroup`s (kind, number of layers, shapes). Attention 
 bytes per token (full attention every token, a sliding window only its last window plus the
 tokens of the current step, chunked local attention only the current chunk); linear attention
 (gated delta net) and Mamba-2 hold a fixed state per request (a conv state and a recurrent
-state), whatever the request's length. The planner (kvcore.hybrid_plan) sizes the engines'
+state), whatever the request's length. The planner (kvcore.model.hybrid_plan) sizes the engines'
 pools from these figures.
 
 State shapes follow vLLM v0.11 (vllm/model_executor/layers/mamba/mamba_utils.py,
@@ -17,14 +17,14 @@ State dtypes are the engine's, never the KV dtype: the conv state is in `conv_dt
 the model's dtype, `HybridLayout.model_dtype`), the recurrent state in `state_dtype` (None:
 the conv state's), as vLLM's `--mamba-cache-dtype auto` / `--mamba-ssm-cache-dtype auto`
 resolve them (vllm/model_executor/layers/mamba/mamba_utils.py `_mamba_state_dtype`).
-kvcore.state_dtypes fills them per engine from the config and the options.
+kvcore.model.state_dtypes fills them per engine from the config and the options.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.presets import dtype_bytes
+from kvcore.model.presets import dtype_bytes
 
 #: the dtype of a model whose config names none (every preset here is bf16)
 MODEL_DTYPE = "bf16"
@@ -169,7 +169,7 @@ class HybridLayout:
     engines read besides the shapes: the model's dtype (config `torch_dtype`), its
     architecture family (`arch`: config `model_type`, e.g. qwen3_5, qwen3_next, nemotron_h)
     and the state dtype its config names (`config_ssm_dtype`: `mamba_ssm_dtype`, or
-    Nemotron-H's `mamba_ssm_cache_dtype`), which kvcore.state_dtypes resolves per engine."""
+    Nemotron-H's `mamba_ssm_cache_dtype`), which kvcore.model.state_dtypes resolves per engine."""
 
     groups: tuple[LayerGroup, ...]
     model_dtype: str = MODEL_DTYPE

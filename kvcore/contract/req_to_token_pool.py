@@ -30,7 +30,7 @@ import numbers
 import numpy as np
 import torch
 
-from kvcore.validation import InvariantError, positive_int
+from kvcore.contract.validation import InvariantError, positive_int
 
 _UMAX = np.maximum.reduce
 

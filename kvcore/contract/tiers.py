@@ -3,7 +3,7 @@ write policies, the tier sizes (`TierConfig`), a prefix's hit in each tier (`Tie
 tiers' cumulative state (`TierState`).
 
 Who does what:
-* kvcore/tier_controller.py `TierController`: the one tier controller, whatever the store is
+* kvcore/tiers/controller.py `TierController`: the one tier controller, whatever the store is
   keyed by: which write policy is on and when a page counts as reused, the loads in flight
   and what they hold, the storage prefetch allowance, the traffic counters, the tier state and
   the host breakdown.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kvcore.registry import Registry
+from kvcore.contract.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ WRITE_POLICIES: tuple[str, ...] = tuple(WRITES.names())
 #: write_through_selective's threshold: SGLang's HiRadixCache sets `write_through_threshold =
 #: 1 if hicache_write_policy == "write_through" else 2` (python/sglang/srt/mem_cache/
 #: hiradix_cache.py, `HiRadixCache.__init__`, SGLang main as read in late 2026); what counts
-#: toward it is `TierController.reused` (kvcore/tier_controller.py, docs/tiers.md)
+#: toward it is `TierController.reused` (kvcore/tiers/controller.py, docs/tiers.md)
 SELECTIVE_THRESHOLD = 2
 
 

@@ -36,9 +36,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from kvcore.breakdown import MemoryBreakdown
-from kvcore.tiers import TierConfig, TierState
-from kvcore.validation import InvariantError
+from kvcore.contract.breakdown import MemoryBreakdown
+from kvcore.contract.tiers import TierConfig, TierState
+from kvcore.contract.validation import InvariantError
 
 H = TypeVar("H")  # what a load holds in the host store: a tree node, or the host blocks
 S = TypeVar("S", bound="TierStore[Any]")  # the store class: TierTree or BlockTier

@@ -39,9 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcore.layers import FULL, LINEAR, MAMBA
-from kvcore.model_config import LAYER_TYPES, load_config
-from kvcore.presets import ModelPreset
+from kvcore.model.layers import FULL, LINEAR, MAMBA
+from kvcore.model.model_config import LAYER_TYPES, load_config
+from kvcore.model.presets import ModelPreset
 
 #: Hugging Face model types whose attention has the output gate and q / k norms
 QWEN_HYBRID_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",

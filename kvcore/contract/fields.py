@@ -1,7 +1,7 @@
 """Field metadata shared by every configuration spec, and the one validator that reads it.
 
 A run's configuration is composed of frozen specs, each owned by the package that uses it:
-`kvcore.memory.MemorySpec`, `workloads.spec.WorkloadSpec`, `simulator.specs.PolicySpec`,
+`kvcore.model.memory.MemorySpec`, `workloads.spec.WorkloadSpec`, `simulator.specs.PolicySpec`,
 `EngineSpec` and `TierSpec`, `experiments.options.OutputSpec`. What a field means (help text,
 allowed values, numeric domain, whether it changes results, whether a grid of runs may vary
 it) is declared once, on the field, with `spec_field`, and `check_fields` validates a spec

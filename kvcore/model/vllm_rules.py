@@ -3,7 +3,7 @@
 vLLM changed how it sizes and reports a hybrid model's KV cache several times between v0.11
 and v0.31. Each rule below is a list of changes, each with the first version it holds from
 and the file that states it; `vllm_rules(version)` folds them into the `VllmRules` of one
-version. The planner (kvcore.hybrid_plan), the simulated `vllm` policy (through
+version. The planner (kvcore.model.hybrid_plan), the simulated `vllm` policy (through
 kvcore/vllm/kv_cache_groups.py) and the validation rows read the same `VllmRules`, so a plan,
 a run and a reproduced engine log follow one rule set.
 

@@ -1,10 +1,10 @@
 """Layer layouts of the preset models that are not all full attention, one line each.
 
-Keys are ids of kvcore.presets.MODELS; values are the groups `kvcore.model_config` reads from
+Keys are ids of kvcore.model.presets.MODELS; values are the groups `kvcore.model.model_config` reads from
 the same config.json (sources on the ModelPreset line). A model absent here is all full
 attention (`layout_of` builds that layout), so every earlier result is unchanged.
 
-Each layout also records what decides its state dtypes per engine (kvcore.state_dtypes): the
+Each layout also records what decides its state dtypes per engine (kvcore.model.state_dtypes): the
 model dtype (bf16 for all), the family (`model_type`) and the recurrent-state dtype the config
 names. Qwen3.5's config.json says `mamba_ssm_dtype: float32` (the groups carry it: vLLM takes
 it from there, `Qwen3_5ForConditionalGenerationConfig`); Qwen3-Next's has no such field, so
@@ -15,8 +15,8 @@ current defaults; a plan or run resolves them for its engine and version.
 
 from __future__ import annotations
 
-from kvcore.layers import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
-from kvcore.presets import ModelPreset
+from kvcore.model.layers import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.presets import ModelPreset
 
 
 def _attn(kind: str, n: int, kvh: int, hd: int, window: int = 0, chunk: int = 0) -> LayerGroup:
@@ -60,7 +60,7 @@ LAYOUTS: dict[str, HybridLayout] = {
 
 
 #: layouts read from --model-config files, under the id their preset is registered with in
-#: kvcore.presets.MODELS (kvcore.memory.MemorySpec.model_preset fills both, in every process)
+#: kvcore.model.presets.MODELS (kvcore.model.memory.MemorySpec.model_preset fills both, in every process)
 CONFIG_LAYOUTS: dict[str, HybridLayout] = {}
 
 

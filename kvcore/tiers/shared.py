@@ -15,7 +15,7 @@ What the engines do with such a store, and so what this module models:
   features/mooncake_store_connector_usage, vLLM v0.21.0).
 
 So the shared tier takes the place of a replica's storage tier (the level below its host
-tier): each replica's tier controller (kvcore/tier_controller.py) reads it exactly as it reads
+tier): each replica's tier controller (kvcore/tiers/controller.py) reads it exactly as it reads
 a storage tier of its own (a prefix past its host hit, copied to the host first), and its
 host store writes through into it (`through`: every page the host writes is stored below as
 well) besides spilling what it evicts. The store is keyed the way the policy keys prefixes
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcore.tier_controller import TierController
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
+from kvcore.tiers.controller import TierController
 
 
 class SharedView:

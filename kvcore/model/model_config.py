@@ -16,7 +16,7 @@ net) or Mamba-2 is read, in this order, from:
   otherwise (Mistral).
 
 Everything else is full attention. Besides the layers, the layout records what the engines
-read to pick the state dtypes (kvcore.state_dtypes): the model's dtype (`torch_dtype` /
+read to pick the state dtypes (kvcore.model.state_dtypes): the model's dtype (`torch_dtype` /
 `dtype`), its family (`model_type`), and the recurrent-state dtype the config names
 (`mamba_ssm_dtype`; Nemotron-H's `mamba_ssm_cache_dtype`); `mamba_conv_dtype`, where a config
 has it, fixes the conv state's. Mamba-2 layers carry the SSD chunk (`mamba_chunk_size`, else
@@ -31,8 +31,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from kvcore.layers import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
-from kvcore.presets import _HF_DTYPES
+from kvcore.model.layers import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.presets import _HF_DTYPES
 
 LAYER_TYPES: dict[str, str] = {
     "full_attention": FULL, "attention": FULL, "global_attention": FULL,

@@ -1,9 +1,10 @@
 """The one interface every KV allocation policy implements.
 
 The simulator, the CLI and the reports only ever talk to `KVPolicy`, so a new policy is a new
-class plus one `register_policy` line. All quantities are in KV *slots* (one token of KV in
-every layer), never bytes: bytes are capacity x the model's KV bytes per token. What a policy
-reports, `MemoryBreakdown`, and the fragmentation metrics live in kvcore/breakdown.py.
+class plus one line in the catalog, kvcore/policies/__init__.py. All quantities are in KV
+*slots* (one token of KV in every layer), never bytes: bytes are capacity x the model's KV bytes
+per token. What a policy
+reports, `MemoryBreakdown`, and the fragmentation metrics live in kvcore/contract/breakdown.py.
 
 Conventions shared by all policies
 ----------------------------------
@@ -22,34 +23,26 @@ Conventions shared by all policies
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
 
-from kvcore.breakdown import MemoryBreakdown
-from kvcore.hybrid_plan import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_TOKENS_RATIO
-from kvcore.layers import HybridLayout
-from kvcore.registry import Registry
-from kvcore.tiers import TierConfig
-from kvcore.vllm_rules import DEFAULT_VLLM_VERSION
-from kvcore.vllm_rules import MAMBA_CACHE_MODES as _VLLM_MODES
+from kvcore.contract.breakdown import MemoryBreakdown
+from kvcore.contract.tiers import TierConfig
+from kvcore.model.hybrid_plan import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_TOKENS_RATIO
+from kvcore.model.layers import HybridLayout
+from kvcore.model.vllm_rules import DEFAULT_VLLM_VERSION
+from kvcore.model.vllm_rules import MAMBA_CACHE_MODES as _VLLM_MODES
 
 __all__ = [
     "MAMBA_CACHE_MODES",
-    "POLICIES",
     "AdmitResult",
     "KVPolicy",
     "PolicyConfig",
-    "PolicyKind",
     "PrefixPeek",
-    "make_policy",
-    "policy_help",
-    "policy_kind",
-    "policy_names",
-    "register_policy",
 ]
 
 #: vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`): "none" one state
@@ -83,7 +76,7 @@ class AdmitResult:
     row: int
     cached_len: int
     token_hit: int = -1
-    host_hit: int = 0  # of cached_len: tokens loaded from the host tier (kvcore/tiers.py)
+    host_hit: int = 0  # of cached_len: tokens loaded from the host tier (kvcore/contract/tiers.py)
     storage_hit: int = 0  # of cached_len: tokens loaded from the storage tier
     window_lost: int = 0
     state_lost: int = 0
@@ -115,7 +108,7 @@ class KVPolicy(ABC):
                     \\-> release (preempted or aborted; may be re-admitted later as new)
 
     What a policy can do beyond it is an explicit capability, an ABC in
-    kvcore/policies/capabilities.py that the policy class derives from and the engine checks
+    kvcore/contract/capabilities.py that the policy class derives from and the engine checks
     with `isinstance`: `PrefixCache` (peek, cache a running prefix), `Reserving` (up-front
     reservations), `DecodeStretch` (many decode steps in one call, for the fast-forward) and
     `LowerTiers` (host / storage tiers). The engine calls nothing else and writes no attribute.
@@ -292,7 +285,7 @@ class PolicyConfig:
     Hybrid models (docs/hybrid.md): `layout` None, or a layout that is not hybrid, is the
     full-attention path, unchanged. A hybrid `layout` makes the policies registered with
     `supports_hybrid` (`paged`, `paged-nocache`, `vllm`) build their hybrid pools from
-    `kv_bytes` (the KV budget of one rank in bytes, the planner's figure: kvcore.hybrid_plan
+    `kv_bytes` (the KV budget of one rank in bytes, the planner's figure: kvcore.model.hybrid_plan
     sizes the pools from it); `kv_tokens` stays the size of a pool storing every layer as
     full attention. The SGLang knobs (defaults: sglang
     server_args.py, v0.5): `swa_full_tokens_ratio` (SWA pool tokens / full pool tokens),
@@ -300,7 +293,7 @@ class PolicyConfig:
     `max_mamba_cache_size` (state slots; 0: from the ratio). vLLM's `mamba_cache_mode`:
     vllm/config/cache.py's field defaults to "none" (prefix caching off); with prefix caching
     on, vLLM runs gated delta net hybrids in "align", the default here (a run resolves the
-    mode its `vllm_version` picks, kvcore.vllm_rules). `vllm_version` names the vLLM release
+    mode its `vllm_version` picks, kvcore.model.vllm_rules). `vllm_version` names the vLLM release
     whose hybrid rules (block alignment, grouping) the `vllm` policy follows.
     """
 
@@ -316,7 +309,7 @@ class PolicyConfig:
     head_dim: int = 1
     kv_dtype: str = "bf16"
     store_kv: bool = False
-    # lower KV tiers behind the device pool (kvcore/tiers.py), in slots; 0: none
+    # lower KV tiers behind the device pool (kvcore/contract/tiers.py), in slots; 0: none
     host_tokens: int = 0
     storage_tokens: int = 0
     hicache_write_policy: str = "write_through"
@@ -346,67 +339,3 @@ class PolicyConfig:
     def tier_config(self) -> TierConfig:
         """The lower tiers asked for (`enabled` when there is a host tier)."""
         return TierConfig(self.host_tokens, self.storage_tokens, self.hicache_write_policy)
-
-
-# -- registry --------------------------------------------------------------------------------
-
-PolicyFactory = Callable[[PolicyConfig], KVPolicy]
-
-
-@dataclass(frozen=True)
-class PolicyKind:
-    """A registered policy: how to build it from its `PolicyConfig`, the one-line "pick it
-    when" users see, and what it can do, declared once so that option checks and the run
-    builder ask the entry instead of keeping lists of names."""
-
-    build: PolicyFactory
-    when: str
-    caches_prefix: bool = False  # keeps a prefix cache (--enable-prefix-caching applies)
-    supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
-    supports_hybrid: bool = False  # builds a hybrid policy when PolicyConfig.layout is hybrid
-    # the choices only some kinds read (PolicyConfig `placement`, `eviction`): an option a
-    # kind does not read is refused for it (experiments/option_rules.py)
-    reads: tuple[str, ...] = ()
-
-
-#: every policy, registered by its family (kvcore/sglang/registered.py, kvcore/policies/vllm.py,
-#: contiguous.py)
-POLICIES: Registry[PolicyKind] = Registry("policy")
-
-
-def register_policy(name: str, when: str, *, caches_prefix: bool = False,
-                    supports_tiers: bool = False, supports_hybrid: bool = False,
-                    reads: tuple[str, ...] = ()) -> Callable[[PolicyFactory], PolicyFactory]:
-    """Register a factory under `name` with its capabilities; `when` is the one-line 'pick it
-    when' shown to users."""
-
-    def deco(factory: PolicyFactory) -> PolicyFactory:
-        POLICIES.add(name, PolicyKind(factory, when, caches_prefix, supports_tiers,
-                                      supports_hybrid, reads), when)
-        return factory
-
-    return deco
-
-
-def policy_names() -> list[str]:
-    return POLICIES.names()
-
-
-def policy_help() -> dict[str, str]:
-    return POLICIES.help()
-
-
-def policy_kind(name: str) -> PolicyKind:
-    """The registered entry of `name`; an unknown name lists the known ones."""
-    return POLICIES.get(name)
-
-
-def make_policy(name: str, config: PolicyConfig) -> KVPolicy:
-    """Build a registered policy by name; an unknown name lists the known ones. A hybrid
-    layout is refused, in one line, by a policy that has no hybrid form."""
-    kind = POLICIES.get(name)
-    if config.is_hybrid and not kind.supports_hybrid:
-        able = [n for n in POLICIES.names() if POLICIES.get(n).supports_hybrid]
-        raise ValueError(f"policy {name!r} does not support hybrid layouts; use "
-                         f"{' or '.join(able)}")
-    return kind.build(config)

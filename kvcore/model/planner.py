@@ -16,7 +16,7 @@ or a direct size: `kv_mem_gib` (the KV memory of the whole tensor-parallel group
 paper's Table 1 lists it), `kv_tokens` (slots), `num_pages` (pages; vLLM's
 num_gpu_blocks_override).
 
-The inputs are one `kvcore.memory.MemorySpec` (model, GPU, TP, KV dtype, the rule or direct
+The inputs are one `kvcore.model.memory.MemorySpec` (model, GPU, TP, KV dtype, the rule or direct
 size, the maximum context), which also holds the rule table and validates every input; this
 module does the arithmetic. Budgets are computed per rank (one GPU), then tokens = budget // KV
 bytes per token per rank, floored to a multiple of the page size. The pool adds its reserved
@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.hybrid_plan import HybridPlan, sglang_plan, vllm_plan
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.layers import HybridLayout
-from kvcore.memory import BUDGET_RULES, DIRECT_SIZES, MemorySpec
-from kvcore.model_config import layout_from_hf_config
-from kvcore.presets import GiB, GpuPreset, ModelPreset, get_gpu
-from kvcore.state_dtypes import resolve_state_dtypes
-from kvcore.vllm_rules import vllm_rules
+from kvcore.model.hybrid_plan import HybridPlan, sglang_plan, vllm_plan
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.layers import HybridLayout
+from kvcore.model.memory import BUDGET_RULES, DIRECT_SIZES, MemorySpec
+from kvcore.model.model_config import layout_from_hf_config
+from kvcore.model.presets import GiB, GpuPreset, ModelPreset, get_gpu
+from kvcore.model.state_dtypes import resolve_state_dtypes
+from kvcore.model.vllm_rules import vllm_rules
 
 PAGE_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: a hybrid plan's figures that store every layer as full attention: named `baseline_<key>`
@@ -117,7 +117,7 @@ class PlanResult:
 
 def model_layout(memory: MemorySpec, model: ModelPreset,
                  engine: str | None = None) -> HybridLayout | None:
-    """The layout of a hybrid model (a preset in kvcore.hybrid_presets or a --model-config
+    """The layout of a hybrid model (a preset in kvcore.model.hybrid_presets or a --model-config
     with more than one layer kind), its state dtypes as `engine` (default: the spec's,
     `MemorySpec.engine`) stores them under the spec's options and vLLM version; None for a
     full-attention model, whose plans stay as they were."""
@@ -219,15 +219,15 @@ def plan(
     mamba_cache_mode: str | None = None,
 ) -> PlanResult:
     """Plan the KV pool that `memory` describes (model on `tp` GPUs, a direct size or a budget
-    rule; see kvcore.memory).
+    rule; see kvcore.model.memory).
 
     `page_size` defaults to the rule's native page (vllm 16, sglang 1, trtllm 32, lmdeploy
     64; 1 for the direct sizes). `context_len` defaults to the spec's maximum context (the
     model's max_position unless it sets one). `lengths` (final KV lengths of a workload) feed
     the per-page-size fragmentation table; without them the table uses `context_len`. A
     budget below one page raises ValueError saying how many GiB are missing. For a hybrid
-    model (kvcore.hybrid_presets, or a --model-config with several layer kinds)
-    `engine_figures` adds what the engine prints at start-up (kvcore.hybrid_plan: SGLang's
+    model (kvcore.model.hybrid_presets, or a --model-config with several layer kinds)
+    `engine_figures` adds what the engine prints at start-up (kvcore.model.hybrid_plan: SGLang's
     pools under the sglang rule, vLLM's KV cache groups otherwise, by the rules of the spec's
     vLLM version with prefix caching `prefix_caching` (None: the version's default) or the
     mode `mamba_cache_mode`; an explicit `page_size` is vLLM's --block-size). A preset whose
@@ -378,6 +378,6 @@ def resolve_kv_tokens(memory: MemorySpec, page_size: int = 1) -> int:
 
 def resolve_kv_bytes(memory: MemorySpec, page_size: int = 1) -> int:
     """The KV budget of one rank in bytes (`kv_budget_bytes_per_rank`, floored), which a
-    hybrid model's pools are sized from (kvcore.hybrid_plan), as `plan` computes it."""
+    hybrid model's pools are sized from (kvcore.model.hybrid_plan), as `plan` computes it."""
     return int(plan(memory, page_size=page_size, context_len=1, concurrency_contexts=(1,),
                     page_sizes=(page_size,), engine_figures=False).kv_budget_bytes_per_rank)

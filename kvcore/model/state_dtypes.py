@@ -12,7 +12,7 @@ validation rows store the same bytes:
   config class overrides auto: Qwen3.5 takes the config's `mamba_ssm_dtype`
   (`Qwen3_5ForConditionalGenerationConfig`, v0.17+), Nemotron-H the config's
   `mamba_ssm_cache_dtype` or float32 (`NemotronHForCausalLMConfig`, from v0.13; see
-  kvcore.vllm_rules).
+  kvcore.model.vllm_rules).
 * SGLang (python/sglang/srt/configs/mamba_utils.py `mamba2_state_dtype`, sgl-project/sglang
   main read at commit 02e208d): the conv state in bfloat16 (the `SGLANG_MAMBA_CONV_DTYPE`
   environment variable changes it; kvsim's `--mamba-cache-dtype` stands for it), the
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcore.layers import HybridLayout
-from kvcore.vllm_rules import VllmRules
+from kvcore.model.layers import HybridLayout
+from kvcore.model.vllm_rules import VllmRules
 
 #: the dtypes the state options take (vLLM's MambaDType besides "auto", in kvsim's spelling)
 STATE_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")

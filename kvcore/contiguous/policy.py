@@ -26,12 +26,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kvcore.breakdown import MemoryBreakdown
-from kvcore.policies.base import AdmitResult, KVPolicy, PolicyConfig, register_policy
-from kvcore.policies.capabilities import DecodeStretch, Reserving
-from kvcore.policies.placement import make_placement
-from kvcore.req_to_token_pool import ReqToTokenPool, step_column
-from kvcore.validation import (
+from kvcore.contiguous.placement import make_placement
+from kvcore.contract.breakdown import MemoryBreakdown
+from kvcore.contract.capabilities import DecodeStretch, Reserving
+from kvcore.contract.policy import AdmitResult, PolicyConfig
+from kvcore.contract.req_to_token_pool import ReqToTokenPool, step_column
+from kvcore.contract.validation import (
     InvariantError,
     cdiv,
     check_request_lengths,
@@ -371,30 +371,3 @@ class ContiguousOracle(ContiguousPolicy):
 
     def target_reservation(self, prompt_len: int, final_len: int) -> int:
         return final_len
-
-
-@register_policy(
-    "contiguous-max",
-    when="baseline Orca (Max): every request reserves the maximum context length up front",
-    reads=("placement",),
-)
-def _make_max(config: PolicyConfig) -> KVPolicy:
-    return ContiguousMax(config)
-
-
-@register_policy(
-    "contiguous-pow2",
-    when="baseline Orca (Pow2): reserve the prompt plus the output rounded up to a power of two",
-    reads=("placement",),
-)
-def _make_pow2(config: PolicyConfig) -> KVPolicy:
-    return ContiguousPow2(config)
-
-
-@register_policy(
-    "contiguous-oracle",
-    when="upper bound Orca (Oracle): reserve exactly the final length, as if it were known",
-    reads=("placement",),
-)
-def _make_oracle(config: PolicyConfig) -> KVPolicy:
-    return ContiguousOracle(config)
