@@ -34,7 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.options import RunOptions
+from experiments.options.run_options import RunOptions
 from kvcore.model.hybrid_plan import vllm_block_size
 from kvcore.model.hybrid_presets import LAYOUTS
 from kvcore.model.presets import get_model

@@ -372,7 +372,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    d = _differences(x, np.roll(y, 1), ratio)",
         ("tests/reports/test_recommend.py::test_one_seed_pairs_the_runs_batch_by_batch",)),
     Mutation(
-        "calibrate-bound-reads-fitted", "experiments/calibrate.py",  # issue 38 item 9
+        "calibrate-bound-reads-fitted", "experiments/answers/calibrate.py",  # issue 38 item 9
         "            at_bound.add(k)\n",
         "",
         ("tests/experiments/test_calibrate.py::"
@@ -440,7 +440,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return int(((arrivals >= start) & (arrivals < end)).sum())",
         ("tests/simulator/test_overload.py::test_the_arrival_rate_counts_the_window_only",)),
     Mutation(
-        "capacity-bisection-inverted", "experiments/capacity.py",
+        "capacity-bisection-inverted", "experiments/answers/capacity.py",
         "            m = math.sqrt(lo * hi)\n            if probe(m):\n                hi = m",
         "            m = math.sqrt(lo * hi)\n            if not probe(m):\n                hi = m",
         ("tests/experiments/test_capacity.py::"

@@ -1,6 +1,6 @@
 """The page-size recommendation: read from a sweep's summary rows, never simulated here.
 
-`kvsim plan --workload W` simulates the page sizes (experiments.planning); this module picks
+`kvsim plan --workload W` simulates the page sizes (experiments.answers.planning); this module picks
 one from the rows, and writes the one sentence `plan` prints and the report opens with
 (`PageSizeRecommendation.reason`), so both say the same thing in the same words. Small pages
 pay per-page work, large pages pay rounding and missed reuse, so a candidate must meet three

@@ -1,7 +1,7 @@
 """`PolicySpec` and `EngineSpec`: what a user chooses about the KV policy and the engine.
 
 Two of the frozen specs a run is composed of (with kvcore.model.memory.MemorySpec,
-workloads.spec.WorkloadSpec and experiments.options.OutputSpec). Every field is one
+workloads.spec.WorkloadSpec and experiments.options.run_options.OutputSpec). Every field is one
 command-line option and experiment-file key, declared with its help, allowed values and domain
 (kvcore.contract.fields.spec_field) and validated once, when the spec is built.
 
@@ -143,8 +143,8 @@ class PolicySpec:
 class EngineSpec:
     """Scheduler, batch limits, latency model, measurement window, seed and checks."""
 
-    # a preset of other options (experiments/engines.py applies it; an explicit option wins):
-    # not read by the engine, so it changes no number itself
+    # a preset of other options (experiments/options/engines.py applies it; an explicit option
+    # wins): not read by the engine, so it changes no number itself
     engine: str | None = spec_field(
         None, "take this engine's defaults for --policy, --admission, --budget and "
         "--latency-profile (each given option wins; default: kvsim's, which are SGLang's "

@@ -13,6 +13,8 @@ experiments/ nor, even indirectly, a simulator module that runs a simulation.
 Inside kvcore the folders are layers too: the plumbing (contract/registry, fields, validation)
 < model/ < the rest of contract/ < tiers/ < the families (contiguous/, sglang/, vllm/), which
 import neither each other nor the catalog, < policies/ (the catalog, which registers them).
+experiments/ likewise: options/ < execution/ < answers/ (the use cases) < validation/ and
+console/ (typer and the terminal) < cli.py.
 """
 
 from __future__ import annotations
@@ -40,6 +42,18 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 KVCORE_PLUMBING = {"kvcore.contract.registry", "kvcore.contract.fields",
                    "kvcore.contract.validation"}
 KVCORE_FAMILIES = ("kvcore.contiguous", "kvcore.sglang", "kvcore.vllm")
+# experiments' folders -> the folders of experiments each may import (its own included)
+EXPERIMENTS_FOLDERS: dict[str, set[str]] = {
+    "experiments": set(),
+    "experiments.options": {"experiments.options"},
+    "experiments.execution": {"experiments.options", "experiments.execution"},
+    "experiments.answers": {"experiments.options", "experiments.execution",
+                            "experiments.answers"},
+    "experiments.validation": {"experiments.options", "experiments.execution",
+                               "experiments.answers", "experiments.validation"},
+    "experiments.console": {"experiments.options", "experiments.execution",
+                            "experiments.answers", "experiments.console"},
+}
 
 
 def _module_name(path: Path) -> str:
@@ -131,8 +145,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read():
     g = import_graph()
-    assert {"cli", "kvcore.model.planner", "experiments.options", "reports.plots"} <= set(g)
-    assert "experiments.options" in g["cli"]
+    assert {"cli", "kvcore.model.planner", "experiments.options.run_options",
+            "reports.plots"} <= set(g)
+    assert "experiments.options.run_options" in g["cli"]
     assert "kvcore.model.memory" in g["kvcore.model.planner"]
 
 
@@ -189,4 +204,17 @@ def test_kvcore_folders():
     below["kvcore"] = {"kvcore"}
     bad = [f"{m} imports {t}" for m, ts in import_graph().items() if _package(m) == "kvcore"
            for t in sorted(ts) if _kvcore_folder(t) not in below[_kvcore_folder(m)]]
+    assert bad == []
+
+
+def _folder(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_experiments_folders():
+    g = import_graph()
+    assert {_folder(m) for m in g if _package(m) == "experiments"} == set(EXPERIMENTS_FOLDERS)
+    bad = [f"{m} imports {t}" for m, ts in g.items() if _package(m) == "experiments"
+           for t in sorted(ts) if _package(t) == "experiments"
+           and _folder(t) not in EXPERIMENTS_FOLDERS[_folder(m)]]
     assert bad == []

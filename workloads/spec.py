@@ -6,7 +6,7 @@ values and domain (kvcore.contract.fields.spec_field), and validated once, when 
 `None` means "the named workload's default" (see `workloads.registry.list_workloads`).
 
 Two fields are not options of a composed run: `seed` and `max_context_len` come from the
-run's `--seed` and its model's maximum context (experiments.options fills them in).
+run's `--seed` and its model's maximum context (experiments.options.run_options fills them in).
 
 The built-in workload names belong to workloads.registry, which imports this module; it hands
 its names over with `register_workload_names` instead of this module importing it back.
@@ -28,7 +28,7 @@ ARRIVALS = ("poisson", "gamma", "fixed", "trace", "diurnal", "ladder", "burst")
 LENGTH_MODELS = ("sharegpt", "alpaca", "sharegpt-real", "fixed", "uniform", "lognormal")
 
 # options read by one arrival process only -> that process. Summary rows and the config hash
-# carry them only for runs of that process (experiments.runner.summary_row,
+# carry them only for runs of that process (experiments.answers.runner.summary_row,
 # RunOptions.config_hash), so the columns and hashes of every other run are what they were
 # before the option existed: a resumed sweep does not re-run its cells, and recorded results
 # keep their columns.

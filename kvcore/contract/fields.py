@@ -2,15 +2,15 @@
 
 A run's configuration is composed of frozen specs, each owned by the package that uses it:
 `kvcore.model.memory.MemorySpec`, `workloads.spec.WorkloadSpec`, `simulator.specs.PolicySpec`,
-`EngineSpec` and `TierSpec`, `experiments.options.OutputSpec`. What a field means (help text,
-allowed values, numeric domain, whether it changes results, whether a grid of runs may vary
+`EngineSpec` and `TierSpec`, `experiments.options.run_options.OutputSpec`. What a field means (help
+text, allowed values, numeric domain, whether it changes results, whether a grid of runs may vary
 it) is declared once, on the field, with `spec_field`, and `check_fields` validates a spec
 when it is built, so a field is checked in one place: the class that owns it.
 
 This module is in kvcore, the bottom layer, so that every spec above can use it without an
 import going upwards; it imports nothing from the other packages and knows nothing of a
 command line: how an option is spelled besides its name (an engine's own flag, an old
-name, the list flag of a sweep) lives in experiments/spellings.py. Errors name a field the
+name, the list flag of a sweep) lives in experiments/options/spellings.py. Errors name a field the
 way every layer names it, `--` and the field's name with dashes (`--page-size`), so a
 message reads the same from a spec, a file key or a flag.
 """
@@ -66,7 +66,7 @@ def spec_field(default: Any, help: str, *, choices: Choices | None = None,
     instead). `option`: the option's name when it is not the field's (WorkloadSpec.name is
     `workload`). `derived`: not an option of a composed run; the run fills it from the option
     of that name (a workload's seed is the run's seed). `axis`: a grid of runs may vary it
-    (a sweep takes a list of its values; experiments/grid.py).
+    (a sweep takes a list of its values; experiments/options/grid.py).
     """
     meta = {"help": help, "choices": choices, "domain": domain, "normalize": normalize,
             "path": path, "hashed": hashed, "option": option, "derived": derived,

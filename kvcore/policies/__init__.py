@@ -47,7 +47,7 @@ class PolicyKind:
     supports_tiers: bool = False  # can put a host (and storage) tier behind the device pool
     supports_hybrid: bool = False  # builds a hybrid policy when PolicyConfig.layout is hybrid
     # the choices only some kinds read (PolicyConfig `placement`, `eviction`): an option a
-    # kind does not read is refused for it (experiments/option_rules.py)
+    # kind does not read is refused for it (experiments/options/option_rules.py)
     reads: tuple[str, ...] = ()
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli import SWEEP_AXES, app
-from experiments.options import OPTIONS
+from experiments.options.run_options import OPTIONS
 from kvcore.contract.fields import flag
 from kvcore.model.presets import ALIASES, get_model
 
@@ -269,7 +269,7 @@ FLEET_CONTEXT = {
     # a shared KV tier: two replicas or more, each with a host tier
     "--shared-tier-size": ["--replicas", "2", "--hicache-ratio", "1"],
 }
-# options read only under another option (experiments/option_rules.py RULES): the context
+# options read only under another option (experiments/options/option_rules.py RULES): the context
 # that reads them (BASE's paged policy reads the eviction, admission and order options)
 _HOST_TIER = ["--hicache-ratio", "1"]
 _STORAGE_TIER = [*_HOST_TIER, "--storage-size", "0.5"]
@@ -306,7 +306,7 @@ BOOLS = [flag(name) for name in OPTIONS if field_type(name) is bool]
 
 def test_every_rule_bound_option_has_a_context():
     """An option read only under another (option_rules.RULES) is fuzzed where it is read."""
-    from experiments.option_rules import RULES
+    from experiments.options.option_rules import RULES
 
     assert {flag(r.option) for r in RULES} == set(RULE_CONTEXT)
 

@@ -1,8 +1,8 @@
 """Running experiments: one simulation from `RunOptions` as a summary row, and a sweep.
 
 `run_cell(cell_dict) -> row` is a plain top-level function of plain data, so any executor
-(local processes or Dask, experiments/executors.py) can ship it to a worker; the sweep hands
-it to the executor. A sweep is resumable: a cell runs only when no row with its config hash is
+(local processes or Dask, experiments/execution/executors.py) can ship it to a worker; the sweep
+hands it to the executor. A sweep is resumable: a cell runs only when no row with its config hash is
 in the output summary.csv yet, and each finished cell rewrites summary.csv atomically.
 
 The heavy imports (the simulator, pandas) happen inside the functions: the sweep command
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kvcore
-from experiments.options import RunOptions
-from experiments.progress import RequestBar
-from experiments.shared import SharedWorkloads
+from experiments.execution.progress import RequestBar
+from experiments.execution.shared import SharedWorkloads
+from experiments.options.run_options import RunOptions
 from reports.schema import METRICS, SUMMARY_FILE
 from simulator.config import FLAT_FIELDS
 from workloads.spec import unused_options
@@ -27,7 +27,7 @@ from workloads.spec import unused_options
 if TYPE_CHECKING:
     import pandas as pd
 
-    from experiments.executors import Executor
+    from experiments.execution.executors import Executor
     from simulator.run import SimResult
     from workloads.request import Workload
 
@@ -89,8 +89,9 @@ def simulate_options(opts: RunOptions, *, progress: bool | RequestBar = False,
     `requests_file`: stream the per-request rows there as the run goes (Parquet row groups,
     published atomically when the run ends; the run's tags as in requests.parquet), so a
     day-long run keeps only the summary's columns in memory. `workload`: the workload `opts`
-    builds, already built (a sweep shares one between its cells, experiments/shared.py)."""
-    from experiments.slo import slo_columns
+    builds, already built (a sweep shares one between its cells,
+    experiments/execution/shared.py)."""
+    from experiments.answers.slo import slo_columns
     from simulator.run import simulate
     from workloads import build_workload
     from workloads.registry import check_options_used
@@ -181,9 +182,9 @@ def _read_requests(path: Path, tags: tuple[str, ...]) -> pd.DataFrame:
 
 def run_cell(cell: Mapping[str, Any], progress: RequestBar | None = None) -> dict[str, Any]:
     """One sweep cell (a dict of option values, and perhaps the file of the workload the
-    sweep built for it: experiments/shared.py) -> its summary row (`progress`: a bar in this
-    process, for a sweep that runs here)."""
-    from experiments.shared import SHARED_KEY, workload_for
+    sweep built for it: experiments/execution/shared.py) -> its summary row (`progress`: a bar in
+    this process, for a sweep that runs here)."""
+    from experiments.execution.shared import SHARED_KEY, workload_for
 
     values = dict(cell)
     shared = values.pop(SHARED_KEY, None)
@@ -224,7 +225,7 @@ def pending_cells(cells: Iterable[RunOptions], summary_csv: str | Path
 
 def local_executor() -> Executor:
     """The default executor: this process and local workers, running `run_cell`."""
-    from experiments.executors import LocalExecutor
+    from experiments.execution.executors import LocalExecutor
 
     return LocalExecutor(run_cell, CELL_PRELOAD)
 
@@ -236,7 +237,7 @@ def sweep_jobs(jobs: int, cells: list[RunOptions], shared: SharedWorkloads | Non
     workloads the cells share first (`shared`, or a throwaway set), which also counts the
     requests to simulate (a cell whose workload is its own counts as the mean of the rest);
     with more than one process and `to_files`, writes them for the local workers."""
-    from experiments.executors import AUTO, auto_jobs
+    from experiments.execution.executors import AUTO, auto_jobs
 
     own = shared or SharedWorkloads()
     try:
@@ -263,10 +264,10 @@ def run_sweep(cells: list[RunOptions], out: str | Path, *, jobs: int = 1,
     with `jobs` processes (AUTO, 0: `sweep_jobs` decides); append each row as its cell
     finishes. A cell an executor ran twice (a lost worker's task re-run) is written once:
     rows are de-duplicated by config hash. A workload several cells use is built once
-    (experiments/shared.py; a caller's `shared`, which it then closes itself) and handed to
-    local workers as one file."""
+    (experiments/execution/shared.py; a caller's `shared`, which it then closes itself) and handed
+    to local workers as one file."""
 
-    from experiments.executors import LocalExecutor
+    from experiments.execution.executors import LocalExecutor
 
     summary = Path(out) / SUMMARY_FILE
     todo, skipped = pending_cells(cells, summary)

@@ -33,9 +33,9 @@ from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from experiments.engines import ENGINE_OPTION, apply_engine
-from experiments.spellings import IMPLIES, SPELLINGS, check_spellings, list_flag
-from experiments.spellings import key as spelling_key
+from experiments.options.engines import ENGINE_OPTION, apply_engine
+from experiments.options.spellings import IMPLIES, SPELLINGS, check_spellings, list_flag
+from experiments.options.spellings import key as spelling_key
 from kvcore.contract.fields import (
     MAX_I32,
     Domain,
@@ -65,8 +65,8 @@ class OutputSpec:
     """Where results go and what the figures mark; nothing here changes the numbers."""
 
     out: str | None = spec_field(None, "output directory", path=True, hashed=False)
-    # SLO targets (experiments/slo.py): `--slo-ttft-p99 2` is `--slo-ttft 2 --slo-percentile
-    # 99` (experiments/spellings.py); a run meets its SLO when at least that share of its
+    # SLO targets (experiments/answers/slo.py): `--slo-ttft-p99 2` is `--slo-ttft 2 --slo-percentile
+    # 99` (experiments/options/spellings.py); a run meets its SLO when at least that share of its
     # requests meets every target given (DistServe's goodput attainment, arXiv 2401.09670 section 2)
     slo_ttft: float | None = spec_field(
         None, "TTFT target (s): the SLO columns of summary.csv, capacity's goodput search, "
@@ -116,7 +116,7 @@ class Option:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """Extra command-line spellings (experiments/spellings.py)."""
+        """Extra command-line spellings (experiments/options/spellings.py)."""
         return SPELLINGS.get(self.name, ())
 
     @property
@@ -302,7 +302,8 @@ class RunOptions:
                 d[name] = fleet[name]
             else:
                 del d[name]
-        if d[ENGINE_OPTION] is None:  # a column only under --engine (experiments/engines.py)
+        # a column only under --engine (experiments/options/engines.py)
+        if d[ENGINE_OPTION] is None:
             del d[ENGINE_OPTION]
         if d.get("kv_cache_memory_bytes") is None:  # a column only when given
             del d["kv_cache_memory_bytes"]
@@ -369,7 +370,7 @@ class RunOptions:
 
 def option_reference() -> str:
     """docs/cli.md's option tables, one per help panel, from the same metadata as `--help`
-    (docs/cli.md is generated whole: experiments/cli_reference.py)."""
+    (docs/cli.md is generated whole: experiments/console/cli_reference.py)."""
     lines: list[str] = []
     for panel in PANELS.values():
         lines += [f"#### {panel}", "", "| option | default | meaning |", "|---|---|---|"]

@@ -2,7 +2,7 @@
 
 The keys are the option names (`page_size = 16` or `page-size = 16`, old spellings accepted);
 a list value for a sweep axis (`page_size = [1, 16]`) is a grid axis. Precedence: defaults <
-file < command line (`--engine` at the level it is given: experiments/engines.py). A saved
+file < command line (`--engine` at the level it is given: experiments/options/engines.py). A saved
 config.json holds the options under `options` and is re-run as it is (its `out` is left
 out, so a re-run does not write over the original).
 """
@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from experiments.engines import apply_engine
-from experiments.grid import SWEEP_AXES
-from experiments.options import RunOptions, normalize
+from experiments.options.engines import apply_engine
+from experiments.options.grid import SWEEP_AXES
+from experiments.options.run_options import RunOptions, normalize
 
 if sys.version_info >= (3, 11):
     import tomllib

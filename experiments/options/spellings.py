@@ -46,7 +46,7 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
     "max_running_requests": ("--max-num-seqs",),
     "warmup_s": ("--warmup",),
     "timeline_interval_s": ("--timeline-interval",),
-    # output: an SLO target at a percentile (experiments/slo.py)
+    # output: an SLO target at a percentile (experiments/answers/slo.py)
     "slo_ttft": ("--slo-ttft-p99", "--slo-ttft-p90", "--slo-ttft-p50"),
     "slo_tpot": ("--slo-tpot-p99", "--slo-tpot-p90", "--slo-tpot-p50"),
 }

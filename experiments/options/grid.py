@@ -3,7 +3,7 @@
 A sweep is the cross product of a few option lists (`--page-sizes 1..256 --policies
 paged,vllm`) applied to one set of options; each combination is a cell, a `RunOptions`. The
 options a grid can vary are declared on their fields (`spec_field(..., axis=True)`); each has
-one list flag, its plural (experiments/spellings.py `list_flag`), with one meaning in every
+one list flag, its plural (experiments/options/spellings.py `list_flag`), with one meaning in every
 command that offers it: the values to run, a comma list (integers also `a..b`, the powers of
 two from a to b: `3..17` is 4, 8, 16, as page sizes are; a range without one is an error).
 `kv_tokens` is its own plural, so `--kv-tokens` is that list everywhere; a command that runs
@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from experiments.options import OPTIONS, RunOptions
-from experiments.spellings import key as spelling_key
+from experiments.options.run_options import OPTIONS, RunOptions
+from experiments.options.spellings import key as spelling_key
 from simulator.fleet.spec import grid_cell
 
 # the options a grid can vary (declared `axis=True` on their fields) -> the flag of their comma

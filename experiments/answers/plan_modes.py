@@ -1,12 +1,12 @@
 """`kvsim plan` with a workload: the capacity search and the page-size study, as one result.
 
-The static plan (experiments/planning.py `static_plan`) is what `plan` prints for its options
-alone. With `--trace` / `--workload` it also simulates the page sizes and recommends one;
+The static plan (experiments/answers/planning.py `static_plan`) is what `plan` prints for its
+options alone. With `--trace` / `--workload` it also simulates the page sizes and recommends one;
 with `--find-rate` it also searches the highest sustainable rate, and with
 `--at-sustainable-rate` it runs the study at that rate. `make_plan` does all of that and
 returns a `PlanAnswer`, which the command prints (as JSON, or as tables and lines): each part
 carries its own lines, so nothing is threaded through helpers. The host-tier mode
-(`--target-hit-rate`) is experiments/host_sizing.py.
+(`--target-hit-rate`) is experiments/answers/host_sizing.py.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from experiments.capacity import CapacityResult, Probe, check_steps
-from experiments.grid import DEFAULT_PAGE_SIZES, page_sizes_for, parse_list
-from experiments.options import RunOptions
+from experiments.answers.capacity import CapacityResult, Probe, check_steps
+from experiments.options.grid import DEFAULT_PAGE_SIZES, page_sizes_for, parse_list
+from experiments.options.run_options import RunOptions
 from kvcore.model.planner import PlanResult
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class PlanRequest:
     def check(self) -> None:
         """Every flag's domain, and that every flag given is read in this mode, before
         anything is simulated (one-line ValueError)."""
-        from experiments.executors import check_jobs
+        from experiments.execution.executors import check_jobs
         from reports.recommend import check_tolerance
 
         check_jobs(self.jobs)
@@ -165,7 +165,7 @@ def make_plan(opts: RunOptions, req: PlanRequest, *,
     workload) the page-size study. `on_probe` sees each capacity probe as it finishes;
     `announce` hears that a search starts. Every user mistake is raised before the first
     simulation."""
-    from experiments.planning import page_size_grid, static_plan
+    from experiments.answers.planning import page_size_grid, static_plan
 
     req.check()
     text, size_notes = page_sizes_for(opts, req.page_sizes)
@@ -190,7 +190,7 @@ def plan_capacity(opts: RunOptions, steps: int, use_it: bool,
     """`--find-rate` / `--at-sustainable-rate`: the capacity search, and the options `what`
     (the study, or the host-tier search) runs at: the sustainable rate when `use_it` and one
     was found."""
-    from experiments.capacity import find_sustainable_rate, scaled
+    from experiments.answers.capacity import find_sustainable_rate, scaled
     from reports.overload_view import capacity_lines
 
     opts.sim_config()
@@ -213,8 +213,8 @@ def page_size_recommendation(opts: RunOptions, sizes: list[int],
                              req: PlanRequest) -> StudyAnswer:
     """`--trace` / `--workload`: the page-size study, its figures and its recommendation (none
     from an overloaded run: the lines say so and at which rate it ran)."""
-    from experiments.executors import check_jobs
-    from experiments.planning import page_size_study
+    from experiments.answers.planning import page_size_study
+    from experiments.execution.executors import check_jobs
     from reports.plan_view import recommendation_notes, reuse_line
     from reports.plots import plot_dir
     from reports.recommend import recommend_page_size

@@ -1,16 +1,17 @@
 """A command's parameters generated from the options' metadata (typer).
 
 Every command that runs simulations (`run`, `sweep`, `compare`, `plan`, `capacity`) takes
-every option (experiments/options.py `OPTIONS`: one parameter per field, named and typed from
-it, in the help panel of its spec), the other spellings of each (experiments/spellings.py;
-one that implies other options is its own parameter, so the command knows which was typed),
+every option (experiments/options/run_options.py `OPTIONS`: one parameter per field, named and typed
+from it, in the help panel of its spec), the other spellings of each
+(experiments/options/spellings.py; one that implies other options is its own parameter, so the
+command knows which was typed),
 `--config`, and for a command that runs a grid the comma list of each axis it varies
-(experiments/grid.py `SWEEP_AXES`: `--page-sizes`, `--policies`, ...). Nothing here names an
+(experiments/options/grid.py `SWEEP_AXES`: `--page-sizes`, `--policies`, ...). Nothing here names an
 option: adding a field to a spec adds its flag to every command, with the same meaning.
 
 `with_options` merges defaults < `--config` file < command line into the `RunOptions` the
 command receives, and refuses an option neither the run nor any cell of its grid reads
-(experiments/option_rules.py). An option whose list flag is its own flag (`--kv-tokens`)
+(experiments/options/option_rules.py). An option whose list flag is its own flag (`--kv-tokens`)
 takes a comma list everywhere: a command that runs one value of it refuses more than one,
 naming `kvsim sweep`.
 """
@@ -25,11 +26,11 @@ from typing import Any, Optional
 
 import typer
 
-from experiments.config_file import options_from
-from experiments.grid import AXIS_PARAMS, AXIS_TYPES, SWEEP_AXES, parse_list
-from experiments.option_rules import check_options_apply
-from experiments.options import IMPLIED, OPTIONS
-from experiments.spellings import key as spelling_key
+from experiments.options.config_file import options_from
+from experiments.options.grid import AXIS_PARAMS, AXIS_TYPES, SWEEP_AXES, parse_list
+from experiments.options.option_rules import check_options_apply
+from experiments.options.run_options import IMPLIED, OPTIONS
+from experiments.options.spellings import key as spelling_key
 
 
 def _option_param(name: str) -> inspect.Parameter:

@@ -10,7 +10,7 @@ is refused with one line naming it and what it needs.
 options that decide it (`on`: the pairs that could conflict, which
 tests/cli/test_option_pairs.py also derives from the declarations) and the words of the
 error. `check_options_apply` is called by every running command on its options with the
-lists of its grid (experiments/command_options.py): an option passes when it applies to the
+lists of its grid (experiments/console/command_options.py): an option passes when it applies to the
 run, or to at least one cell of the grid (`--placement buddy` with `--policies
 paged,contiguous-max` places the contiguous cells).
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.options import OPTIONS, RunOptions
+from experiments.options.run_options import OPTIONS, RunOptions
 from kvcore.contract.fields import flag
 from kvcore.model.memory import BUDGET_RULES, DIRECT_SIZES
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.grid import cells, parse_list
-from experiments.options import RunOptions
+from experiments.options.grid import cells, parse_list
+from experiments.options.run_options import RunOptions
 
 # compare's default: every policy family, the caching ones first
 COMPARED = "paged,paged-nocache,vllm,contiguous-max,contiguous-pow2,contiguous-oracle"
@@ -35,8 +35,8 @@ def compare_policies(opts: RunOptions, policies: str | None, baseline: str | Non
                      progress: bool) -> Compared:
     """Simulate `opts` under each policy of the comma list `policies`; every user mistake
     (an unknown policy or baseline, an option a policy refuses) before the first run."""
-    from experiments.progress import RequestBar
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
+    from experiments.execution.progress import RequestBar
     from reports.deltas import baseline_index
     from reports.io import check_writable
 
@@ -75,7 +75,7 @@ def write_compare(opts: RunOptions, c: Compared) -> list[Path]:
     """The runs and their figures into the results directory; the figures' paths."""
     import pandas as pd
 
-    from experiments.runner import config_document
+    from experiments.answers.runner import config_document
     from reports.fleet_view import fleet_figures, write_fleet_results
     from reports.plots import plot_results
     from reports.results import write_run

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.options import RunOptions
+from experiments.options.run_options import RunOptions
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def check_events_path(events: Path | None) -> None:
 def simulate_one(opts: RunOptions, *, events: Path | None = None,
                  progress: bool = False) -> RunOutcome:
     """Simulate `opts` (every path checked before), the events trace written when asked."""
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
     from reports.events import EventCollector
     from reports.io import check_writable
     from reports.schema import REQUESTS_FILE
@@ -48,7 +48,7 @@ def simulate_one(opts: RunOptions, *, events: Path | None = None,
 def write_one(opts: RunOptions, run: RunOutcome) -> int:
     """The run into --out (summary.csv, requests.parquet, timeline.parquet, config.json) and
     its figures; how many figures."""
-    from experiments.runner import config_document
+    from experiments.answers.runner import config_document
     from reports.fleet_view import write_fleet_results
     from reports.plots import plot_dir
     from reports.results import write_run

@@ -6,7 +6,7 @@ sweep builds each distinct workload once in its own process (`SharedWorkloads.pr
 cells run in local worker processes it also writes the built workload to one pickle file in a
 temporary directory, and each worker loads it once (`workload_for`, memoised per process by
 file) rather than re-parsing it for every cell it runs. Workers are started by a fork server
-(experiments/executors.py), not forked from this process, so the file is how the parsed
+(experiments/execution/executors.py), not forked from this process, so the file is how the parsed
 workload reaches them; the pickle is read with the same code version that wrote it, in the same
 sweep, and removed when the sweep ends.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from experiments.options import RunOptions
+    from experiments.options.run_options import RunOptions
     from workloads.request import Workload
     from workloads.spec import WorkloadSpec
 

@@ -5,7 +5,7 @@ can take. The answer is a short geometric bisection on a load multiplier `m`: `-
 x m for a trace replayed at its timestamps, `--rate` x m for arrivals drawn at a rate
 (synthetic workloads, ShareGPT). Each probe is one ordinary simulation judged by the summary's
 `overloaded` column (simulator/overload.py), so the search and the warning never disagree.
-With an SLO (`--slo-ttft` / `--slo-tpot`, experiments/slo.py) a probe must also meet it: the
+With an SLO (`--slo-ttft` / `--slo-tpot`, experiments/answers/slo.py) a probe must also meet it: the
 answer is then DistServe's goodput, the highest rate at which the stated share of requests meets
 every target, and `binding` says what failed just above it (overload or which target).
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from experiments.options import RunOptions
+from experiments.options.run_options import RunOptions
 
 MAX_BRACKET = 12  # doublings / halvings before giving up: a 4,096x range
 DEFAULT_STEPS = 4
@@ -95,10 +95,10 @@ def find_sustainable_rate(opts: RunOptions, *, steps: int = DEFAULT_STEPS,
                           simulate: Callable[[RunOptions], dict[str, Any]] | None = None,
                           on_probe: Callable[[Probe], None] | None = None) -> CapacityResult:
     """Bisect the load multiplier of `opts` (see the module docstring). `simulate` maps
-    options to a summary row (default: experiments.runner.simulate_options)."""
+    options to a summary row (default: experiments.answers.runner.simulate_options)."""
     check_steps(steps)
     if simulate is None:
-        from experiments.runner import simulate_options
+        from experiments.answers.runner import simulate_options
 
         def simulate(o: RunOptions) -> dict[str, Any]:
             return simulate_options(o)[0]
@@ -206,7 +206,7 @@ def probe_fails(row: dict[str, Any]) -> tuple[bool, str]:
     return bool(row["overloaded"]) or row.get("slo_met") is False, _why(row)
 
 
-# the public name of the load flag (experiments/fleet_plan.py reads it)
+# the public name of the load flag (experiments/answers/fleet_plan.py reads it)
 load_flag = _flag
 
 __all__ = ["DEFAULT_STEPS", "CapacityResult", "Probe", "check_steps", "find_sustainable_rate",

@@ -1,11 +1,11 @@
 """Where the cells of a sweep run: local processes or a Dask cluster.
 
 An executor is given the cell function when it is made (`fn`: a plain dict of option values
--> a summary row; the sweep passes experiments.runner.run_cell) and has one method,
+-> a summary row; the sweep passes experiments.answers.runner.run_cell) and has one method,
 `run_cells(cells, jobs, on_result)`: each cell is shipped to `fn` wherever the executor runs
 it, and `on_result(row)` is called in this process as each cell finishes (any order). The
 sweep itself (what is pending, writing summary.csv, de-duplicating rows) stays in
-experiments.runner.run_sweep, so the executors only differ in where the work happens; and
+experiments.answers.runner.run_sweep, so the executors only differ in where the work happens; and
 since they receive the function instead of importing it, nothing here imports the runner.
 
 Dask is an optional dependency: it is imported when a `DaskExecutor` is made, and a missing

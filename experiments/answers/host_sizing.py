@@ -9,8 +9,8 @@ miss and the first hit. A target above the ideal reuse can never be met: it is r
 anything runs.
 
 With `--at-sustainable-rate` the search runs at the highest sustainable rate of the options
-(experiments/capacity.py, the device pool alone: a host tier only adds hits, so the tier found
-there is enough at that rate); `--find-rate` reports that rate and searches at the requested
+(experiments/answers/capacity.py, the device pool alone: a host tier only adds hits, so the tier
+found there is enough at that rate); `--find-rate` reports that rate and searches at the requested
 one.
 """
 
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.options import RunOptions
+from experiments.options.run_options import RunOptions
 
 if TYPE_CHECKING:
-    from experiments.capacity import Probe
-    from experiments.plan_modes import CapacityAnswer, PlanRequest
+    from experiments.answers.capacity import Probe
+    from experiments.answers.plan_modes import CapacityAnswer, PlanRequest
 
 GiB = 2**30
 BISECTIONS = 4
@@ -120,7 +120,7 @@ def host_gib(opts: RunOptions, ratio: float) -> float:
 
 def size_host_tier(opts: RunOptions, target: float) -> HostSizing:
     """Search the host tier that reaches `target` (see the module docstring)."""
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
     from workloads import build_workload
     from workloads.reuse import ideal_reuse
 
@@ -179,7 +179,7 @@ def plan_host_tier(opts: RunOptions, req: PlanRequest,
     --out/summary.csv as a sweep writes them."""
     from dataclasses import replace
 
-    from experiments.plan_modes import plan_capacity
+    from experiments.answers.plan_modes import plan_capacity
 
     target = req.target_hit_rate
     assert target is not None

@@ -1,9 +1,10 @@
-"""docs/cli.md, generated whole: the prose of experiments/cli_reference.md with the commands'
-usage lines (from the typer app, cli.py) and the option tables (from the specs' fields) put in.
+"""docs/cli.md, generated whole: the prose of experiments/console/cli_reference.md with the
+commands' usage lines (from the typer app, cli.py) and the option tables (from the specs' fields)
+put in.
 
 `kvsim cli-reference > docs/cli.md` regenerates it; tests/cli/test_cli_reference.py compares
 the whole file with it. The template marks what is generated: `<<options>>` (every option
-under its help panel, experiments/options.py `option_reference`, then the grid axes) and
+under its help panel, experiments/options/run_options.py `option_reference`, then the grid axes) and
 `<<usage COMMAND>>` (the command's usage: the options it shares with the others as
 `[OPTIONS]`, its arguments, its own flags) and `<<default pool>>` (the KV pool a `kvsim run`
 without options simulates, computed by the planner: a number in prose goes stale when a
@@ -19,8 +20,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from experiments.grid import SWEEP_AXES
-from experiments.options import OPTIONS, RunOptions, option_reference
+from experiments.options.grid import SWEEP_AXES
+from experiments.options.run_options import OPTIONS, RunOptions, option_reference
 
 TEMPLATE = Path(__file__).with_name("cli_reference.md")
 _USAGE = re.compile(r"<<usage ([a-z -]+)>>")
@@ -59,7 +60,7 @@ def axis_reference() -> str:
 
 def default_pool() -> str:
     """The pool `kvsim run` simulates without options, as the planner computes it."""
-    from experiments.planning import static_plan
+    from experiments.answers.planning import static_plan
 
     plan = static_plan(RunOptions.from_mapping({}))
     return f"{plan.kv_tokens:,} slots at page {plan.page_size}"

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from experiments.grid import cells
-from experiments.options import RunOptions
+from experiments.options.grid import cells
+from experiments.options.run_options import RunOptions
 from kvcore.model.planner import PlanResult, plan
 
 if TYPE_CHECKING:
@@ -55,16 +55,16 @@ def page_size_study(opts: RunOptions, sizes: Sequence[int], *, jobs: int = 0,
     """Simulate the options at each page size into --out (default kvsim-plan); returns the
     directory and the study's rows (a resumed directory may hold other rows too). With one
     job the progress bar moves per simulated request, over every page size."""
-    from experiments.executors import LocalExecutor
-    from experiments.progress import RequestBar
-    from experiments.runner import (
+    from experiments.answers.runner import (
         config_document,
         pending_cells,
         run_cell,
         run_sweep,
         sweep_jobs,
     )
-    from experiments.shared import SharedWorkloads
+    from experiments.execution.executors import LocalExecutor
+    from experiments.execution.progress import RequestBar
+    from experiments.execution.shared import SharedWorkloads
     from reports.io import check_writable
     from reports.results import write_config
     from reports.schema import SUMMARY_FILE

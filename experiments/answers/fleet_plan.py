@@ -7,7 +7,7 @@ sustainable rate) of each router on a fleet.
   count is doubled from 1 until a run is servable (the overload verdict) and meets the SLO
   (`--slo-ttft` / `--slo-tpot` at `--slo-percentile`, e.g. `--slo-ttft-p90 2`), then
   bisected down to the smallest count that passes. Every count answered was simulated.
-* Knee per router: `kvsim capacity`'s bisection (experiments/capacity.py) on the same fleet
+* Knee per router: `kvsim capacity`'s bisection (experiments/answers/capacity.py) on the same fleet
   with each router in turn.
 
 Each answer carries the passing run's fleet figures: the working set against the cluster's
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from experiments.capacity import (
+from experiments.answers.capacity import (
     CapacityResult,
     Probe,
     find_sustainable_rate,
@@ -29,7 +29,7 @@ from experiments.capacity import (
     scaled,
     slo_text,
 )
-from experiments.options import RunOptions
+from experiments.options.run_options import RunOptions
 
 __all__ = ["KneeAnswer", "ReplicasAnswer", "knee_per_router", "probe_line",
            "replicas_for_rate"]
@@ -119,7 +119,7 @@ def replicas_for_rate(opts: RunOptions, rate: float,
     if not rate > 0:
         raise ValueError(f"--replicas-for-rate must be > 0, got {rate}")
     if simulate is None:
-        from experiments.runner import simulate_options
+        from experiments.answers.runner import simulate_options
 
         def simulate(o: RunOptions) -> dict[str, Any]:
             return simulate_options(o)[0]

@@ -1,7 +1,7 @@
 """`kvsim sweep`: the grid of the options and their axes' lists, run into a results directory.
 
 Every cell is built and checked (a model that does not fit, a page size the attention backend
-cannot run, ...) before the first one runs; the sweep is resumable (experiments/runner.py
+cannot run, ...) before the first one runs; the sweep is resumable (experiments/answers/runner.py
 `run_sweep`: cells whose config hash is already in DIR/summary.csv are skipped).
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from experiments.grid import cells, page_sizes_for, sweep_axes
-from experiments.options import RunOptions
+from experiments.options.grid import cells, page_sizes_for, sweep_axes
+from experiments.options.run_options import RunOptions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,8 +25,8 @@ def run_grid(opts: RunOptions, lists: Mapping[str, str | None], *, jobs: int | N
     """Run the cross product of `lists` (axis -> comma list, None: the option's value) over
     `opts` into --out (default kvsim-sweep); `say` hears the page-size notes and the count of
     cells to run. Returns the directory and its summary rows."""
-    from experiments.executors import check_jobs, make_executor
-    from experiments.runner import CELL_PRELOAD, config_document, run_cell, run_sweep
+    from experiments.answers.runner import CELL_PRELOAD, config_document, run_cell, run_sweep
+    from experiments.execution.executors import check_jobs, make_executor
     from reports.io import check_writable
     from reports.results import write_config
 
