@@ -214,10 +214,12 @@ def report(
     slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", help="TPOT p99 target (s)"),  # noqa: UP045
 ) -> None:
     """A one-page Markdown + HTML report (figures embedded) from saved results."""
+    from experiments.answers.recommend import page_size_sentence
     from reports.report import build_report
     from reports.results import results_dir
 
-    md, html = build_report(results_dir(results), slo_ttft=slo_ttft, slo_tpot=slo_tpot)
+    md, html = build_report(results_dir(results), recommend=page_size_sentence,
+                            slo_ttft=slo_ttft, slo_tpot=slo_tpot)
     typer.echo(f"{md}\n{html}")
 
 

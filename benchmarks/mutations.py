@@ -367,7 +367,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/simulator/test_overload.py::"
          "test_a_no_drain_run_that_ends_with_a_queue_is_overloaded")),
     Mutation(
-        "recommend-pairs-the-wrong-batches", "reports/recommend.py",  # issue 38 item 1
+        "recommend-pairs-the-wrong-batches", "experiments/answers/recommend.py",  # issue 38 item 1
         "    d = _differences(x, y, ratio)",
         "    d = _differences(x, np.roll(y, 1), ratio)",
         ("tests/reports/test_recommend.py::test_one_seed_pairs_the_runs_batch_by_batch",)),

@@ -22,7 +22,7 @@ from experiments.options.run_options import RunOptions
 from kvcore.model.planner import PlanResult
 
 if TYPE_CHECKING:
-    from reports.recommend import PageSizeRecommendation
+    from experiments.answers.recommend import PageSizeRecommendation
 
 MAX_CONTEXT = 1 << 24
 MAX_SEEDS = 64
@@ -48,8 +48,8 @@ class PlanRequest:
     def check(self) -> None:
         """Every flag's domain, and that every flag given is read in this mode, before
         anything is simulated (one-line ValueError)."""
+        from experiments.answers.recommend import check_tolerance
         from experiments.execution.executors import check_jobs
-        from reports.recommend import check_tolerance
 
         check_jobs(self.jobs)
         check_steps(self.steps)
@@ -214,10 +214,13 @@ def page_size_recommendation(opts: RunOptions, sizes: list[int],
     """`--trace` / `--workload`: the page-size study, its figures and its recommendation (none
     from an overloaded run: the lines say so and at which rate it ran)."""
     from experiments.answers.planning import page_size_study
+    from experiments.answers.recommend import (
+        recommend_page_size,
+        recommendation_notes,
+        reuse_line,
+    )
     from experiments.execution.executors import check_jobs
-    from reports.plan_view import recommendation_notes, reuse_line
     from reports.plots import plot_dir
-    from reports.recommend import recommend_page_size
 
     out, df = page_size_study(opts, sizes, jobs=check_jobs(req.jobs), progress=req.progress,
                               seeds=req.seeds)

@@ -1,7 +1,7 @@
 """The `kvsim plan` experiment: the static memory plan of a run's options and, for a workload,
 a page-size study (the same options simulated at each page size, as a resumable sweep).
 
-The recommendation itself is read from the study's rows by reports.recommend.
+The recommendation itself is read from the study's rows by experiments.answers.recommend.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def static_plan(opts: RunOptions, context_len: int | None = None,
 def page_size_grid(opts: RunOptions, sizes: Sequence[int],
                    seeds: Sequence[int] | None = None) -> list[RunOptions]:
     """The options at each page size (and at each of `seeds`, else at --seed: two or more
-    measure the recommendation's noise band, reports/recommend.py), every one validated."""
+    measure the recommendation's noise band, experiments/answers/recommend.py), every one
+    validated."""
     axes: dict[str, list[int]] = {"page_size": list(sizes)}
     if seeds is not None:
         axes["seed"] = list(seeds)

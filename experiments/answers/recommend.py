@@ -1,8 +1,9 @@
 """The page-size recommendation: read from a sweep's summary rows, never simulated here.
 
-`kvsim plan --workload W` simulates the page sizes (experiments.answers.planning); this module picks
-one from the rows, and writes the one sentence `plan` prints and the report opens with
-(`PageSizeRecommendation.reason`), so both say the same thing in the same words. Small pages
+`kvsim plan --workload W` simulates the page sizes (experiments.answers.planning); this module
+picks one from the rows, and writes the one sentence `plan` prints and the report opens with
+(`PageSizeRecommendation.reason`; `kvsim report` passes `page_size_sentence` to reports), so
+both say the same thing in the same words. Small pages
 pay per-page work, large pages pay rounding and missed reuse, so a candidate must meet three
 rules:
 
@@ -30,10 +31,11 @@ A candidate's band is the largest of three, so that page sizes within noise are 
   is **unknown**: the rule is then the tolerance alone, and the sentence says so.
 
 From the equivalent set (every rule met) the tie-break is stated: the **largest** page size, the
-smallest page table and the fewest per-page costs (kvcore/model/planner.py's page-table bytes). When
-no page size meets every rule it recommends **none**, with the rules each candidate fails: a
-page size that breaks a rule by more than its band is never recommended anyway.
-`reports.plan_view` renders it.
+smallest page table and the fewest per-page costs (kvcore/model/planner.py's page-table bytes).
+When no page size meets every rule it recommends **none**, with the rules each candidate fails:
+a page size that breaks a rule by more than its band is never recommended anyway.
+`reports.plan_view` renders it as a table; `recommendation_notes` and `reuse_line` say it in
+lines.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from reports.reuse_view import reuse_sentence
 from simulator.batch_means import BATCHES, parse_batches
 
 RULES = ("servable", "latency", "hit rate")
@@ -56,6 +59,7 @@ BATCH_COLUMNS = {"normalized_latency_s": "normalized_latency_batches_s",
 SE_COLUMNS = {"normalized_latency_s": "normalized_latency_se_s",
               "prefix_hit_rate": "prefix_hit_rate_se"}
 HIT_ABS = 0.005
+TOLERANCE = 0.02  # `kvsim plan --tolerance`'s default
 LATENCY_ABS_S = 0.0
 Z = 2.0  # the band is Z standard errors of the difference (about 95 %)
 
@@ -203,7 +207,7 @@ def _band_pct(margin: float, best: float) -> str:
     return f"{margin / abs(best):.1%}" if best != 0 and math.isfinite(best) else f"{margin:.3g}"
 
 
-def recommend_page_size(df: Any, tolerance: float = 0.02, *, hit_abs: float = HIT_ABS,
+def recommend_page_size(df: Any, tolerance: float = TOLERANCE, *, hit_abs: float = HIT_ABS,
                         latency_abs_s: float = LATENCY_ABS_S) -> PageSizeRecommendation:
     """Pick from sweep rows (a pandas DataFrame with page_size, normalized_latency_s,
     prefix_hit_rate, and `overloaded` when the rows have it; several rows per page size, e.g.
@@ -330,5 +334,26 @@ def recommend_page_size(df: Any, tolerance: float = 0.02, *, hit_abs: float = HI
         noise_basis=basis, seeds=seeds)
 
 
-__all__ = ["BATCH_COLUMNS", "HIT_ABS", "LATENCY_ABS_S", "RULES", "SE_COLUMNS", "Band",
-           "PageSizeRecommendation", "check_tolerance", "paired_band", "recommend_page_size"]
+def page_size_sentence(rows: Any) -> str:
+    """The recommendation's sentence for `rows` at the default tolerance: the rule a report
+    applies to each policy's servable rows (reports.report_summary)."""
+    return recommend_page_size(rows, TOLERANCE).reason
+
+
+def recommendation_notes(rec: PageSizeRecommendation) -> list[str]:
+    """One line per failing candidate (which rule, by how much), for the text output."""
+    return [f"page size {r['page_size']}: {r['why']}" for r in rec.rows if r["fails"]]
+
+
+def reuse_line(rec: PageSizeRecommendation) -> str | None:
+    """Achieved vs ideal reuse in words (reports.reuse_view), for the recommended page size
+    (else the largest)."""
+    if not rec.rows:
+        return None
+    row = next((r for r in rec.rows if r["page_size"] == rec.page_size), rec.rows[-1])
+    return reuse_sentence(row, f"page size {row['page_size']}")
+
+
+__all__ = ["BATCH_COLUMNS", "HIT_ABS", "LATENCY_ABS_S", "RULES", "SE_COLUMNS", "TOLERANCE", "Band",
+           "PageSizeRecommendation", "check_tolerance", "page_size_sentence", "paired_band",
+           "recommend_page_size", "recommendation_notes", "reuse_line"]
