@@ -2,8 +2,8 @@
 
 Each command declares only its own flags; the options of `run`, `sweep`, `compare`, `plan` and
 `capacity` (and the grid axes' list flags) are generated from the specs' fields
-(experiments/command_options.py), and errors become one line and an exit status
-(experiments/command_errors.py: 2 for a user mistake, 3 for a bug kvsim caught in itself).
+(experiments/console/command_options.py), and errors become one line and an exit status
+(experiments/console/command_errors.py: 2 for a user mistake, 3 for a bug kvsim caught in itself).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Optional
 import typer
 
 import kvcore
-from experiments.cli_reference import COMMAND_EXAMPLES, epilog
-from experiments.command_errors import STATE, KvsimGroup
-from experiments.command_options import from_user, with_options
-from experiments.compare import COMPARED
-from experiments.console_out import (
+from experiments.answers.compare import COMPARED
+from experiments.console.cli_reference import COMMAND_EXAMPLES, epilog
+from experiments.console.command_errors import STATE, KvsimGroup
+from experiments.console.command_options import from_user, with_options
+from experiments.console.console_out import (
     console,
     echo_lines,
     echo_probe,
@@ -31,8 +31,8 @@ from experiments.console_out import (
     warn_overload,
     warn_skipped_rows,
 )
-from experiments.grid import DEFAULT_PAGE_SIZES, SWEEP_AXES, parse_list
-from experiments.options import RunOptions
+from experiments.options.grid import DEFAULT_PAGE_SIZES, SWEEP_AXES, parse_list
+from experiments.options.run_options import RunOptions
 
 __all__ = ["EXAMPLES", "SWEEP_AXES", "app", "main"]  # the sweep flags and examples, for tests
 EXAMPLES = {command: epilog(command) for command in COMMAND_EXAMPLES}  # each --help's examples
@@ -66,7 +66,7 @@ def _root(
 
 def _engine_header(opts: RunOptions, err: bool = False) -> None:
     """`--engine`'s line, first (on stderr under --json, which keeps stdout JSON)."""
-    from experiments.engines import engine_header
+    from experiments.options.engines import engine_header
 
     line = engine_header(opts.to_dict())
     if line is not None:
@@ -87,7 +87,7 @@ def run(
         help="progress bar over requests", rich_help_panel="Output"),
 ) -> None:
     """One simulation: prints the memory breakdown and the latency summary."""
-    from experiments.run_one import simulate_one, write_one
+    from experiments.answers.run_one import simulate_one, write_one
     from reports.pool_view import run_tables
 
     if progress is None:  # long runs show a bar when someone is watching
@@ -136,7 +136,7 @@ def sweep(
 ) -> None:
     """A grid of simulations, one summary row per cell; resumable (cells already in
     DIR/summary.csv, by config hash, are skipped)."""
-    from experiments.sweep import run_grid
+    from experiments.answers.sweep import run_grid
     from reports.plots import plot_dir
 
     _engine_header(opts)
@@ -167,7 +167,7 @@ def compare(
 ) -> None:
     """Several policies on one workload: a table, the deltas against a baseline policy and a
     stacked bar of the breakdown."""
-    from experiments.compare import compare_policies, write_compare, write_deltas
+    from experiments.answers.compare import compare_policies, write_compare, write_deltas
     from reports.deltas import admission_notes, delta_table
     from reports.tables import breakdown_table, latency_table
 
@@ -214,10 +214,12 @@ def report(
     slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", help="TPOT p99 target (s)"),  # noqa: UP045
 ) -> None:
     """A one-page Markdown + HTML report (figures embedded) from saved results."""
+    from experiments.answers.recommend import page_size_sentence
     from reports.report import build_report
     from reports.results import results_dir
 
-    md, html = build_report(results_dir(results), slo_ttft=slo_ttft, slo_tpot=slo_tpot)
+    md, html = build_report(results_dir(results), recommend=page_size_sentence,
+                            slo_ttft=slo_ttft, slo_tpot=slo_tpot)
     typer.echo(f"{md}\n{html}")
 
 
@@ -304,7 +306,7 @@ def trace_stats_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Lengths, rate, sessions and ideal prefix reuse of a trace."""
-    from experiments.trace_stats import file_stats
+    from experiments.answers.trace_stats import file_stats
 
     s = file_stats(file, page_size, format=format, skip_bad_rows=skip_bad_rows,
                    num_requests=num_requests, rate=rate)
@@ -359,9 +361,9 @@ def plan(
     recommend one (never from an overloaded run); with --target-hit-rate, size the host KV
     tier instead."""
     if replicas_for_rate is not None or knee_routers is not None:
-        from experiments.fleet_plan import knee_per_router, probe_line
-        from experiments.fleet_plan import replicas_for_rate as for_rate
-        from experiments.runner import simulate_options
+        from experiments.answers.fleet_plan import knee_per_router, probe_line
+        from experiments.answers.fleet_plan import replicas_for_rate as for_rate
+        from experiments.answers.runner import simulate_options
 
         bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
         probe = None if as_json else (lambda p: typer.echo(probe_line(p), err=True))
@@ -377,7 +379,7 @@ def plan(
         echo_lines([json.dumps([a.to_dict() for a in answers], indent=2, default=str)]
                    if as_json else [line for a in answers for line in a.lines()])
         return
-    from experiments.plan_modes import PlanRequest, make_plan
+    from experiments.answers.plan_modes import PlanRequest, make_plan
 
     study = from_user(ctx, "workload") or opts.workload.trace is not None
     bar = (not as_json and sys.stderr.isatty()) if progress is None else progress
@@ -393,7 +395,7 @@ def plan(
     announce = None if as_json else lambda m: typer.echo(m, err=True)
     _engine_header(opts, err=as_json)
     if target_hit_rate is not None:
-        from experiments.host_sizing import plan_host_tier
+        from experiments.answers.host_sizing import plan_host_tier
 
         sizing = plan_host_tier(opts, req, on_probe, announce)
         if sizing.overloaded:
@@ -440,8 +442,8 @@ def capacity(
     short bisection on --rate-scale (traces) or --rate, each probe one simulation judged by
     the overload rule (and the SLO, with --slo-ttft / --slo-tpot: goodput); reported as req/s
     and tokens/s."""
-    from experiments.capacity import check_steps, find_sustainable_rate
-    from experiments.runner import simulate_options
+    from experiments.answers.capacity import check_steps, find_sustainable_rate
+    from experiments.answers.runner import simulate_options
     from reports.overload_view import capacity_lines
 
     check_steps(steps)
@@ -481,8 +483,8 @@ def calibrate(
     """Fit a latency profile (HBM and compute efficiency, per-iteration, per-request and page
     cost) to your own measurements; prints the constants and the fit error and writes a
     profile file that run / sweep / plan take with --latency-profile FILE."""
-    from experiments.calibrate import calibrate as fit_file
-    from experiments.calibrate import fit_lines
+    from experiments.answers.calibrate import calibrate as fit_file
+    from experiments.answers.calibrate import fit_lines
 
     fit = fit_file(file, out, model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, base=base,
                    backend=backend, page_size=page_size, chunk=chunk)
@@ -516,8 +518,8 @@ def cli_reference_cmd() -> None:
 
 def cli_reference() -> str:
     """docs/cli.md, whole: the template's prose, the commands' usages, the option tables."""
-    from experiments.cli_reference import render
-    from experiments.command_options import command_usages
+    from experiments.console.cli_reference import render
+    from experiments.console.command_options import command_usages
 
     return render(command_usages(typer.main.get_command(app)))
 
@@ -525,7 +527,7 @@ def cli_reference() -> str:
 def main() -> None:
     """Console entry point. Errors are turned into exit status 2 by KvsimGroup (so the same
     handling applies under a test runner); this wrapper adds Ctrl-C handling and the quick
-    exit (experiments.console_out.freeze_heap_at_exit)."""
+    exit (experiments.console.console_out.freeze_heap_at_exit)."""
     freeze_heap_at_exit()
     try:
         app()

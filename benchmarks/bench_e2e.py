@@ -11,9 +11,9 @@ import argparse
 import resource
 import time
 
-from kvcore.memory import MemorySpec
-from kvcore.planner import resolve_kv_tokens
-from kvcore.policies.base import register_policy
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import resolve_kv_tokens
+from kvcore.policies import register_policy
 from simulator.config import SimConfig
 from simulator.run import simulate
 from workloads.registry import build_workload

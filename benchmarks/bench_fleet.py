@@ -29,8 +29,8 @@ PER_REPLICA_SCALE = 0.3  # one replica's sustainable --rate-scale on this trace 
 def run(replicas: int, router: str, per: int) -> dict:
     import numpy as np
 
-    from experiments.options import RunOptions
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
+    from experiments.options.run_options import RunOptions
 
     values = {"workload": "mooncake-conv", "num_requests": per * replicas,
               "rate_scale": PER_REPLICA_SCALE * replicas, "page_size": 16}

@@ -16,8 +16,8 @@ T0 = time.perf_counter()
 import argparse  # noqa: E402
 import sys  # noqa: E402
 
-from kvcore.memory import MemorySpec  # noqa: E402
-from kvcore.planner import resolve_kv_tokens  # noqa: E402
+from kvcore.model.memory import MemorySpec  # noqa: E402
+from kvcore.model.planner import resolve_kv_tokens  # noqa: E402
 from simulator import run as run_module  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
 from workloads.registry import build_workload  # noqa: E402

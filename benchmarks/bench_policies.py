@@ -38,8 +38,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from kvcore.memory import MemorySpec
-from kvcore.planner import resolve_kv_tokens
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import resolve_kv_tokens
 from simulator.config import SimConfig
 from simulator.run import simulate
 from workloads.registry import build_workload

@@ -28,9 +28,9 @@ from typing import Any
 from bench_paged_replay import METHODS
 from bench_policies import config as cell_config
 
-from kvcore.memory import MemorySpec
-from kvcore.planner import resolve_kv_tokens
-from kvcore.policies import base
+from kvcore import policies
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import resolve_kv_tokens
 from simulator.config import SimConfig
 from simulator.run import simulate
 from workloads.registry import build_workload
@@ -106,7 +106,7 @@ def main() -> None:
     wl = build_workload(WorkloadSpec(name=args.workload, num_requests=args.num_requests))
     cfg = run_config(args)
     timer = CallTimer()
-    build = base.make_policy
+    build = policies.make_policy
 
     def instrumented(name: str, pconfig: Any) -> Any:
         return timer.instrument(build(name, pconfig))

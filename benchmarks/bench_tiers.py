@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.options import RunOptions
+from experiments.options.run_options import RunOptions
 from simulator.run import simulate
 from workloads import build_workload
 

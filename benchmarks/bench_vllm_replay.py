@@ -32,14 +32,14 @@ def record(page_size: int, chunk: int, num_requests: int, out: str) -> None:
     """Run the bench_policies.py cell with every `METHODS` call of the policy recorded."""
     from bench_policies import config
 
-    from kvcore.policies import base
+    from kvcore import policies
     from simulator.run import simulate
     from workloads.registry import build_workload
     from workloads.spec import WorkloadSpec
 
     calls: list[tuple[str, tuple, Any]] = []
     configs: list[Any] = []
-    build = base.make_policy
+    build = policies.make_policy
     depth = [0]
 
     def recorder(name: str, method: Any) -> Any:

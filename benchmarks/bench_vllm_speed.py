@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from kvcore.memory import MemorySpec
-from kvcore.planner import resolve_kv_tokens
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import resolve_kv_tokens
 from simulator.config import SimConfig
 from simulator.run import simulate
 from workloads.registry import build_workload

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvcore.breakdown import MemoryBreakdown, page_growth_profile, tail_split
-from kvcore.policies.base import AdmitResult, PolicyConfig
-from kvcore.policies.capabilities import DecodeStretch
+from kvcore.contract.breakdown import MemoryBreakdown, page_growth_profile, tail_split
+from kvcore.contract.capabilities import DecodeStretch
+from kvcore.contract.policy import AdmitResult, PolicyConfig
 
 
 class CountingPolicy(DecodeStretch):

@@ -14,7 +14,7 @@ run is overloaded is drawn hollow, since its latency measures the queue. The hit
 on which prompts arrive, not on when (the pool holds every prefix of the slice).
 
 vLLM raises the attention block of an attention + Mamba hybrid until one attention page holds
-one layer's state (kvcore.hybrid_plan.vllm_block_size: 528 tokens for Qwen3.5-4B), so no
+one layer's state (kvcore.model.hybrid_plan.vllm_block_size: 528 tokens for Qwen3.5-4B), so no
 block below 528 exists; Mamba's prefix cache (mode "align") keeps states at block boundaries
 only, so a prompt shares at most its whole blocks. Writes OUT/hybrid_block_size.csv (every
 run's summary columns that matter here) and OUT/hybrid_block_size_hit_rate.png.
@@ -34,10 +34,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.options import RunOptions
-from kvcore.hybrid_plan import vllm_block_size
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.presets import get_model
+from experiments.options.run_options import RunOptions
+from kvcore.model.hybrid_plan import vllm_block_size
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.presets import get_model
 from reports.io import atomic_write_text, save_figure_atomic
 from simulator.run import simulate
 from workloads import build_workload

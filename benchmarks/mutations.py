@@ -58,18 +58,18 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     # -- kvcore ------------------------------------------------------------------------------
     Mutation(
-        "state-in-kv-dtype", "kvcore/layers.py",
+        "state-in-kv-dtype", "kvcore/model/layers.py",
         "        conv_dtype = self.conv_dtype or model_dtype\n",
         "        conv_dtype = kv_dtype\n",  # the KV dtype sizes the conv state (issue 37)
         ("tests/kvcore/test_vllm_rules.py::test_fp8_kv_does_not_shrink_the_states",
          "tests/kvcore/test_hybrid_plan.py::test_fp8_kv_leaves_the_state_dtype_alone")),
     Mutation(
-        "legacy-token-formula-everywhere", "kvcore/hybrid_plan.py",
+        "legacy-token-formula-everywhere", "kvcore/model/hybrid_plan.py",
         'if rules.token_formula == "blocks":',
         "if True:",  # vLLM's pre-v0.20.1 "GPU KV cache size" for every version
         ("tests/kvcore/test_hybrid_plan.py::test_qwen35_4b_current_and_legacy_report",)),
     Mutation(
-        "align-holds-one-state-page", "kvcore/vllm_rules.py",
+        "align-holds-one-state-page", "kvcore/model/vllm_rules.py",
         'base = 2 if mode == "align" else 1',
         "base = 1",  # mode align's worst case of two state pages forgotten
         ("tests/kvcore/test_vllm_rules.py::test_mamba_cache_mode_and_state_pages_by_version",
@@ -91,7 +91,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if self.write_on_insert:\n            (",
         ("tests/kvcore/test_tiers.py::test_host_hit_is_loaded_not_prefilled",)),
     Mutation(
-        "reuse-counts-from-zero", "kvcore/tier_controller.py",
+        "reuse-counts-from-zero", "kvcore/tiers/controller.py",
         "return hits[pages] + 1 >= self.config.write_threshold",
         "return hits[pages] >= self.config.write_threshold",  # entering the cache not counted
         ("tests/kvcore/test_tier_controller.py::test_reused_is_per_page_for_both_policies",)),
@@ -112,7 +112,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        top = len(ids)\n",  # a full-prompt hit leaves nothing to run
         ("tests/kvcore/test_vllm_block.py::test_hit_capped_at_prompt_minus_one",)),
     Mutation(
-        "decode-rounding-counted-as-reserved", "kvcore/breakdown.py",
+        "decode-rounding-counted-as-reserved", "kvcore/contract/breakdown.py",
         "    out[:, 2] += new_slots - token_growth - rounding\n    out[:, 3] += rounding\n",
         "    out[:, 2] += new_slots - token_growth\n",  # the parts still sum to the capacity
         ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",
@@ -139,7 +139,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_vllm_block.py::test_decode_steps_equal_stepping",
          "tests/kvcore/test_vllm_hybrid.py::TestHybridMachine")),
     Mutation(
-        "short-stretch-rounding-counted-as-reserved", "kvcore/breakdown.py",
+        "short-stretch-rounding-counted-as-reserved", "kvcore/contract/breakdown.py",
         "                    [0, 0, -1, 1, 0, 0]], dtype=np.int64)",
         "                    [0, 0, 0, 0, 0, 0]], dtype=np.int64)",  # the parts still sum
         ("tests/kvcore/test_paged_policy.py::test_decode_steps_and_profile_equal_stepping",)),
@@ -200,12 +200,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kvcore/test_paged_hybrid.py::"
          "test_full_eviction_deletes_the_tombstone_it_leaves_as_a_leaf",)),
     Mutation(
-        "best-fit-takes-largest-hole", "kvcore/policies/placement.py",
+        "best-fit-takes-largest-hole", "kvcore/contiguous/placement.py",
         "        return self._by_size[i][1] if i < len(self._by_size) else None",
         "        return self._by_size[-1][1] if i < len(self._by_size) else None",  # worst fit
         ("tests/kvcore/test_placement.py::test_first_fit_and_best_fit_choose_differently",)),
     Mutation(
-        "buddy-keeps-high-half", "kvcore/policies/placement.py",
+        "buddy-keeps-high-half", "kvcore/contiguous/placement.py",
         "            insort(free[j], start + (1 << j))",
         "            insort(free[j], start)\n            start += 1 << j",
         ("tests/kvcore/test_placement.py::test_buddy_split_and_coalesce",)),
@@ -272,7 +272,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                                 distinct=True).where]",  # stored head first
         ("tests/kvcore/test_vllm_free_order.py",)),
     Mutation(
-        "contiguous-prefill-steps-forget-decoders", "kvcore/policies/contiguous.py",
+        "contiguous-prefill-steps-forget-decoders", "kvcore/contiguous/policy.py",
         "grown = np.arange(1, n + 1, dtype=np.int64) * (sum(rooms) + len(dreqs))",
         "grown = np.arange(1, n + 1, dtype=np.int64) * sum(rooms)",  # the chunks' tokens only
         ("tests/kvcore/test_contiguous_steps.py::"
@@ -367,32 +367,32 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/simulator/test_overload.py::"
          "test_a_no_drain_run_that_ends_with_a_queue_is_overloaded")),
     Mutation(
-        "recommend-pairs-the-wrong-batches", "reports/recommend.py",  # issue 38 item 1
+        "recommend-pairs-the-wrong-batches", "experiments/answers/recommend.py",  # issue 38 item 1
         "    d = _differences(x, y, ratio)",
         "    d = _differences(x, np.roll(y, 1), ratio)",
         ("tests/reports/test_recommend.py::test_one_seed_pairs_the_runs_batch_by_batch",)),
     Mutation(
-        "calibrate-bound-reads-fitted", "experiments/calibrate.py",  # issue 38 item 9
+        "calibrate-bound-reads-fitted", "experiments/answers/calibrate.py",  # issue 38 item 9
         "            at_bound.add(k)\n",
         "",
         ("tests/experiments/test_calibrate.py::"
          "test_a_constant_pushed_to_its_bound_is_held_there_and_says_so",)),
     # -- issue 39 item 7: quantized weights, the TP all-reduce, the overload window ---------
     Mutation(
-        "mxfp4-scales-forgotten", "kvcore/presets.py",
+        "mxfp4-scales-forgotten", "kvcore/model/presets.py",
         '"mxfp4": 4.25 / 8',
         '"mxfp4": 4 / 8',  # E2M1 alone: the E8M0 scale per 32 values not counted
         ("tests/kvcore/test_weight_bytes.py::"
          "test_gpt_oss_weights_match_the_model_cards_checkpoint_size",)),
     Mutation(
-        "nvfp4-scale-per-32-values", "kvcore/presets.py",
+        "nvfp4-scale-per-32-values", "kvcore/model/presets.py",
         '"nvfp4": 4.5 / 8',
         '"nvfp4": 4.25 / 8',  # MXFP4's block of 32 instead of NVFP4's 16
         ("tests/kvcore/test_weight_bytes.py::test_nvfp4_bytes_match_nvidias_stated_footprint",
          "tests/kvcore/test_weight_bytes.py::"
          "test_an_nvfp4_checkpoint_read_from_its_config_is_3_5x_smaller")),
     Mutation(
-        "mxfp4-quantizes-every-parameter", "kvcore/presets.py",
+        "mxfp4-quantizes-every-parameter", "kvcore/model/presets.py",
         "return self.is_moe and self.weight_dtype.lower() in EXPERTS_ONLY_FORMATS",
         "return False",  # attention, embeddings, head in MXFP4 too
         ("tests/kvcore/test_weight_bytes.py::"
@@ -440,7 +440,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return int(((arrivals >= start) & (arrivals < end)).sum())",
         ("tests/simulator/test_overload.py::test_the_arrival_rate_counts_the_window_only",)),
     Mutation(
-        "capacity-bisection-inverted", "experiments/capacity.py",
+        "capacity-bisection-inverted", "experiments/answers/capacity.py",
         "            m = math.sqrt(lo * hi)\n            if probe(m):\n                hi = m",
         "            m = math.sqrt(lo * hi)\n            if not probe(m):\n                hi = m",
         ("tests/experiments/test_capacity.py::"

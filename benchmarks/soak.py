@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvcore.contract.validation import InvariantError
 from kvcore.sglang.policy import SGLangPolicy
-from kvcore.validation import InvariantError
 from simulator.config import SimConfig
 from simulator.request_table import COLUMN_KINDS, REQUEST_COLUMNS
 from simulator.run import simulate

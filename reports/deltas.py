@@ -69,7 +69,7 @@ def load_note(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
 
 
 #: policies whose admission reserves more than a request holds, so the pool caps how many run at
-#: once (kvcore/policies/contiguous.py: the contiguous baselines of the vLLM paper, s. 6), and
+#: once (kvcore/contiguous/policy.py: the contiguous baselines of the vLLM paper, s. 6), and
 #: what each reserves
 CAPPED_ADMISSION = {"contiguous-max": "each request's maximum context",
                     "contiguous-pow2": "each prompt plus the next power of two of its output"}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvcore.breakdown import PARTS
+from kvcore.contract.breakdown import PARTS
 from reports.io import atomic_write_text
 
 _US = 1e6

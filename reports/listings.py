@@ -6,12 +6,12 @@ from __future__ import annotations
 def model_lines() -> list[str]:
     """Model presets, one line each, bf16 KV on one GPU. A hybrid shows the KV bytes per
     token of its attention layers only (a Mamba / linear-attention or MLP-only layer holds
-    none), its state bytes per request (in current vLLM's state dtypes, kvcore.state_dtypes)
+    none), its state bytes per request (in current vLLM's state dtypes, kvcore.model.state_dtypes)
     and its layer mix."""
-    from kvcore.hybrid_presets import LAYOUTS
-    from kvcore.presets import MODELS
-    from kvcore.state_dtypes import resolve_state_dtypes
-    from kvcore.vllm_rules import vllm_rules
+    from kvcore.model.hybrid_presets import LAYOUTS
+    from kvcore.model.presets import MODELS
+    from kvcore.model.state_dtypes import resolve_state_dtypes
+    from kvcore.model.vllm_rules import vllm_rules
 
     rules = vllm_rules()
     lines = []
@@ -35,7 +35,7 @@ def model_lines() -> list[str]:
 
 def gpu_lines() -> list[str]:
     """GPU presets, one line each."""
-    from kvcore.presets import GPUS
+    from kvcore.model.presets import GPUS
 
     return [f"{g.id:<10} {g.name:<18} {g.mem_gb:5.0f} GB ({g.mem_gib:6.2f} GiB to CUDA)  "
             f"{g.bandwidth_tb_s:5.2f} TB/s  {g.bf16_tflops:6.0f} TFLOPS bf16"
@@ -51,8 +51,8 @@ def workload_lines() -> list[str]:
 
 def policy_lines() -> list[str]:
     """The policies and when to pick each, then the placements of the contiguous ones."""
+    from kvcore.contiguous.placement import placement_names
     from kvcore.policies import policy_help
-    from kvcore.policies.placement import placement_names
 
     return [*(f"{name:<18} {when}" for name, when in policy_help().items()),
             f"(placements for contiguous-*: {', '.join(placement_names())})"]

@@ -60,7 +60,7 @@ def _amount(v: float) -> str:
 
 
 def capacity_lines(cap: Any) -> list[str]:
-    """The capacity search's answer (experiments.capacity.CapacityResult) in words."""
+    """The capacity search's answer (experiments.answers.capacity.CapacityResult) in words."""
     lines = [f"probe {p.flag_value:.4g} ({cap.flag}): {p.rate_req_s:.4g} req/s "
              f"{_verdict(p)}" for p in cap.probes]
     if cap.multiplier is None:

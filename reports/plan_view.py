@@ -1,17 +1,34 @@
-"""Rich tables for the memory planner's result and the page-size recommendation."""
+"""Rich tables for the memory planner's result and the page-size recommendation.
+
+The recommendation is decided above reports (experiments/answers/recommend.py); the table
+reads the record it returns, whose fields `Recommendation` names.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 from rich.console import Group
 from rich.table import Table
 
-from kvcore.memory import DEFAULT_ACTIVATION_PEAK_GIB, DEFAULT_NON_TORCH_GIB
-from kvcore.planner import PlanResult
-from kvcore.presets import GiB
-from reports.recommend import PageSizeRecommendation
-from reports.reuse_view import HYBRID_CAUSES, REUSE_CAUSES, reuse_sentence
+from kvcore.model.memory import DEFAULT_ACTIVATION_PEAK_GIB, DEFAULT_NON_TORCH_GIB
+from kvcore.model.planner import PlanResult
+from kvcore.model.presets import GiB
+from reports.reuse_view import HYBRID_CAUSES, REUSE_CAUSES
+
+
+class Recommendation(Protocol):
+    """What the table reads of a page-size recommendation (`PageSizeRecommendation`)."""
+
+    @property
+    def page_size(self) -> int | None: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def best_latency_s(self) -> float: ...
+    @property
+    def rows(self) -> list[dict[str, Any]]: ...
 
 
 def _gib(n: float) -> str:
@@ -141,7 +158,7 @@ def _vs_best(row: dict, best: float) -> str:
     return f"{gap:+.1%} / {row['latency_margin_s'] / best:.1%}"
 
 
-def render_recommendation(rec: PageSizeRecommendation) -> Table:
+def render_recommendation(rec: Recommendation) -> Table:
     """The sweep figures behind a page-size recommendation: per page size its latency and how
     far from the best against its band, its hit rate next to the ideal and where the gap went,
     and the rules it fails; the chosen row marked, the reason (or why nothing is recommended)
@@ -168,17 +185,3 @@ def render_recommendation(rec: PageSizeRecommendation) -> Table:
                   _pct(row["prefix_hit_rate"]), _pct(row.get("ideal_hit_rate")),
                   *(_pct(row.get(c)) for c in causes), verdict, style=style)
     return t
-
-
-def recommendation_notes(rec: PageSizeRecommendation) -> list[str]:
-    """One line per failing candidate (which rule, by how much), for the text output."""
-    return [f"page size {r['page_size']}: {r['why']}" for r in rec.rows if r["fails"]]
-
-
-def reuse_line(rec: PageSizeRecommendation) -> str | None:
-    """Achieved vs ideal reuse in words (reports.reuse_view), for the recommended page size
-    (else the largest)."""
-    if not rec.rows:
-        return None
-    row = next((r for r in rec.rows if r["page_size"] == rec.page_size), rec.rows[-1])
-    return reuse_sentence(row, f"page size {row['page_size']}")

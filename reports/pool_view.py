@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
-from kvcore.policies.capabilities import POOL_KINDS
+from kvcore.contract.capabilities import POOL_KINDS
 from reports.deltas import as_number as _num
 
 HEADER = ("policy", "page", "pool", "capacity (GiB)", "used %", "cached %", "hit rate")

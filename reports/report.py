@@ -21,7 +21,7 @@ from reports.io import atomic_write_text, check_writable, read_csv_or_empty
 from reports.plots import left_out, plot_dir, saved_axes
 from reports.pool_view import HEADER as POOL_HEADER
 from reports.pool_view import pool_rows
-from reports.report_summary import summary_lines, table
+from reports.report_summary import PageSizeRule, summary_lines, table
 
 CAPTIONS = {
     "breakdown.png": "Where KV memory went, per run (time-weighted % of capacity).",
@@ -62,8 +62,10 @@ def _md_inline(text: str) -> str:
     return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
-    """Draw the figures into DIR/figures and write DIR/report.md and DIR/report.html."""
+def build_report(results: str | Path, *, recommend: PageSizeRule,
+                 **plot_kw) -> tuple[Path, Path]:
+    """Draw the figures into DIR/figures and write DIR/report.md and DIR/report.html;
+    `recommend` is the page-size rule the summary applies to each policy's rows."""
     d = Path(results)
     df = read_csv_or_empty(d / "summary.csv")
     if df.empty:
@@ -75,7 +77,7 @@ def build_report(results: str | Path, **plot_kw) -> tuple[Path, Path]:
     written = plot_dir(d, d / "figures", axes=axes, off_scale=off_scale, **plot_kw)
     figs = [f for f in written if f.suffix == ".png"]
     page = next((f for f in written if f.suffix == ".html"), None)
-    summary = summary_lines(df, axes, left_out(df), off_scale)
+    summary = summary_lines(df, axes, left_out(df), off_scale, recommend=recommend)
     facts = _facts(d, df)
     cols, rows = table(df, axes)
     title = f"kvsim report: {d.name}"

@@ -2,19 +2,19 @@
 figures left out; and the results table in friendly column names and one number format.
 
 A reader of a sweep wants the answer before the evidence, so the report leads with what the
-rows say (the recommendation rule of reports.recommend, applied to each policy's rows) and
-keeps the table to the columns that answer "which page size, at what cost".
+rows say (the page-size recommendation, applied to each policy's rows) and keeps the table to
+the columns that answer "which page size, at what cost". The recommendation is decided above
+reports (experiments/answers/recommend.py): the caller passes its rule in, `PageSizeRule`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from reports.interactive import fmt_number
-from reports.recommend import recommend_page_size
 from reports.series import label, ordered, overloaded_mask, series_keys, truthy, with_axis_values
 
 # summary column -> table heading, in table order (columns absent from a summary are skipped)
@@ -30,7 +30,8 @@ FRIENDLY: dict[str, str] = {
     "preemptions": "preemptions",
 }
 IDENTITY = ("policy", "page_size", "placement", "workload", "rate", "kv_tokens", "seed")
-TOLERANCE = 0.02  # the plan command's default
+#: a policy's servable rows -> the sentence recommending a page size from them, or none, and why
+PageSizeRule = Callable[[pd.DataFrame], str]
 
 
 def _reason(row: pd.Series) -> str:
@@ -41,10 +42,10 @@ def _reason(row: pd.Series) -> str:
     return ""
 
 
-def best_page_sizes(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None = None,
-                    tolerance: float = TOLERANCE) -> list[str]:
+def best_page_sizes(df: pd.DataFrame, recommend: PageSizeRule,
+                    axes: Mapping[str, Sequence[Any]] | None = None) -> list[str]:
     """One line per policy (and other swept axis): the recommendation's own sentence
-    (reports.recommend: the same rule and words as `kvsim plan`), from the rows that are not
+    (`recommend`: the same rule and words as `kvsim plan`), from the rows that are not
     overloaded."""
     if "page_size" not in df.columns or df["page_size"].nunique() < 2:
         return []
@@ -58,20 +59,20 @@ def best_page_sizes(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None =
         if ok.empty:
             lines.append(f"**{name}**: no page size recommended, every run is overloaded")
             continue
-        rec = recommend_page_size(ok, tolerance)
         skipped = len(g) - len(ok)
         note = f"; {skipped} overloaded run(s) left out" if skipped else ""
-        lines.append(f"**{name}**: {rec.reason}{note}")
+        lines.append(f"**{name}**: {recommend(ok)}{note}")
     return lines
 
 
 def summary_lines(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None,
                   left_out: Mapping[str, str],
-                  off_scale: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+                  off_scale: Mapping[str, Sequence[str]] | None = None, *,
+                  recommend: PageSizeRule) -> list[str]:
     """The report's opening bullets (Markdown); `off_scale`: figure -> the overloaded points
     it marked at an axis edge instead of letting them set the range (reports.offscale)."""
     named = with_axis_values(df, axes)
-    lines = best_page_sizes(named, axes)
+    lines = best_page_sizes(named, recommend, axes)
     over = overloaded_mask(named)
     if "overloaded" in named.columns:
         if over.any():
@@ -108,4 +109,5 @@ def table(df: pd.DataFrame, axes: Mapping[str, Sequence[Any]] | None = None
     return [FRIENDLY[c] for c in cols], rows
 
 
-__all__ = ["FRIENDLY", "best_page_sizes", "overloaded_mask", "summary_lines", "table"]
+__all__ = ["FRIENDLY", "PageSizeRule", "best_page_sizes", "overloaded_mask", "summary_lines",
+           "table"]

@@ -1,7 +1,7 @@
 """Writing a run's results: summary.csv, requests.parquet, timeline.parquet, config.json.
 
 Every file is written atomically (reports.io). The rows and the config document are built by
-experiments.runner; this module only writes them, so it needs nothing that simulates.
+experiments.answers.runner; this module only writes them, so it needs nothing that simulates.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def write_run(out: str | Path, rows: Sequence[Mapping[str, Any]], results: Seque
     and config.json, each written atomically. A single run that streamed its rows to
     out/requests.parquet as it went (`result.extra["requests_file"]`) is not written again."""
     out = Path(out)
-    # a run that streamed its rows there (experiments.runner.simulate_options) has written
+    # a run that streamed its rows there (experiments.answers.runner.simulate_options) has written
     # requests.parquet already, atomically
     streamed = len(results) == 1 and \
         results[0].extra.get("requests_file") == str(out / REQUESTS_FILE)

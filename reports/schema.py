@@ -1,7 +1,7 @@
 """What a results directory holds: its file names and the summary's metric columns.
 
-Shared by the writer (experiments.runner builds the rows, reports.results writes them) and the
-readers (plots, report); plain constants, so importing them costs nothing.
+Shared by the writer (experiments.answers.runner builds the rows, reports.results writes them) and
+the readers (plots, report); plain constants, so importing them costs nothing.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A run's SLO verdict in one line: met or missed, the attainments, which target binds.
 
-Read from the summary row's SLO columns (experiments/slo.py writes them when a target is
+Read from the summary row's SLO columns (experiments/answers/slo.py writes them when a target is
 given), so `run` and `compare` print the same words for a fresh run and a saved one.
 """
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.policies.base import KVPolicy, PrefixPeek
-from kvcore.policies.capabilities import Reserving
-from kvcore.registry import Registry
+from kvcore.contract.capabilities import Reserving
+from kvcore.contract.policy import KVPolicy, PrefixPeek
+from kvcore.contract.registry import Registry
 from simulator.request import SimRequest, remaining_new_tokens
 from simulator.running_batch import RunningBatch
 from simulator.scheduler import preempt_victim, retract_victim

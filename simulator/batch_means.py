@@ -17,7 +17,7 @@ runs' standard errors added as if independent (which swallows real differences n
 capacity); it is the spread of the batch-by-batch differences. Each run therefore also keeps
 its batch figures (`batch_means`, `batch_ratios`, written as text by `batch_text`), cut the
 same way in every run: completed requests in arrival order, ties by request id, so two runs
-that complete the same requests have the same batches. reports/recommend.py pairs them.
+that complete the same requests have the same batches. experiments/answers/recommend.py pairs them.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from kvcore.vllm_rules import DEFAULT_VLLM_VERSION, check_vllm_version
+from kvcore.model.vllm_rules import DEFAULT_VLLM_VERSION, check_vllm_version
 from simulator.admission import AdmissionParams
 from simulator.hybrid import UNRESOLVED, RunLayout, check_hybrid_options, resolve_layout
 from simulator.specs import EngineSpec, PolicySpec, TierSpec
@@ -44,12 +44,12 @@ def _positive(owner: object, *names: str) -> None:
 class PoolSpec:
     """The KV pool a run simulates: whose KV (model, TP degree, dtype; the GPU for the latency
     model) and how much of it. `kv_tokens` is resolved from the memory options (a direct size
-    or a budget rule, kvcore.planner.resolve_kv_tokens); `max_context_len` 0 means the
+    or a budget rule, kvcore.model.planner.resolve_kv_tokens); `max_context_len` 0 means the
     model's maximum position. `kv_bytes` is the KV budget of one rank in bytes, which a
-    hybrid model's pools are sized from (kvcore.hybrid_plan; the planner's
+    hybrid model's pools are sized from (kvcore.model.hybrid_plan; the planner's
     kv_budget_bytes_per_rank); 0 means `kv_tokens` slots of every layer as full attention.
     A hybrid model also reads the vLLM version whose rules the `vllm` policy follows and the
-    state dtype options (None: the engine's defaults; kvcore.state_dtypes)."""
+    state dtype options (None: the engine's defaults; kvcore.model.state_dtypes)."""
 
     model: str = "llama-3.1-8b"
     gpu: str = "h100"

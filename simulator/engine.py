@@ -25,8 +25,8 @@ from typing import Any
 
 import simpy
 
-from kvcore.policies.base import KVPolicy, PrefixPeek
-from kvcore.policies.capabilities import LowerTiers, PrefixCache, Reserving
+from kvcore.contract.capabilities import LowerTiers, PrefixCache, Reserving
+from kvcore.contract.policy import KVPolicy, PrefixPeek
 from simulator.admission import make_admission
 from simulator.admission_round import AdmissionRound, Plan
 from simulator.arrivals import Arrivals
@@ -95,7 +95,7 @@ class Engine(AdmissionRound):
         # Optional observer (the CLI's --events trace), once per iteration or stretch, never
         # changing the run: event_sink(t0, t1, [(rid, from, to)] chunks, decode_rids, steps)
         self.event_sink: Callable[..., None] | None = None
-        # the policy's optional capabilities (kvcore/policies/capabilities.py), asked once
+        # the policy's optional capabilities (kvcore/contract/capabilities.py), asked once
         self.prefix_cache = policy if isinstance(policy, PrefixCache) else None
         self.reserving = policy if isinstance(policy, Reserving) else None
         self.tiered = policy if isinstance(policy, LowerTiers) else None

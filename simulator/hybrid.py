@@ -1,6 +1,6 @@
 """Hybrid models in a run: which layout the run simulates, and whether its options apply.
 
-A model whose layers are not all full attention (kvcore.hybrid_presets, or a --model-config
+A model whose layers are not all full attention (kvcore.model.hybrid_presets, or a --model-config
 with several layer kinds) runs its own layout under `paged` / `paged-nocache` (SGLang's full,
 SWA and state pools) and `vllm` (vLLM's KV cache groups), unless `--kv-layout full-attention`
 asks for the pre-hybrid baseline: every layer stored as full attention, which is the path
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.hybrid_presets import hybrid_layout
-from kvcore.layers import CHUNKED, SLIDING, HybridLayout
-from kvcore.policies.base import POLICIES, PolicyConfig
-from kvcore.state_dtypes import resolve_state_dtypes
-from kvcore.vllm_rules import DEFAULT_VLLM_VERSION, vllm_rules
+from kvcore.model.hybrid_presets import hybrid_layout
+from kvcore.model.layers import CHUNKED, SLIDING, HybridLayout
+from kvcore.model.state_dtypes import resolve_state_dtypes
+from kvcore.model.vllm_rules import DEFAULT_VLLM_VERSION, vllm_rules
+from kvcore.policies import POLICIES, PolicyConfig
 from simulator.specs import PolicySpec
 
 #: the options only a hybrid run has: a full-attention model's summary leaves them out, so
@@ -50,12 +50,12 @@ def policy_engine(policy: PolicySpec) -> str:
 @dataclass(frozen=True)
 class RunLayout:
     """What a run's model and options resolve to about its layer kinds, once per run and
-    passed on (SimConfig.layout; RunOptions.run_layout in experiments/options.py), never
+    passed on (SimConfig.layout; RunOptions.run_layout in experiments/options/run_options.py), never
     resolved again by the parts that read it (the policy's config, the latency model, the
     summary's columns).
 
     `model`: the model's hybrid layout, its states in the dtypes of the policy's engine
-    (kvcore.state_dtypes), whatever --kv-layout says (a summary shows those dtypes); None for
+    (kvcore.model.state_dtypes), whatever --kv-layout says (a summary shows those dtypes); None for
     a full-attention model. `hybrid`: --kv-layout hybrid. `mamba_cache_mode`: the mode a
     `vllm` run of a model with state layers uses (--mamba-cache-mode, else the version's
     pick); None otherwise. `key`: the options it was resolved from, so that a config copied

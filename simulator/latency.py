@@ -31,8 +31,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvcore.layers import HybridLayout
-from kvcore.presets import (
+from kvcore.contract.registry import Registry
+from kvcore.model.layers import HybridLayout
+from kvcore.model.presets import (
     GpuPreset,
     ModelPreset,
     dtype_bytes,
@@ -40,7 +41,6 @@ from kvcore.presets import (
     get_model,
     weight_dtype_bytes,
 )
-from kvcore.registry import Registry
 from simulator.latency_layers import LayerCosts
 
 # the two roofline constants a user calibrates to a GPU (--page-head-overhead-s,

@@ -10,7 +10,7 @@ arXiv 2205.14135 section 3), so a kind's cost follows the keys each query attend
 * chunked local C: the tokens of its own chunk ((p - 1) mod C + 1), Llama 4's iRoPE chunks;
 * linear attention (gated delta net) and Mamba-2: no keys at all. Each request's step reads
   and writes its fixed state once per iteration (conv state + recurrent state, the bytes
-  kvcore.layers gives), and every token updates the recurrent state: Mamba-2's
+  kvcore.model.layers gives), and every token updates the recurrent state: Mamba-2's
   h_t = a_t h_{t-1} + B_t x_t, y_t = C_t h_t (Dao & Gu 2024, arXiv 2405.21060 eq. (1)) is
   5 FLOPs per state element and token (decay 1, input 2, readout 2); the gated delta rule
   S_t = S_{t-1} a_t (I - b_t k_t k_t^T) + b_t v_t k_t^T, o_t = S_t q_t (Yang et al. 2024,
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.layers import CHUNKED, FULL, LINEAR, SLIDING, HybridLayout, LayerGroup
-from kvcore.presets import ModelPreset
+from kvcore.model.layers import CHUNKED, FULL, LINEAR, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.presets import ModelPreset
 
 #: FLOPs per recurrent-state element per token (see the module notes)
 STATE_FLOPS_PER_ELEMENT = {LINEAR: 7, "mamba": 5}

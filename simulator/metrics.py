@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.breakdown import PARTS, mean_share_pct
+from kvcore.contract.breakdown import PARTS, mean_share_pct
 from simulator.gap_spill import SPILL_VALUES, GapSpill, linear_percentiles
 from simulator.request_table import (
     CHUNK_ROWS,

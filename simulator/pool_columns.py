@@ -1,7 +1,7 @@
 """A hybrid run's summary columns per pool kind (full, swa, chunked, mamba).
 
 A policy with the `PoolKinds` capability reports each pool's bytes and prefix hits
-(kvcore.policies.capabilities.PoolUsage). The recorder integrates the bytes in use and held by
+(kvcore.contract.capabilities.PoolUsage). The recorder integrates the bytes in use and held by
 the cache over the measurement window, as it does the breakdown's parts (simulator/metrics.py),
 so the columns are time-weighted shares of each pool's capacity; the hit rate is the pool's
 hit tokens over the tokens admissions asked it for, over the whole run. A full-attention run
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kvcore.policies.capabilities import POOL_KINDS, PoolUsage
+from kvcore.contract.capabilities import POOL_KINDS, PoolUsage
 
 #: the per-kind column suffixes, in the order a summary shows them
 POOL_COLUMN_SUFFIXES = ("pool_capacity_bytes", "pool_used_pct", "pool_cached_pct",

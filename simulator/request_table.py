@@ -46,7 +46,7 @@ COLUMN_KINDS: dict[str, str] = {
     "host_hit_tokens": "i", "storage_hit_tokens": "i", "load_stall_s": "f",
 }  # fmt: skip
 
-# what simulator.run, simulator.overload, simulator.reuse_gap and experiments.slo read
+# what simulator.run, simulator.overload, simulator.reuse_gap and experiments.answers.slo read
 SUMMARY_COLUMNS = ("request_id", "status", "arrival_s", "admit_s", "first_token_s",
                    "finish_s", "ttft_s", "tpot_s", "normalized_latency_s", "prompt_len",
                    "cached_tokens")

@@ -12,10 +12,10 @@ import numpy as np
 import simpy
 import torch
 
-from kvcore.breakdown import mean_frag_index, mean_share_pct
+from kvcore.contract.breakdown import mean_frag_index, mean_share_pct
+from kvcore.contract.capabilities import DecodeStretch, LowerTiers, PoolKinds
+from kvcore.model.presets import get_gpu, get_model
 from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy, policy_kind
-from kvcore.policies.capabilities import DecodeStretch, LowerTiers, PoolKinds
-from kvcore.presets import get_gpu, get_model
 from simulator.batch_means import batch_means, batch_ratios, batch_se, batch_text
 from simulator.config import SimConfig
 from simulator.engine import Engine
@@ -415,7 +415,7 @@ def summarize(engine: Engine, rec: Recorder, cfg: SimConfig, policy: KVPolicy,
     }
     if isinstance(policy, PoolKinds):  # hybrids only: full-attention columns stay as they were
         # the page (block) size the policy ran: vLLM raises a hybrid's attention block to fit
-        # its Mamba page (kvcore/hybrid_plan.py), so it may differ from --page-size
+        # its Mamba page (kvcore/model/hybrid_plan.py), so it may differ from --page-size
         out["effective_page_size"] = policy.page_size
         out["pools"] = pool_columns(policy.pool_usage(), rec.pool_seconds, span,
                                     policy.shared_pool)

@@ -1,6 +1,6 @@
 """`RunSummary`: one run's summary as a typed record, one field per summary.csv column.
 
-`simulate` (simulator/run.py) and a fleet (simulator/fleet/) build it; experiments/runner.py
+`simulate` (simulator/run.py) and a fleet (simulator/fleet/) build it; experiments/answers/runner.py
 writes its columns into summary.csv after the resolved options, the metrics of
 reports/schema.py `METRICS` first, then the others in the record's order. The record's field
 names are the column names (tests/simulator/test_run_summary.py checks them against a
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from kvcore.policies.capabilities import POOL_KINDS
+from kvcore.contract.capabilities import POOL_KINDS
 from simulator.config import FLAT_FIELDS
 from simulator.pool_columns import POOL_COLUMN_SUFFIXES
 
@@ -50,7 +50,7 @@ class RunSummary(Mapping[str, Any]):
     requests_completed: int
     requests_rejected: int
 
-    # -- the memory breakdown (kvcore/breakdown.py): its six parts add up to 100; the
+    # -- the memory breakdown (kvcore/contract/breakdown.py): its six parts add up to 100; the
     #    internal part split into over-reservation and page rounding; failed allocations;
     #    the peak of the token states
     token_states_pct: float

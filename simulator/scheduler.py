@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvcore.registry import Registry
+from kvcore.contract.registry import Registry
 from simulator.request import SimRequest
 
 Peek = Callable[[SimRequest], int]

@@ -2,7 +2,7 @@
 `--shared-tier-latency-us`): the options' checks, how each replica is built, the one store
 attached to every replica, and the cluster columns it adds.
 
-The model (kvcore/shared_tier.py, docs/fleet.md "A shared KV tier"):
+The model (kvcore/tiers/shared.py, docs/fleet.md "A shared KV tier"):
 * each replica is built as a run with a storage tier of the shared tier's size, reached at
   the shared tier's bandwidth and latency (`replica_tier`): the storage path of today
   (a prefix past the host hit read into the host, then loaded; the prefetch policy; transfer
@@ -26,7 +26,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from kvcore.shared_tier import SharedTier
+from kvcore.tiers.shared import SharedTier
 from simulator.specs import TierSpec
 
 if TYPE_CHECKING:

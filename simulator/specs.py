@@ -1,9 +1,9 @@
 """`PolicySpec` and `EngineSpec`: what a user chooses about the KV policy and the engine.
 
-Two of the frozen specs a run is composed of (with kvcore.memory.MemorySpec,
-workloads.spec.WorkloadSpec and experiments.options.OutputSpec). Every field is one
+Two of the frozen specs a run is composed of (with kvcore.model.memory.MemorySpec,
+workloads.spec.WorkloadSpec and experiments.options.run_options.OutputSpec). Every field is one
 command-line option and experiment-file key, declared with its help, allowed values and domain
-(kvcore.fields.spec_field) and validated once, when the spec is built.
+(kvcore.contract.fields.spec_field) and validated once, when the spec is built.
 
 They live in the simulator because they are the engine's configuration: `SimConfig`
 (simulator/config.py) is their composition with the resolved pool and the engine's constants.
@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, flag, spec_field
+from kvcore.contract.fields import (
+    MAX_I32,
+    MAX_SEED,
+    MAX_TOKENS,
+    Domain,
+    check_fields,
+    flag,
+    spec_field,
+)
 from simulator import scheduler
 from simulator.admission import ADMISSIONS
 from simulator.attention_backends import ENGINES, AttentionBackend, get_backend
@@ -43,7 +51,7 @@ def _policies() -> list[str]:
 
 
 def _mamba_cache_modes() -> list[str]:
-    from kvcore.policies.base import MAMBA_CACHE_MODES
+    from kvcore.contract.policy import MAMBA_CACHE_MODES
 
     return list(MAMBA_CACHE_MODES)
 
@@ -54,7 +62,7 @@ KV_LAYOUTS = ("hybrid", "full-attention")
 
 
 def _placements() -> list[str]:
-    from kvcore.policies.placement import placement_names
+    from kvcore.contiguous.placement import placement_names
 
     return list(placement_names())
 
@@ -135,8 +143,8 @@ class PolicySpec:
 class EngineSpec:
     """Scheduler, batch limits, latency model, measurement window, seed and checks."""
 
-    # a preset of other options (experiments/engines.py applies it; an explicit option wins):
-    # not read by the engine, so it changes no number itself
+    # a preset of other options (experiments/options/engines.py applies it; an explicit option
+    # wins): not read by the engine, so it changes no number itself
     engine: str | None = spec_field(
         None, "take this engine's defaults for --policy, --admission, --budget and "
         "--latency-profile (each given option wins; default: kvsim's, which are SGLang's "
@@ -236,7 +244,7 @@ LOAD_MODES = ("overlap", "block")
 
 
 def _write_policies() -> list[str]:
-    from kvcore.tiers import WRITE_POLICIES
+    from kvcore.contract.tiers import WRITE_POLICIES
 
     return list(WRITE_POLICIES)
 

@@ -1,4 +1,4 @@
-"""What moving KV between tiers costs in time (the engine's side of kvcore/tiers.py).
+"""What moving KV between tiers costs in time (the engine's side of kvcore/contract/tiers.py).
 
 The cost model (docs/tiers.md):
 * bytes = pages x page bytes per layer x layers (one rank's KV: the pool's unit of cost);
@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvcore.fields import MAX_I32
-from kvcore.presets import GpuPreset, ModelPreset
-from kvcore.tiers import TierState
+from kvcore.contract.fields import MAX_I32
+from kvcore.contract.tiers import TierState
+from kvcore.model.presets import GpuPreset, ModelPreset
 from simulator.request import SimRequest
 from simulator.specs import TierSpec
 

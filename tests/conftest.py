@@ -93,7 +93,7 @@ def validation_run(tmp_path_factory):
 def _restore_model_presets():
     """`--model-config` registers the loaded model in the global preset table; keep that from
     leaking into other tests."""
-    from kvcore.presets import MODELS
+    from kvcore.model.presets import MODELS
 
     saved = dict(MODELS)
     yield

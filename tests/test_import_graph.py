@@ -9,6 +9,12 @@ The layers, bottom to top: kvcore < workloads < simulator < experiments < cli. A
 import its own package and the packages below it. reports/ (reading, drawing and writing
 results) sits beside them: only experiments/ and cli.py import it, and it imports neither
 experiments/ nor, even indirectly, a simulator module that runs a simulation.
+
+Inside kvcore the folders are layers too: the plumbing (contract/registry, fields, validation)
+< model/ < the rest of contract/ < tiers/ < the families (contiguous/, sglang/, vllm/), which
+import neither each other nor the catalog, < policies/ (the catalog, which registers them).
+experiments/ likewise: options/ < execution/ < answers/ (the use cases) < validation/ and
+console/ (typer and the terminal) < cli.py.
 """
 
 from __future__ import annotations
@@ -32,6 +38,22 @@ ALLOWED: dict[str, set[str]] = {
 SIMULATION_ENTRY_POINTS = {"simulator.run", "simulator.engine"}
 # edges left out of the cycle check, each with the change that removes it
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
+# kvcore's folders, bottom to top; a folder imports its own and those below it
+KVCORE_PLUMBING = {"kvcore.contract.registry", "kvcore.contract.fields",
+                   "kvcore.contract.validation"}
+KVCORE_FAMILIES = ("kvcore.contiguous", "kvcore.sglang", "kvcore.vllm")
+# experiments' folders -> the folders of experiments each may import (its own included)
+EXPERIMENTS_FOLDERS: dict[str, set[str]] = {
+    "experiments": set(),
+    "experiments.options": {"experiments.options"},
+    "experiments.execution": {"experiments.options", "experiments.execution"},
+    "experiments.answers": {"experiments.options", "experiments.execution",
+                            "experiments.answers"},
+    "experiments.validation": {"experiments.options", "experiments.execution",
+                               "experiments.answers", "experiments.validation"},
+    "experiments.console": {"experiments.options", "experiments.execution",
+                            "experiments.answers", "experiments.console"},
+}
 
 
 def _module_name(path: Path) -> str:
@@ -123,9 +145,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read():
     g = import_graph()
-    assert {"cli", "kvcore.planner", "experiments.options", "reports.plots"} <= set(g)
-    assert "experiments.options" in g["cli"]
-    assert "kvcore.memory" in g["kvcore.planner"]
+    assert {"cli", "kvcore.model.planner", "experiments.options.run_options",
+            "reports.plots"} <= set(g)
+    assert "experiments.options.run_options" in g["cli"]
+    assert "kvcore.model.memory" in g["kvcore.model.planner"]
 
 
 def test_no_import_cycles():
@@ -162,3 +185,36 @@ def test_reports_only_reads_results():
                 todo.append(t)
     assert reached & SIMULATION_ENTRY_POINTS == set()
     assert not any(_package(m) == "experiments" for m in reached)
+
+
+def _kvcore_folder(module: str) -> str:
+    if module in KVCORE_PLUMBING:
+        return "plumbing"
+    return ".".join(module.split(".")[:2])
+
+
+def test_kvcore_folders():
+    below = {"plumbing": {"plumbing"},
+             "kvcore.model": {"plumbing", "kvcore.model"},
+             "kvcore.contract": {"plumbing", "kvcore.model", "kvcore.contract"},
+             "kvcore.tiers": {"plumbing", "kvcore.model", "kvcore.contract", "kvcore.tiers"}}
+    for family in KVCORE_FAMILIES:  # a family: the layers below and itself, no other family
+        below[family] = below["kvcore.tiers"] | {family}
+    below["kvcore.policies"] = set(below) | {"kvcore.policies"}
+    below["kvcore"] = {"kvcore"}
+    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if _package(m) == "kvcore"
+           for t in sorted(ts) if _kvcore_folder(t) not in below[_kvcore_folder(m)]]
+    assert bad == []
+
+
+def _folder(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_experiments_folders():
+    g = import_graph()
+    assert {_folder(m) for m in g if _package(m) == "experiments"} == set(EXPERIMENTS_FOLDERS)
+    bad = [f"{m} imports {t}" for m, ts in g.items() if _package(m) == "experiments"
+           for t in sorted(ts) if _package(t) == "experiments"
+           and _folder(t) not in EXPERIMENTS_FOLDERS[_folder(m)]]
+    assert bad == []

@@ -129,7 +129,7 @@ def _digests_of_cells() -> Iterator[dict[str, str]]:
     """While active, every sweep cell's requests digest by its config hash: the real
     `simulate_options` wrapped, so each cell is simulated once, through the sweep's own
     `run_cell` (sweep writes no requests.parquet; this is the frame `kvsim run` writes)."""
-    from experiments import runner
+    from experiments.answers import runner
 
     real = runner.simulate_options
     seen: dict[str, str] = {}

@@ -12,7 +12,7 @@ finished request, so a run holds only the requests in flight.
 
 It is a read-only `Sequence[Request]`: `len`, iteration, an index or a contiguous slice
 (`w.requests[:n]` stays columnar); `arrivals` gives the arrival column without building any
-request. Pickles small (a sweep hands one to its workers, experiments/shared.py).
+request. Pickles small (a sweep hands one to its workers, experiments/execution/shared.py).
 """
 
 from __future__ import annotations

@@ -305,8 +305,8 @@ def _flag(name: str) -> str:
 def check_options_used(spec: WorkloadSpec, workload: Workload) -> None:
     """WorkloadError for an option set away from its default that the workload `spec` built
     would ignore: a silent no-op reads as an answer to a question nobody simulated. Called on
-    the user's path (experiments.runner.simulate_options), not by `build_workload` itself, so
-    a library caller may share one spec between generators."""
+    the user's path (experiments.answers.runner.simulate_options), not by `build_workload` itself,
+    so a library caller may share one spec between generators."""
     timestamps = workload.meta.get("arrival") == "trace"
     is_trace = spec.trace is not None or spec.name in _TRACES
     what = f"--trace {spec.trace}" if spec.trace is not None else f"--workload {spec.name}"

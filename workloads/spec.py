@@ -2,11 +2,11 @@
 
 Each field is one command-line option and experiment-file key of kvsim's run commands
 (`rate_scale` is `--rate-scale`; `name` is `--workload`), declared with its help, allowed
-values and domain (kvcore.fields.spec_field), and validated once, when the spec is built.
+values and domain (kvcore.contract.fields.spec_field), and validated once, when the spec is built.
 `None` means "the named workload's default" (see `workloads.registry.list_workloads`).
 
 Two fields are not options of a composed run: `seed` and `max_context_len` come from the
-run's `--seed` and its model's maximum context (experiments.options fills them in).
+run's `--seed` and its model's maximum context (experiments.options.run_options fills them in).
 
 The built-in workload names belong to workloads.registry, which imports this module; it hands
 its names over with `register_workload_names` instead of this module importing it back.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kvcore.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
+from kvcore.contract.fields import MAX_I32, MAX_SEED, MAX_TOKENS, Domain, check_fields, spec_field
 from workloads.errors import WorkloadError
 from workloads.ladder import DEFAULT_GAP_S, LADDER_TYPES, parse_ladder
 from workloads.traces.formats import TRACE_FORMATS
@@ -28,7 +28,7 @@ ARRIVALS = ("poisson", "gamma", "fixed", "trace", "diurnal", "ladder", "burst")
 LENGTH_MODELS = ("sharegpt", "alpaca", "sharegpt-real", "fixed", "uniform", "lognormal")
 
 # options read by one arrival process only -> that process. Summary rows and the config hash
-# carry them only for runs of that process (experiments.runner.summary_row,
+# carry them only for runs of that process (experiments.answers.runner.summary_row,
 # RunOptions.config_hash), so the columns and hashes of every other run are what they were
 # before the option existed: a resumed sweep does not re-run its cells, and recorded results
 # keep their columns.

@@ -51,8 +51,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+from kvcore.contract.validation import InvariantError, cdiv
 from kvcore.sglang.allocator import PagedAllocator
-from kvcore.validation import InvariantError, cdiv
 
 Survivors = Literal["top-k", "uniform", "coalesced", "independent"]
 SURVIVORS: tuple[str, ...] = ("top-k", "uniform", "coalesced", "independent")

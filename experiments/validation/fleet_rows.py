@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from experiments.validation.rows import make_row
-from kvcore.memory import MemorySpec
-from kvcore.planner import plan
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import plan
 
 SECTION = "Fleet pools"
 

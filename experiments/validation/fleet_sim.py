@@ -361,8 +361,8 @@ def _options(setup: str, router: str, router_args: str, seed: int = 0) -> dict[s
 def simulate_router(setup: str, published_router: str, router: str, router_args: str = "",
                     seed: int = 0) -> RouterOutcome:
     """Simulate one router of a setup and cut its requests by ladder stage."""
-    from experiments.options import RunOptions
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
+    from experiments.options.run_options import RunOptions
     from simulator.request_table import column
     from workloads import build_workload
 

@@ -1,5 +1,5 @@
 """Hybrid-model rows: vLLM's start-up lines for hybrid models reproduced from kvsim's presets
-under the rules of the vLLM version that printed them (kvcore.vllm_rules), and the KV memory
+under the rules of the vLLM version that printed them (kvcore.model.vllm_rules), and the KV memory
 wasted when sliding-window layers are stored as full attention.
 
 Block sizes: `kvsim plan --budget vllm` on the preset. The published figures are vLLM's
@@ -33,13 +33,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from experiments.validation.rows import make_row
-from kvcore.hybrid_plan import HybridPlan, kv_waste_as_full, vllm_plan
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.memory import MemorySpec
-from kvcore.planner import plan
-from kvcore.presets import GiB
-from kvcore.state_dtypes import resolve_state_dtypes
-from kvcore.vllm_rules import vllm_rules
+from kvcore.model.hybrid_plan import HybridPlan, kv_waste_as_full, vllm_plan
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import plan
+from kvcore.model.presets import GiB
+from kvcore.model.state_dtypes import resolve_state_dtypes
+from kvcore.model.vllm_rules import vllm_rules
 
 SECTION = "Hybrid models"
 BLOCK_SIZES = (  # model, vLLM version, published block size, Mamba padding % (None: not logged)
@@ -103,7 +103,7 @@ LOG_ROWS: tuple[LogRow, ...] = (
 
 
 def log_plan(row: LogRow) -> HybridPlan:
-    """vLLM's plan of `row` (kvcore.hybrid_plan.vllm_plan under the row's version): the
+    """vLLM's plan of `row` (kvcore.model.hybrid_plan.vllm_plan under the row's version): the
     preset's layout, its states as that version stores them in the log's dtype and with its
     speculative tokens."""
     rules = vllm_rules(row.version)
@@ -152,7 +152,7 @@ def hybrid_rows(notes: dict[str, str] | None = None) -> list[dict]:
         notes["Hybrid start-up logs"] = (
             "Each row pair is one vLLM log's 'GPU KV cache size' and 'Maximum concurrency' "
             "lines, computed by kvsim's planner under the rules of the version that printed "
-            "them (kvcore/vllm_rules.py: up to v0.20.0 the token figure is num_blocks // "
+            "them (kvcore/model/vllm_rules.py: up to v0.20.0 the token figure is num_blocks // "
             "groups x the smallest block, from v0.20.1 int(concurrency x max_model_len); "
             "prefix caching off by default for hybrids until v0.26, mamba cache mode none "
             "then, align for gated delta net models with it on, two state pages per request "

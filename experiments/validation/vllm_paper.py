@@ -27,8 +27,8 @@ from experiments.validation.rows import (
     saturated,
     sharegpt_workload,
 )
-from kvcore.memory import MemorySpec
-from kvcore.planner import plan
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import plan
 from workloads.registry import build_workload
 from workloads.spec import WorkloadSpec
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from kvcore.validation import InvariantError, positive_int
+from kvcore.contract.validation import InvariantError, positive_int
 
 IntsLike = torch.Tensor | Sequence[int]
 _MIN, _ANY = np.minimum.reduce, np.logical_or.reduce

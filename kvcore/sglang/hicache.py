@@ -2,7 +2,7 @@
 manager's tier member (`SGLangPolicy.tiers`, built when the configuration asks for a host
 tier; kvcore/sglang/policy.py).
 
-It is the tier controller (kvcore/tier_controller.py: write policy decisions, reuse counts,
+It is the tier controller (kvcore/tiers/controller.py: write policy decisions, reuse counts,
 loads in flight, traffic) over radix-path stores (kvcore/sglang/tier_tree.py `TierTree`), plus
 what depends on the device tree: an admission's device match continues into the host and
 storage trees and the hit is loaded into new device pages, which the request then holds like
@@ -27,13 +27,13 @@ from collections.abc import Collection
 import numpy as np
 import torch
 
+from kvcore.contract.tiers import TierConfig, TierHit
+from kvcore.contract.validation import InvariantError
 from kvcore.sglang.allocator import PagedAllocator
 from kvcore.sglang.node import MatchResult, TreeNode
 from kvcore.sglang.radix_cache import RadixCache
 from kvcore.sglang.tier_tree import TierTree, page_slots, path_key
-from kvcore.tier_controller import TierController
-from kvcore.tiers import TierConfig, TierHit
-from kvcore.validation import InvariantError
+from kvcore.tiers.controller import TierController
 
 __all__ = ["HiCache"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kvcore.validation import InvariantError, non_negative_int, positive_int
+from kvcore.contract.validation import InvariantError, non_negative_int, positive_int
 
 __all__ = ["MambaPool"]
 

@@ -24,7 +24,7 @@ strategy, which asserts page size 1) and `HybridReqToTokenPool`:
   later versions default to `auto`, whose `extra_buffer` choice adds 1 or 2 slots per request
   and tracks states inside prompts, not modelled): at most `slots // 3` run with the radix
   cache (a running request's own state, the cached state its hit locks, the fork made when
-  its prefix is cached), `slots // 1` without it (kvcore/hybrid_plan.py
+  its prefix is cached), `slots // 1` without it (kvcore/model/hybrid_plan.py
   `MAMBA_SLOTS_PER_REQUEST`). At the cap, or with no slot to give, admission is refused,
   which the engine treats as memory it must wait for.
 
@@ -37,14 +37,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.hybrid_plan import MAMBA_SLOTS_PER_REQUEST
-from kvcore.policies.capabilities import PoolUsage
-from kvcore.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.capabilities import PoolUsage
+from kvcore.contract.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.validation import InvariantError
+from kvcore.model.hybrid_plan import MAMBA_SLOTS_PER_REQUEST
 from kvcore.sglang.mamba_pool import MambaPool
 from kvcore.sglang.node import TreeNode
 from kvcore.sglang.pool_kind import PoolKind, side_lru
 from kvcore.sglang.radix_cache import RadixCache, Walker
-from kvcore.validation import InvariantError
 
 __all__ = ["MambaStates"]
 

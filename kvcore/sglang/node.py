@@ -25,8 +25,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from kvcore.registry import Registry
-from kvcore.validation import int_array
+from kvcore.contract.registry import Registry
+from kvcore.contract.validation import int_array
 
 #: a child's key in its parent's map: its first token (page size 1) or first page's bytes
 ChildKey = int | bytes

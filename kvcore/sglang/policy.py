@@ -1,5 +1,5 @@
 """`SGLangPolicy`: SGLang's memory system as one manager for every layout, the `paged` and
-`paged-nocache` policies (registered in kvcore/sglang/registered.py).
+`paged-nocache` policies (built in kvcore/sglang/__init__.py).
 
 Full attention is the layout with no side pool: a `PagedAllocator` and a `RadixCache`. A hybrid
 layout adds side pools (kvcore/sglang/pools.py: sliding-window KV allocated with the full
@@ -24,7 +24,7 @@ admissions or preempting (SGLang retracts). The breakdown's sums over the rows a
 totals (kvcore/sglang/totals.py `Totals`) that each call updates for the rows it touches;
 `check_invariants` compares them with a recount.
 
-The engine asks what a policy can do by its class (kvcore/policies/capabilities.py), so the
+The engine asks what a policy can do by its class (kvcore/contract/capabilities.py), so the
 capabilities a layout has are the classes at the end: full attention adds `DecodeStretch` (its
 decode only grows the full pool, so n steps have a closed form), a host tier `LowerTiers`, side
 pools `PoolKinds` (they step one decode at a time: a sliding window's frees happen when
@@ -39,24 +39,24 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from kvcore.breakdown import PARTS, MemoryBreakdown
-from kvcore.policies.base import AdmitResult, PolicyConfig, PrefixPeek
-from kvcore.policies.capabilities import (
+from kvcore.contract.breakdown import PARTS, MemoryBreakdown
+from kvcore.contract.capabilities import (
     DecodeStretch,
     LowerTiers,
     PoolKinds,
     PoolUsage,
     PrefixCache,
 )
-from kvcore.req_to_token_pool import ReqToTokenPool, step_column
+from kvcore.contract.policy import AdmitResult, PolicyConfig, PrefixPeek
+from kvcore.contract.req_to_token_pool import ReqToTokenPool, step_column
+from kvcore.contract.tiers import TierHit, TierState
+from kvcore.contract.validation import InvariantError
 from kvcore.sglang.hicache import HiCache
 from kvcore.sglang.node import TreeNode, as_key
 from kvcore.sglang.pools import layout_pools
 from kvcore.sglang.radix_cache import RadixCache
 from kvcore.sglang.stretch import plan_stretch, steps_within, stretch_profile, stretch_slots
 from kvcore.sglang.totals import Totals, grow_totals, recount_totals
-from kvcore.tiers import TierHit, TierState
-from kvcore.validation import InvariantError
 
 __all__ = ["FullAttentionPolicy", "PoolKindsPolicy", "SGLangPolicy", "TieredPolicy"]
 

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvcore.policies.capabilities import PoolUsage
-from kvcore.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.capabilities import PoolUsage
+from kvcore.contract.req_to_token_pool import ReqToTokenPool
 from kvcore.sglang.node import TreeNode
 from kvcore.sglang.radix_cache import RadixCache, Walker
 

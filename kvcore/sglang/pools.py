@@ -3,7 +3,7 @@
 
 Full attention is the layout with no side pool: `kv_tokens // page_size` pages in one
 `PagedAllocator`. A hybrid layout (`PolicyConfig.layout`) is sized by
-`kvcore.hybrid_plan.sglang_plan` from the rank's KV budget (`PolicyConfig.kv_bytes`), so the
+`kvcore.model.hybrid_plan.sglang_plan` from the rank's KV budget (`PolicyConfig.kv_bytes`), so the
 planner and the simulation agree: the full-attention pages and, with sliding-window (or chunked
 local) layers, an SWA pool of `swa_full_tokens_ratio` x its tokens allocated with them
 (kvcore/sglang/swa_pool.py, the `SlidingWindow` kind); with linear-attention / Mamba layers, a
@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.hybrid_plan import HybridPlan, sglang_plan
-from kvcore.layers import CHUNKED, FULL, SLIDING
-from kvcore.policies.base import PolicyConfig
+from kvcore.contract.policy import PolicyConfig
+from kvcore.contract.validation import positive_int
+from kvcore.model.hybrid_plan import HybridPlan, sglang_plan
+from kvcore.model.layers import CHUNKED, FULL, SLIDING
 from kvcore.sglang.allocator import PagedAllocator
 from kvcore.sglang.mamba_pool import MambaPool
 from kvcore.sglang.mamba_state import MambaStates
 from kvcore.sglang.pool_kind import PoolKind
 from kvcore.sglang.sliding_window import SlidingWindow
 from kvcore.sglang.swa_pool import SWAPagePool
-from kvcore.validation import positive_int
 
 __all__ = ["LayoutPools", "layout_pools"]
 

@@ -42,6 +42,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from kvcore.contract.validation import InvariantError, positive_int
 from kvcore.sglang.allocator import PagedAllocator
 from kvcore.sglang.node import (
     EVICTION_PRIORITIES,
@@ -53,7 +54,6 @@ from kvcore.sglang.node import (
     frozen,
     partial_page_hit,
 )
-from kvcore.validation import InvariantError, positive_int
 
 __all__ = ["RadixCache", "TreeHooks", "Walker"]
 
@@ -98,7 +98,7 @@ class RadixCache:
         self.eviction = eviction
         self.kinds = tuple(kinds)
         self._priority = priority
-        # called with each leaf about to be evicted, still linked (kvcore/tiers.py backs it
+        # called with each leaf about to be evicted, still linked (kvcore/contract/tiers.py backs it
         # up into a lower tier); None costs one attribute test per evicted leaf
         self.on_evict: Callable[[TreeNode], None] | None = None
         # KV events: called with (True, leaf) once a new leaf's tokens entered the tree and

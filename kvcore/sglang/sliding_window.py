@@ -53,13 +53,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvcore.policies.capabilities import PoolUsage
-from kvcore.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.capabilities import PoolUsage
+from kvcore.contract.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.validation import InvariantError, positive_int
 from kvcore.sglang.node import TreeNode
 from kvcore.sglang.pool_kind import PoolKind, side_lru
 from kvcore.sglang.radix_cache import RadixCache, Walker
 from kvcore.sglang.swa_pool import SWAPagePool
-from kvcore.validation import InvariantError, positive_int
 
 __all__ = ["SlidingWindow"]
 

@@ -3,9 +3,9 @@
 step's token lands. A stretch has three forms by its length against the page: at page size 1
 every step pops one page per request, a stretch of at most a page takes at most one page per
 request (plain-int sums, `short_stretch`), a longer one takes several (the (steps x batch)
-arrays of kvcore/breakdown.py). `plan_stretch`, `stretch_slots` and `stretch_profile` pick the
-form, so the manager has one decode stretch. Plain functions of the row arrays, so each form
-can be checked against what it replaces (tests/kvcore/test_paged_fast_paths.py).
+arrays of kvcore/contract/breakdown.py). `plan_stretch`, `stretch_slots` and `stretch_profile`
+pick the form, so the manager has one decode stretch. Plain functions of the row arrays, so each
+form can be checked against what it replaces (tests/kvcore/test_paged_fast_paths.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.breakdown import (
+from kvcore.contract.breakdown import (
     PARTS,
     MemoryBreakdown,
     page_growth_profile,
@@ -66,8 +66,8 @@ def short_stretch_slots(last1: np.ndarray, room: np.ndarray, order: list[int],
 
 def short_stretch(base: tuple[int, ...], written: list[int], final: list[int],
                   page_size: int, n: int) -> ShortStretch:
-    """`page_growth_within_page` (kvcore/breakdown.py) from plain ints, for a batch of a few
-    dozen requests: a Python pass over the requests that take a page costs less than that
+    """`page_growth_within_page` (kvcore/contract/breakdown.py) from plain ints, for a batch of a
+    few dozen requests: a Python pass over the requests that take a page costs less than that
     function's dozen numpy calls. Request i (room r_i = ceil_ps(w_i) - w_i on its last page)
     takes one new page at step r_i + 1 when r_i < n (1 <= n <= page_size), which moves its
     rounding by min(max(ceil_ps(w_i) - final_i + ps, 0), ps). `base` is the breakdown's

@@ -15,7 +15,7 @@ cache drive it exactly as they drive the full-attention layout's allocator; the 
 second `PagedAllocator` (`swa`). The map is per page (SGLang's is per token; pages are
 allocated and freed whole, so one entry per page says the same). Chunked local attention
 layers are served by the same SWA pool (SGLang runs Llama 4's chunked layers as its hybrid SWA
-path; kvcore/hybrid_plan.py sizes them together).
+path; kvcore/model/hybrid_plan.py sizes them together).
 
 Invariants (`check_invariants`), besides each allocator's own:
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from kvcore.contract.validation import InvariantError, positive_int
 from kvcore.sglang.allocator import IntsLike, PagedAllocator
-from kvcore.validation import InvariantError, positive_int
 
 __all__ = ["SWAPagePool"]
 

@@ -1,6 +1,6 @@
 """A lower KV tier keyed by radix-tree path (SGLang HiCache's host / storage tiers behind the
 `paged` policy's device tree): `TierTree`, the store kvcore/sglang/hicache.py drives through
-the tier controller (kvcore/tier_controller.py; vLLM's is kvcore/vllm/block_tiers.py `BlockTier`).
+the tier controller (kvcore/tiers/controller.py; vLLM's is kvcore/vllm/block_tiers.py `BlockTier`).
 
 Why it is built this way:
 * A tier is a `RadixCache` over its own `PagedAllocator` (the same page allocator class as the
@@ -28,11 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from kvcore.contract.tiers import tier_pages
+from kvcore.contract.validation import InvariantError
 from kvcore.sglang.allocator import PagedAllocator
 from kvcore.sglang.node import TreeNode, frozen
 from kvcore.sglang.radix_cache import RadixCache
-from kvcore.tiers import tier_pages
-from kvcore.validation import InvariantError
 
 
 def path_key(node: TreeNode) -> np.ndarray:
@@ -60,7 +60,7 @@ class TierTree(RadixCache):
         self.lower = lower
         self.pages_in = 0  # pages written into this tier (what the link into it carried)
         #: also write what this tier writes into `lower` (a shared tier below the host:
-        #: kvcore/shared_tier.py); otherwise `lower` takes only what this tier evicts
+        #: kvcore/tiers/shared.py); otherwise `lower` takes only what this tier evicts
         self.through = False
         if lower is not None:
             self.on_evict = self._spill

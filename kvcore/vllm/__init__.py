@@ -3,7 +3,8 @@
 One manager for every model (kvcore/vllm/manager.py `VLLMManager`): a model whose layers are
 all full attention is one KV cache group; a hybrid model (sliding-window, chunked, linear
 attention or Mamba layers) has one group per kind, all drawing blocks from the same pool
-(vLLM's hybrid KV cache manager). The factory picks what the engine sees: the manager itself,
+(vLLM's hybrid KV cache manager). The factory (registered in the catalog,
+kvcore/policies/__init__.py) picks what the engine sees: the manager itself,
 the manager reporting its pools per layer kind on a hybrid layout
 (kvcore/vllm/pool_kinds.py `PooledVLLMManager`), or the manager with a host (and storage)
 tier behind a full-attention model (kvcore/vllm/tiered.py `TieredVLLMManager`).
@@ -11,17 +12,12 @@ tier behind a full-attention model (kvcore/vllm/tiered.py `TieredVLLMManager`).
 
 from __future__ import annotations
 
-from kvcore.policies.base import KVPolicy, PolicyConfig, register_policy
+from kvcore.contract.policy import KVPolicy, PolicyConfig
 from kvcore.vllm.manager import VLLMManager
 from kvcore.vllm.pool_kinds import PooledVLLMManager
 from kvcore.vllm.tiered import TieredVLLMManager
 
 
-@register_policy(
-    "vllm",
-    when="compare with vLLM v1: paged blocks, prefix caching of full blocks via chained hashes",
-    caches_prefix=True, supports_tiers=True, supports_hybrid=True,
-)
 def make_vllm(config: PolicyConfig) -> KVPolicy:
     """The `vllm` policy of `config`: its model's layout decides the groups."""
     tier_config = config.tier_config

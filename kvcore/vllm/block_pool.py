@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 from kvcore.vllm.block_hash import NONE_HASH, block_hashes
 from kvcore.vllm.chain_index import ChainIndex
 from kvcore.vllm.free_queue import FreeKVCacheBlockQueue

@@ -27,9 +27,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from kvcore.breakdown import pages_at_steps
-from kvcore.req_to_token_pool import ReqToTokenPool
-from kvcore.validation import InvariantError, cdiv
+from kvcore.contract.breakdown import pages_at_steps
+from kvcore.contract.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.validation import InvariantError, cdiv
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 

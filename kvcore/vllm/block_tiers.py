@@ -37,8 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvcore.tiers import tier_pages
-from kvcore.validation import InvariantError
+from kvcore.contract.tiers import tier_pages
+from kvcore.contract.validation import InvariantError
 from kvcore.vllm.block_hash import NONE_HASH
 from kvcore.vllm.block_pool import HashedBlocks
 
@@ -111,7 +111,7 @@ class BlockTier:
         self.lower = lower
         self.pages_in = 0  # blocks written into this tier (what the link into it carried)
         #: also write the blocks this tier writes into `lower` (a shared tier below the host:
-        #: kvcore/shared_tier.py); otherwise `lower` takes only what this tier evicts
+        #: kvcore/tiers/shared.py); otherwise `lower` takes only what this tier evicts
         self.through = False
         if lower is not None:
             self.pool.on_evict = self._spill

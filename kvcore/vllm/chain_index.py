@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 
 _U64 = np.uint64
 _NO_BLOCKS = np.zeros(0, dtype=np.int64)

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvcore.layers import FULL
+from kvcore.model.layers import FULL
 from kvcore.vllm.block_pool import BlockPool
 from kvcore.vllm.chain_memo import ChainEntry, ChainMemo
 from kvcore.vllm.group_rules import FullAttention, GroupRule

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 

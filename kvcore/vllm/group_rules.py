@@ -37,8 +37,8 @@ from itertools import repeat
 
 import numpy as np
 
-from kvcore.layers import FULL
-from kvcore.validation import cdiv
+from kvcore.contract.validation import cdiv
+from kvcore.model.layers import FULL
 from kvcore.vllm.block_hash import NONE_HASH
 from kvcore.vllm.block_pool import BlockPool
 from kvcore.vllm.block_table import BlockTable

@@ -2,7 +2,7 @@
 
 A model whose layers are all full attention is one KV cache group of `num_pages` blocks
 (`full_attention_groups`). A hybrid model's groups are sized here with the planner's own
-functions (kvcore/hybrid_plan.py: `vllm_block_size`, `vllm_kinds`, `vllm_group_size`,
+functions (kvcore/model/hybrid_plan.py: `vllm_block_size`, `vllm_kinds`, `vllm_group_size`,
 `vllm_plan`), so what `kvsim plan` prints and what the simulation allocates are the same
 blocks. The `vllm` manager (kvcore/vllm/manager.py) builds one group rule per group
 (kvcore/vllm/group_rules.py) from these specs.
@@ -44,17 +44,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.hybrid_plan import (
+from kvcore.contract.validation import cdiv
+from kvcore.model.hybrid_plan import (
     HybridPlan,
     vllm_block_size,
     vllm_kinds,
     vllm_plan,
 )
-from kvcore.layers import CHUNKED, FULL, SLIDING, HybridLayout
-from kvcore.validation import cdiv
-from kvcore.vllm_rules import VllmRules
+from kvcore.model.layers import CHUNKED, FULL, SLIDING, HybridLayout
+from kvcore.model.vllm_rules import VllmRules
 
-# vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`, kvcore.vllm_rules):
+# vLLM's Mamba prefix-cache modes (vllm/config/cache.py `MambaCacheMode`, kvcore.model.vllm_rules):
 # "none" keeps one state block per request and caches nothing (prefix caching off); "align"
 # keeps the state at block boundaries where a scheduler step ends (the scheduler cuts prefill
 # chunks there); "all" keeps the state at every block boundary. Which one a run uses when

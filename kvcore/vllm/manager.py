@@ -46,17 +46,18 @@ from itertools import accumulate
 
 import numpy as np
 
-from kvcore.breakdown import MemoryBreakdown
-from kvcore.policies.base import MAMBA_CACHE_MODES, AdmitResult, PolicyConfig, PrefixPeek
-from kvcore.policies.capabilities import DecodeStretch, PrefixCache
-from kvcore.req_to_token_pool import ReqToTokenPool
-from kvcore.validation import (
+from kvcore.contract.breakdown import MemoryBreakdown
+from kvcore.contract.capabilities import DecodeStretch, PrefixCache
+from kvcore.contract.policy import MAMBA_CACHE_MODES, AdmitResult, PolicyConfig, PrefixPeek
+from kvcore.contract.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.validation import (
     InvariantError,
     cdiv,
     check_request_lengths,
     non_negative_int,
     positive_int,
 )
+from kvcore.model.vllm_rules import vllm_rules
 from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
 from kvcore.vllm.block_pool import BlockPool
 from kvcore.vllm.block_table import (
@@ -79,7 +80,6 @@ from kvcore.vllm.kv_cache_groups import KVCacheGroups, full_attention_groups, vl
 from kvcore.vllm.request import Request
 from kvcore.vllm.state_evictions import StateEvictions
 from kvcore.vllm.stretch import Stretch
-from kvcore.vllm_rules import vllm_rules
 
 
 def as_ids(token_ids: np.ndarray) -> np.ndarray:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.policies.base import PolicyConfig
-from kvcore.policies.capabilities import PoolKinds, PoolUsage
+from kvcore.contract.capabilities import PoolKinds, PoolUsage
+from kvcore.contract.policy import PolicyConfig
 from kvcore.vllm.manager import VLLMManager
 from kvcore.vllm.stretch import Stretch
 

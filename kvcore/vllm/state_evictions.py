@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 from kvcore.vllm.block_pool import BlockPool
 
 

@@ -30,8 +30,8 @@ from typing import Protocol
 
 import numpy as np
 
-from kvcore.breakdown import PARTS
-from kvcore.validation import non_negative_int
+from kvcore.contract.breakdown import PARTS
+from kvcore.contract.validation import non_negative_int
 from kvcore.vllm.block_pool import BlockPool
 from kvcore.vllm.block_table import PageTable
 from kvcore.vllm.group_rules import Free, GroupRule, MambaState

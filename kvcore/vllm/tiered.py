@@ -10,7 +10,7 @@ not prefilled). The host blocks a load reads stay held until the request's prefi
 (`cache_prefix`) or it leaves (`release` / `finish`): the load's time in flight, which the
 engine charges from `AdmitResult.host_hit` / `storage_hit` and `tier_state()`.
 
-The tier controller (kvcore/tier_controller.py, `self.tiers`) builds the stores, decides the
+The tier controller (kvcore/tiers/controller.py, `self.tiers`) builds the stores, decides the
 write policy and the reuse counts, and keeps the loads in flight, the traffic and the tier
 state; this module finds a prefix in the block stores and loads it. Write policies:
 * `write_back`: a block the device pool lazily evicts is stored on the host (the pool's
@@ -24,7 +24,7 @@ state; this module finds a prefix in the block stores and loads it. Write polici
 
 Loads take device blocks from the free queue (lazily evicting device cache; the device hit is
 already touched, so safe); if the device cannot give room for the whole hit, what fits is
-loaded, head first, as kvcore/tiers.py's fetch does. The `vllm` factory (kvcore/vllm/
+loaded, head first, as kvcore/contract/tiers.py's fetch does. The `vllm` factory (kvcore/vllm/
 __init__.py) builds this class only when the configuration asks for a host tier, so a run
 without one is `VLLMManager` itself. A hybrid model has no host tier (the factory refuses
 one), so the device blocks here are the one full-attention group's (`tables[0]`).
@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.breakdown import MemoryBreakdown
-from kvcore.policies.base import AdmitResult, PolicyConfig
-from kvcore.policies.capabilities import LowerTiers
-from kvcore.tier_controller import TierController
-from kvcore.tiers import TierConfig, TierHit, TierState
-from kvcore.validation import InvariantError
+from kvcore.contract.breakdown import MemoryBreakdown
+from kvcore.contract.capabilities import LowerTiers
+from kvcore.contract.policy import AdmitResult, PolicyConfig
+from kvcore.contract.tiers import TierConfig, TierHit, TierState
+from kvcore.contract.validation import InvariantError
+from kvcore.tiers.controller import TierController
 from kvcore.vllm.block_hash import NONE_HASH
 from kvcore.vllm.block_tiers import BlockTier
 from kvcore.vllm.manager import VLLMManager, as_ids

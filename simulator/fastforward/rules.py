@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.policies.base import KVPolicy
-from kvcore.policies.capabilities import DecodeStretch, LowerTiers, Reserving
-from kvcore.tiers import WRITES
+from kvcore.contract.capabilities import DecodeStretch, LowerTiers, Reserving
+from kvcore.contract.policy import KVPolicy
+from kvcore.contract.tiers import WRITES
 from simulator.config import SimConfig
 from simulator.latency import LatencyModel, PrefillBatch, step_ends
 from simulator.scheduler import QueueOrder

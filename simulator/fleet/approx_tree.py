@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 
 __all__ = ["ApproxTree", "MatchResult"]
 

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from kvcore.shared_tier import SharedTier
+from kvcore.tiers.shared import SharedTier
 from simulator.arrivals import Arrivals
 from simulator.config import SimConfig
 from simulator.fleet.kv_events import attach_kv_events, event_block

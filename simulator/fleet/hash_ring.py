@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 
 __all__ = ["HashRing", "hash64", "load_ok"]
 

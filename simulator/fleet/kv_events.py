@@ -23,8 +23,8 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
-from kvcore.policies.base import KVPolicy
-from kvcore.policies.capabilities import PoolKinds, PrefixCache
+from kvcore.contract.capabilities import PoolKinds, PrefixCache
+from kvcore.contract.policy import KVPolicy
 from kvcore.sglang.radix_cache import RadixCache
 from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
 from kvcore.vllm.block_pool import BlockPool

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 
 __all__ = ["KVEventIndex"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 
 __all__ = ["LRUIndex"]
 

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from kvcore.registry import Registry
+from kvcore.contract.registry import Registry
 from kvcore.vllm.block_hash import NONE_HASH, ChainHasher, block_hashes
 from simulator.fleet.kv_index import KVEventIndex
 

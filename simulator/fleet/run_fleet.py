@@ -21,7 +21,7 @@ import numpy as np
 import simpy
 import torch
 
-from kvcore.breakdown import PARTS
+from kvcore.contract.breakdown import PARTS
 from simulator.config import SimConfig
 from simulator.fleet.fleet import Fleet
 from simulator.fleet.router import ROUTERS, parse_settings

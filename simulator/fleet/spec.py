@@ -2,8 +2,8 @@
 delay), and the checks that need the policy too.
 
 `--replicas 1` (the default) is today's single engine: the fleet options then stay out of the
-summary and the config hash (experiments/options.py), and giving a router option with one
-replica is a mistake (`check`). A grid that varies `--replicas` drops the router options
+summary and the config hash (experiments/options/run_options.py), and giving a router option with
+one replica is a mistake (`check`). A grid that varies `--replicas` drops the router options
 from its one-replica cells instead (`grid_cell`), and the event delay from the cells whose
 router reads no events.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.fields import Domain, check_fields, spec_field
+from kvcore.contract.fields import Domain, check_fields, spec_field
 from simulator.fleet import ROUTERS, FleetSetup, parse_settings
 
 __all__ = ["DEFAULT_ROUTER", "ROUTER_OPTIONS", "FleetSpec", "grid_cell"]

@@ -12,11 +12,11 @@ import typer
 from typer.testing import CliRunner
 
 from cli import app, cli_reference
-from experiments.cli_reference import render
-from experiments.grid import SWEEP_AXES
-from experiments.options import OPTIONS, SPECS
-from experiments.spellings import SPELLINGS, check_spellings
-from kvcore import fields as kvcore_fields
+from experiments.console.cli_reference import render
+from experiments.options.grid import SWEEP_AXES
+from experiments.options.run_options import OPTIONS, SPECS
+from experiments.options.spellings import SPELLINGS, check_spellings
+from kvcore.contract import fields as kvcore_fields
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -26,7 +26,7 @@ def test_docs_cli_md_is_generated_whole():
     was) or a hand edit fails here."""
     assert DOC.read_text(encoding="utf-8") == cli_reference(), (
         "docs/cli.md is not what the generator writes; regenerate it with: "
-        "kvsim cli-reference > docs/cli.md (prose in experiments/cli_reference.md)")
+        "kvsim cli-reference > docs/cli.md (prose in experiments/console/cli_reference.md)")
 
 
 def test_every_panel_and_command_is_in_the_doc():
@@ -70,7 +70,7 @@ def test_kv_tokens_is_one_list_flag_run_takes_one_value():
 
 
 def test_kvcore_fields_know_no_command_line():
-    """Flag spellings and what they imply live above kvcore (experiments/spellings.py)."""
+    """Flag spellings and what they imply live above kvcore (experiments/options/spellings.py)."""
     params = inspect.signature(kvcore_fields.spec_field).parameters
     assert "flags" not in params and "implies" not in params
     f = {f.name: f for f in dataclasses.fields(SPECS["memory"])}["mem_fraction"]

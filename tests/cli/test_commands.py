@@ -96,8 +96,8 @@ def test_compare_plot_and_report(invoke, tmp_path):
 
 
 def test_listings_one_line_each(invoke):
+    from kvcore.model.presets import GPUS, MODELS
     from kvcore.policies import policy_names
-    from kvcore.presets import GPUS, MODELS
     from workloads import list_workloads
 
     for cmd, names in (("models", MODELS), ("gpus", GPUS), ("workloads", list_workloads()),
@@ -189,7 +189,7 @@ def test_a_simulator_bug_exits_3_with_one_line(invoke, monkeypatch, bug):
     """A bug the engine catches in itself is not the user's mistake (status 2) and not a
     traceback either: status 3 and one line that says it is a bug, with the engine's message."""
     import simulator.run
-    from kvcore.validation import InvariantError
+    from kvcore.contract.validation import InvariantError
     from simulator.guard import LivelockError
 
     error = (LivelockError("livelock at t=1.0 s: 10001 preemptions") if bug == "livelock"

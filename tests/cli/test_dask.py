@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.executors import DASK_MISSING, DaskExecutor, LocalExecutor
-from experiments.grid import cells
-from experiments.options import RunOptions
-from experiments.runner import run_cell, run_sweep
+from experiments.answers.runner import run_cell, run_sweep
+from experiments.execution.executors import DASK_MISSING, DaskExecutor, LocalExecutor
+from experiments.options.grid import cells
+from experiments.options.run_options import RunOptions
 from tests.cli.conftest import TINY
 
 distributed = pytest.importorskip("distributed")

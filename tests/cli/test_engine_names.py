@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from experiments.options import RunOptions
-from experiments.progress import RequestBar
-from kvcore.memory import MemorySpec, check_tp
-from kvcore.presets import get_model
+from experiments.execution.progress import RequestBar
+from experiments.options.run_options import RunOptions
+from kvcore.model.memory import MemorySpec, check_tp
+from kvcore.model.presets import get_model
 from reports.io import check_writable
 from simulator.latency import make_latency_model
 
@@ -207,8 +207,8 @@ def test_latency_calibration_moves_the_latency(tmp_path):
 
 
 def test_request_bar_moves_per_request(tmp_path):
-    from experiments.grid import cells
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
+    from experiments.options.grid import cells
 
     runs = cells(RunOptions.from_mapping({"workload": "kshot", "num_requests": 5,
                                           "kv_tokens": 8192, "max_context_len": 4096}),

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from experiments.engines import ENGINE_DEFAULTS, apply_engine, engine_header
-from experiments.options import OPTIONS, RunOptions
+from experiments.options.engines import ENGINE_DEFAULTS, apply_engine, engine_header
+from experiments.options.run_options import OPTIONS, RunOptions
 
 SMALL = ["--workload", "kshot", "--num-requests", "8", "--max-context-len", "4096",
          "--gpu-mem-gib", "20"]

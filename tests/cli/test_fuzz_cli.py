@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli import SWEEP_AXES, app
-from experiments.options import OPTIONS
-from kvcore.fields import flag
-from kvcore.presets import ALIASES, get_model
+from experiments.options.run_options import OPTIONS
+from kvcore.contract.fields import flag
+from kvcore.model.presets import ALIASES, get_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "workloads" / "fixtures"
 RUNNER = CliRunner()
@@ -269,7 +269,7 @@ FLEET_CONTEXT = {
     # a shared KV tier: two replicas or more, each with a host tier
     "--shared-tier-size": ["--replicas", "2", "--hicache-ratio", "1"],
 }
-# options read only under another option (experiments/option_rules.py RULES): the context
+# options read only under another option (experiments/options/option_rules.py RULES): the context
 # that reads them (BASE's paged policy reads the eviction, admission and order options)
 _HOST_TIER = ["--hicache-ratio", "1"]
 _STORAGE_TIER = [*_HOST_TIER, "--storage-size", "0.5"]
@@ -292,7 +292,7 @@ RULE_CONTEXT = {
 
 
 def _has_states(model: str | None) -> bool:
-    from kvcore.hybrid_presets import hybrid_layout
+    from kvcore.model.hybrid_presets import hybrid_layout
 
     layout = hybrid_layout(str(model))
     return layout is not None and bool(layout.state_groups())
@@ -306,7 +306,7 @@ BOOLS = [flag(name) for name in OPTIONS if field_type(name) is bool]
 
 def test_every_rule_bound_option_has_a_context():
     """An option read only under another (option_rules.RULES) is fuzzed where it is read."""
-    from experiments.option_rules import RULES
+    from experiments.options.option_rules import RULES
 
     assert {flag(r.option) for r in RULES} == set(RULE_CONTEXT)
 

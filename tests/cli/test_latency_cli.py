@@ -11,8 +11,8 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from cli import app
-from experiments.grid import page_sizes_for
-from experiments.options import RunOptions
+from experiments.options.grid import page_sizes_for
+from experiments.options.run_options import RunOptions
 
 TINY = ["--workload", "kshot", "--num-requests", "6", "--kv-tokens", "8192",
         "--max-context-len", "4096", "--no-progress"]

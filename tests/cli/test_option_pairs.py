@@ -15,7 +15,7 @@ editing this file:
   differs from its value in effect in that context.
 
 Each pair runs one small simulation (through the same user path every running command takes:
-the specs' checks, experiments/option_rules.py, the workload's knobs) and is compared with
+the specs' checks, experiments/options/option_rules.py, the workload's knobs) and is compared with
 the context alone. `RESULT_FREE` lists the few options that by design change no number (where
 results go, where the page tables live, the checks). A command's own flags are walked where
 they are read: `plan`'s on its static plan below (test_plan_flags_act_or_are_refused), its
@@ -35,12 +35,12 @@ from typing import Any
 
 import pytest
 
-from experiments.config_file import options_from
-from experiments.engines import ENGINE_DEFAULTS
-from experiments.option_rules import check_options_apply
-from experiments.options import OPTIONS, RunOptions
-from kvcore.memory import BUDGET_RULES
-from kvcore.presets import GiB, get_gpu, get_model
+from experiments.options.config_file import options_from
+from experiments.options.engines import ENGINE_DEFAULTS
+from experiments.options.option_rules import check_options_apply
+from experiments.options.run_options import OPTIONS, RunOptions
+from kvcore.model.memory import BUDGET_RULES
+from kvcore.model.presets import GiB, get_gpu, get_model
 from workloads.errors import WorkloadError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "workloads" / "fixtures"
@@ -199,7 +199,7 @@ def _context_fix(name: str, value: Any) -> dict[str, Any]:
     a burst (so that the policy, the admission and the prefill budget have work to differ
     on)."""
     if name == "model":
-        from kvcore.hybrid_presets import hybrid_layout
+        from kvcore.model.hybrid_presets import hybrid_layout
 
         m, layout = get_model(value), hybrid_layout(value)
         fix: dict[str, Any] = {"gpu_mem_gib": math.ceil(m.weight_bytes() / GiB) + 3.0}
@@ -240,7 +240,7 @@ def _options(values: dict[str, Any]) -> RunOptions:
 def _run(values: dict[str, Any]) -> tuple[str, ...] | Refused:
     """A run's fingerprint (its metrics, requests and timeline), or Refused with the one-line
     error the user path raised."""
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
 
     try:
         opts = _options(values)
@@ -413,7 +413,7 @@ def _ids(ctx: tuple[str, Any]) -> str:
 
 #: contexts with options that still pass silently since the merge of the new workloads
 #: (grouped prompts, ladders, bursts), vLLM's version rules and the hybrid memory options:
-#: their rules are not declared yet (experiments/option_rules.py); each fails when run
+#: their rules are not declared yet (experiments/options/option_rules.py); each fails when run
 OPEN: set[str] = set()
 
 
@@ -497,7 +497,7 @@ def _ignored(probed: list[dict[str, Any]], alone: tuple[str, ...]) -> list[dict[
     return [] if acted else same
 
 
-#: a value of each of `plan`'s own flags (experiments/plan_modes.py PLAN_FLAGS)
+#: a value of each of `plan`'s own flags (experiments/answers/plan_modes.py PLAN_FLAGS)
 PLAN_VALUES: dict[str, list[str]] = {
     "context_len": ["64"], "tolerance": ["0.1"], "page_sizes": ["1,16"], "seeds": ["0,1"],
     "jobs": ["2"], "find_rate": [], "at_sustainable_rate": [], "steps": ["2"],
@@ -508,7 +508,7 @@ PLAN_VALUES: dict[str, list[str]] = {
 def test_plan_flags_act_or_are_refused(invoke, name):
     """Each of `plan`'s own flags on the static plan (no workload): it changes the JSON or is
     refused with one line naming it (exit 2)."""
-    from experiments.plan_modes import PLAN_FLAGS
+    from experiments.answers.plan_modes import PLAN_FLAGS
 
     assert set(PLAN_VALUES) == set(PLAN_FLAGS)  # a new flag is walked here
     plain = invoke("plan", "--json")

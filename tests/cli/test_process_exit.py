@@ -1,5 +1,5 @@
 """The console entry point ends its process without the collector's shutdown walk
-(experiments.console_out.freeze_heap_at_exit), and still exits with the command's status."""
+(experiments.console.console_out.freeze_heap_at_exit), and still exits with the command's status."""
 
 from __future__ import annotations
 

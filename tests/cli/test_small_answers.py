@@ -94,7 +94,7 @@ def test_commands_on_a_read_only_directory_fail_in_one_line(invoke, tmp_path, re
 def test_a_page_size_range_is_the_powers_of_two_inside_it():
     """`--page-sizes 3..17` ran 3, 6, 12 (doubling from 3) while the docs said powers of two;
     it is 4, 8, 16 now, and a range holding none is an error."""
-    from experiments.grid import parse_list
+    from experiments.options.grid import parse_list
 
     assert parse_list("3..17", int, "--page-sizes") == [4, 8, 16]
     assert parse_list("1..256", int, "--page-sizes") == [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -107,14 +107,14 @@ def test_the_docs_state_the_default_pool_as_computed():
     """docs/cli.md said "about 410k slots" for the pool `kvsim run` simulates without options
     (443,664 at the time of writing): the number is now put in by the generator, from the
     planner."""
-    from experiments.options import RunOptions
-    from experiments.planning import static_plan
+    from experiments.answers.planning import static_plan
+    from experiments.options.run_options import RunOptions
 
     tokens = static_plan(RunOptions.from_mapping({})).kv_tokens
     doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     assert f"mem_fraction_static 0.88: {tokens:,} slots at page 16" in doc
     assert "410k" not in doc
-    from experiments.cli_reference import default_pool
+    from experiments.console.cli_reference import default_pool
 
     assert default_pool() == f"{tokens:,} slots at page 16"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.grid import cells
-from experiments.options import RunOptions
-from experiments.runner import pending_cells, run_cell
+from experiments.answers.runner import pending_cells, run_cell
+from experiments.options.grid import cells
+from experiments.options.run_options import RunOptions
 from tests.cli.conftest import TINY
 from tests.cli.test_commands import assert_png_not_blank
 

@@ -115,7 +115,7 @@ def test_plan_target_hit_rate_refuses_what_it_would_not_read(invoke, flag):
 
 
 def test_a_host_tier_above_a_servers_memory_per_gpu_gets_a_note():
-    from experiments.host_sizing import TYPICAL_HOST_GIB_PER_GPU, HostSizing, SizingStep
+    from experiments.answers.host_sizing import TYPICAL_HOST_GIB_PER_GPU, HostSizing, SizingStep
 
     big = SizingStep(64.0, 952.0, 0.5, 0.4, 0.1)
     res = HostSizing(0.5, 0.6, big, (SizingStep(0.0, 0.0, 0.1, 0.0, 0.1), big))

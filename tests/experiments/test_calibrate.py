@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from experiments.calibrate import Iteration, Observation, fit_profile
+from experiments.answers.calibrate import Iteration, Observation, fit_profile
 from simulator.latency import make_latency_model
 from simulator.latency_profiles import PROFILES, LatencyProfile, load_profile, roofline_constants
 from simulator.overload import unloaded_prefill_s

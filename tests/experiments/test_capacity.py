@@ -1,4 +1,4 @@
-"""The sustainable-rate search (experiments/capacity.py): the bisection against a known
+"""The sustainable-rate search (experiments/answers/capacity.py): the bisection against a known
 threshold, and real simulations through `kvsim capacity`."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.capacity import MAX_BRACKET, check_steps, find_sustainable_rate, scaled
-from experiments.options import RunOptions
+from experiments.answers.capacity import MAX_BRACKET, check_steps, find_sustainable_rate, scaled
+from experiments.options.run_options import RunOptions
 
 
 def _threshold_sim(limit: float, calls: list[float]):
@@ -97,7 +97,7 @@ def test_kvsim_capacity_on_a_real_simulation(tmp_path):
 def test_with_an_slo_capacity_is_goodput_and_names_the_binding_target():
     """Servable (queue drains) up to 8 req/s, but TTFT p99 meets 2 s only up to 3 req/s: the
     answer is the highest rate meeting the SLO, and the TTFT target binds."""
-    from experiments.options import RunOptions
+    from experiments.options.run_options import RunOptions
 
     opts = RunOptions.from_mapping({"rate": 4.0, "slo_ttft_p99": 2.0})
     assert opts.output.slo_percentile == 99.0 and opts.output.slo_ttft == 2.0
@@ -118,7 +118,7 @@ def test_with_an_slo_capacity_is_goodput_and_names_the_binding_target():
 def test_slo_columns_count_every_request_and_name_the_binding_target():
     import pandas as pd
 
-    from experiments.slo import slo_columns
+    from experiments.answers.slo import slo_columns
 
     req = pd.DataFrame({"status": ["completed"] * 3 + ["rejected"],
                         "ttft_s": [0.5, 1.0, 3.0, float("nan")],
@@ -137,8 +137,8 @@ def test_the_static_page_size_table_uses_the_workloads_lengths():
     """plan --workload: the expected rounding per page size is over the workload's own
     lengths, not the single maximum context (131,072 for Llama-3.1-8B rounds to 0.0 at every
     power-of-two page) (issue 26 item 8; milliseconds: no simulation)."""
-    from experiments.options import RunOptions
-    from experiments.planning import static_plan
+    from experiments.answers.planning import static_plan
+    from experiments.options.run_options import RunOptions
 
     opts = RunOptions.from_mapping({"workload": "sharegpt", "num_requests": 50,
                                     "model": "llama-3.1-8b", "gpu": "h100"})

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from experiments.config_file import load_config, options_from
-from experiments.options import ALIASES, IMPLIED, OPTIONS, SPECS, RunOptions
-from kvcore.memory import DEFAULT_BUDGET, HYBRID_MEMORY_OPTIONS, MemorySpec
-from kvcore.planner import resolve_kv_tokens
-from kvcore.presets import MODELS, get_model
+from experiments.options.config_file import load_config, options_from
+from experiments.options.run_options import ALIASES, IMPLIED, OPTIONS, SPECS, RunOptions
+from kvcore.model.memory import DEFAULT_BUDGET, HYBRID_MEMORY_OPTIONS, MemorySpec
+from kvcore.model.planner import resolve_kv_tokens
+from kvcore.model.presets import MODELS, get_model
 from simulator.config import FLAT_FIELDS
 from simulator.hybrid import HYBRID_OPTIONS
 from simulator.shared_tier import SHARED_OPTIONS
@@ -122,7 +122,7 @@ def test_sim_config_is_built_from_the_options_by_name():
     sim -= {"kv_bytes", *HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS, *SHARED_OPTIONS}
     assert not {*HYBRID_OPTIONS, *HYBRID_MEMORY_OPTIONS, *SHARED_OPTIONS} & set(
         opts().resolved())
-    sim -= {"engine"}  # a column only under --engine (experiments/engines.py)
+    sim -= {"engine"}  # a column only under --engine (experiments/options/engines.py)
     assert "engine" not in opts().resolved() and opts(engine="vllm").resolved()["engine"]
     o = opts(kv_tokens=4096, warmup_s=3.0, duration_s=50.0, timeline_interval_s=0.25,
              admission="vllm", eviction="lfu", seed=9)

@@ -1,5 +1,6 @@
-"""Sweeps on several processes (experiments.executors, experiments.runner) and the workload
-they share (experiments/shared.py): results identical to a serial sweep, one build per sweep.
+"""Sweeps on several processes (experiments.execution.executors, experiments.answers.runner) and the
+workload they share (experiments/execution/shared.py): results identical to a serial sweep, one
+build per sweep.
 
 Cost: about 4 s (two 3-cell sweeps of 40 requests; the parallel one starts a fork server;
 the shared-file test builds and pickles 20,000 generated requests: 0.1 s).
@@ -11,11 +12,11 @@ import pandas as pd
 import pytest
 
 import workloads
-from experiments.executors import AUTO_MIN_REQUESTS, auto_jobs, check_jobs
-from experiments.grid import cells
-from experiments.options import RunOptions
-from experiments.runner import run_sweep, sweep_jobs
-from experiments.shared import SHARED_KEY, SharedWorkloads
+from experiments.answers.runner import run_sweep, sweep_jobs
+from experiments.execution.executors import AUTO_MIN_REQUESTS, auto_jobs, check_jobs
+from experiments.execution.shared import SHARED_KEY, SharedWorkloads
+from experiments.options.grid import cells
+from experiments.options.run_options import RunOptions
 
 BASE = {"workload": "sharegpt", "num_requests": 40, "kv_tokens": 6000, "rate": 20.0,
         "max_context_len": 2048, "latency": "constant"}
@@ -93,7 +94,7 @@ def test_a_worker_reads_a_day_of_generated_traffic_once_and_small(monkeypatch):
     a worker process loads it once for all its cells, building nothing itself."""
     import os
 
-    from experiments import shared as shared_mod
+    from experiments.execution import shared as shared_mod
 
     day = {**BASE, "arrival": "diurnal", "rate": 10.0, "num_requests": 20000}
     grid = cells(RunOptions.from_mapping(day), {"page_size": [1, 16]})

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.host_sizing import HostSizing, SizingStep
-from experiments.options import RunOptions
-from experiments.plan_modes import PlanAnswer, PlanRequest, make_plan
-from experiments.planning import static_plan
+from experiments.answers.host_sizing import HostSizing, SizingStep
+from experiments.answers.plan_modes import PlanAnswer, PlanRequest, make_plan
+from experiments.answers.planning import static_plan
+from experiments.options.run_options import RunOptions
 
 
 def test_static_plan_alone_is_the_planner_and_says_nothing_more():

@@ -1,6 +1,6 @@
 """SGLang's tensor-shaped calls on kvcore's structures, which only tests, the reference
 models and the kernel benchmark use: production (the policies) calls the host APIs
-(kvcore/req_to_token_pool.py `alloc_row` / `free_row` / `write_range` / `write_at` /
+(kvcore/contract/req_to_token_pool.py `alloc_row` / `free_row` / `write_range` / `write_at` /
 `read_at`; kvcore/sglang/allocator.py `alloc_extend_host` / `alloc_extend_one` / `alloc_decode_host`
 / `pop_host` / `push_host` / `free_page` / `free_pages` / `free_segments`). Kept here, over the
 same checked host APIs, so the differential tests keep driving the real structures."""
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvcore.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.req_to_token_pool import ReqToTokenPool
+from kvcore.contract.validation import int_array, non_negative_int
 from kvcore.sglang.allocator import IntsLike, PagedAllocator
-from kvcore.validation import int_array, non_negative_int
 
 
 @dataclass(frozen=True)

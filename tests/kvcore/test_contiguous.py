@@ -14,10 +14,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-import kvcore.policies.contiguous  # noqa: F401 - registers the policies
-from kvcore.policies.base import PolicyConfig, make_policy, policy_help
-from kvcore.policies.capabilities import PrefixCache
-from kvcore.policies.contiguous import next_pow2
+import kvcore.contiguous.policy  # noqa: F401 - registers the policies
+from kvcore.contiguous.policy import next_pow2
+from kvcore.contract.capabilities import PrefixCache
+from kvcore.policies import PolicyConfig, make_policy, policy_help
 from tests.kvcore.draws import draw_extend
 
 POLICIES = ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]

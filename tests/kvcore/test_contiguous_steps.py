@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kvcore.policies.contiguous  # noqa: F401 - registers the policies
-from kvcore.policies.base import PolicyConfig, make_policy
-from kvcore.policies.capabilities import Reserving
+import kvcore.contiguous.policy  # noqa: F401 - registers the policies
+from kvcore.contract.capabilities import Reserving
+from kvcore.policies import PolicyConfig, make_policy
 
 POLICIES = ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]
 

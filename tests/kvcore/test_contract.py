@@ -1,6 +1,6 @@
 """The policy contract DEVELOPERS.md states is the one the classes define: its list of calls
 per interface (between the `contract` markers) equals the public methods of `KVPolicy` and of
-each capability in kvcore/policies/capabilities.py, and every registered policy is a
+each capability in kvcore/contract/capabilities.py, and every registered policy is a
 `KVPolicy` whose capabilities agree with its registry entry. Cost: < 0.1 s."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy
-from kvcore.policies.capabilities import (
+from kvcore.contract.capabilities import (
     CAPABILITIES,
     DecodeStretch,
     LowerTiers,
     PrefixCache,
     Reserving,
 )
+from kvcore.policies import POLICIES, KVPolicy, PolicyConfig, make_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""vLLM's and SGLang's layouts of hybrid models (kvcore.hybrid_plan) and the planner's hybrid
+"""vLLM's and SGLang's layouts of hybrid models (kvcore.model.hybrid_plan) and the planner's hybrid
 fields: the block-size rule as a property, worked examples by hand. About 2 s."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvcore.hybrid_plan import kv_waste_as_full, sglang_plan, vllm_block_size, vllm_plan
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.layers import FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
-from kvcore.memory import MemorySpec
-from kvcore.planner import plan
-from kvcore.presets import GiB
-from kvcore.state_dtypes import resolve_state_dtypes
-from kvcore.vllm_rules import vllm_rules
+from kvcore.model.hybrid_plan import kv_waste_as_full, sglang_plan, vllm_block_size, vllm_plan
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.layers import FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import plan
+from kvcore.model.presets import GiB
+from kvcore.model.state_dtypes import resolve_state_dtypes
+from kvcore.model.vllm_rules import vllm_rules
 
 GIB10 = 10 * GiB
 V11, V19 = vllm_rules("0.11.0"), vllm_rules("0.19.0")

@@ -1,5 +1,6 @@
-"""A hybrid's weights from its config.json, counted per layer kind (kvcore.hybrid_weights), and
-a config with only the KV fields (kvsim issue 38 item 3). About 1 s."""
+"""A hybrid's weights from its config.json, counted per layer kind
+(kvcore.model.hybrid_weights), and a config with only the KV fields (kvsim issue 38 item 3).
+About 1 s."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import json
 
 import pytest
 
-from kvcore.hybrid_weights import hybrid_param_count, preset_from_config
-from kvcore.memory import MemorySpec
-from kvcore.model_config import load_config
-from kvcore.planner import plan
-from kvcore.presets import get_model
+from kvcore.model.hybrid_weights import hybrid_param_count, preset_from_config
+from kvcore.model.memory import MemorySpec
+from kvcore.model.model_config import load_config
+from kvcore.model.planner import plan
+from kvcore.model.presets import get_model
 from tests.kvcore.test_preset_configs import PUBLISHED
 
 # model -> (published total parameters, relative tolerance, what the tolerance covers)
@@ -50,7 +51,7 @@ def test_nemotron_nano_counted_per_layer_kind() -> None:
     assert n.parts["mlp"] == 25 * (2 * 4480 * 15680 + 4480)
     assert n.parts["embeddings"] == 2 * 131072 * 4480 + 4480
     assert n.total == 8_888_227_328 == n.active
-    from kvcore.presets import ModelPreset
+    from kvcore.model.presets import ModelPreset
     assert ModelPreset.from_hf_config(PUBLISHED["nemotron-nano-9b-v2"][1]).num_params > 1.5 * (
         n.total)
 

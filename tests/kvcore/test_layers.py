@@ -1,4 +1,4 @@
-"""Layer kinds (kvcore.layers) and layouts read from config.json (kvcore.model_config):
+"""Layer kinds (kvcore.model.layers) and layouts read from config.json (kvcore.model.model_config):
 worked examples a reader can redo by hand, and properties of the per-kind memory. About 1 s."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.layers import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
-from kvcore.model_config import layout_from_hf_config
-from kvcore.presets import ModelPreset, get_model
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.layers import CHUNKED, FULL, LINEAR, MAMBA, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.model_config import layout_from_hf_config
+from kvcore.model.presets import ModelPreset, get_model
 
 QWEN35_GDN = LayerGroup(LINEAR, 24, num_k_heads=16, num_v_heads=32, k_head_dim=128,
                         v_head_dim=128, conv_kernel=4, state_dtype="fp32")

@@ -13,17 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
+from kvcore.contract.breakdown import MemoryBreakdown, page_growth_profile, page_growth_within_page
+from kvcore.contract.capabilities import DecodeStretch
+from kvcore.contract.req_to_token_pool import step_column
+from kvcore.contract.validation import InvariantError
 from kvcore.policies import PolicyConfig, make_policy
-from kvcore.policies.capabilities import DecodeStretch
-from kvcore.req_to_token_pool import step_column
 from kvcore.sglang.allocator import PagedAllocator
 from kvcore.sglang.stretch import (
     short_stretch,
     short_stretch_slots,
     stretch_pages,
 )
-from kvcore.validation import InvariantError
 
 
 def _policy(ps: int, pages: int = 1024, rows: int = 8):

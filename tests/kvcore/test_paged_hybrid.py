@@ -12,11 +12,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kvcore.hybrid_plan import sglang_plan
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.layers import CHUNKED, FULL, LINEAR, SLIDING, HybridLayout, LayerGroup
+from kvcore.contract.capabilities import PoolKinds, PrefixCache
+from kvcore.model.hybrid_plan import sglang_plan
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.layers import CHUNKED, FULL, LINEAR, SLIDING, HybridLayout, LayerGroup
 from kvcore.policies import PolicyConfig, make_policy
-from kvcore.policies.capabilities import PoolKinds, PrefixCache
 from kvcore.sglang.mamba_state import MambaStates
 from kvcore.sglang.policy import FullAttentionPolicy, PoolKindsPolicy, SGLangPolicy
 from kvcore.sglang.sliding_window import SlidingWindow

@@ -18,7 +18,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvcore.breakdown import PARTS
+from kvcore.contract.breakdown import PARTS
 from kvcore.policies import PolicyConfig, make_policy
 from kvcore.sglang.policy import SGLangPolicy
 

@@ -12,14 +12,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kvcore.policies.placement import (
+from kvcore.contiguous.placement import (
     BestFit,
     Buddy,
     FirstFit,
     make_placement,
     placement_names,
 )
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 
 
 def test_registry_names_and_unknown_name_lists_known() -> None:

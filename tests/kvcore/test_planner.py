@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from kvcore.memory import BUDGET_RULES, MemorySpec
-from kvcore.planner import internal_fragmentation, plan, resolve_kv_tokens
-from kvcore.presets import GiB, get_gpu, get_model
+from kvcore.model.memory import BUDGET_RULES, MemorySpec
+from kvcore.model.planner import internal_fragmentation, plan, resolve_kv_tokens
+from kvcore.model.presets import GiB, get_gpu, get_model
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvcore.hybrid_presets import layout_of
-from kvcore.model_config import layout_from_hf_config
-from kvcore.presets import HYBRID_ERA_MODELS, ModelPreset, get_model
-from kvcore.state_dtypes import resolve_state_dtypes
-from kvcore.vllm_rules import vllm_rules
+from kvcore.model.hybrid_presets import layout_of
+from kvcore.model.model_config import layout_from_hf_config
+from kvcore.model.presets import HYBRID_ERA_MODELS, ModelPreset, get_model
+from kvcore.model.state_dtypes import resolve_state_dtypes
+from kvcore.model.vllm_rules import vllm_rules
 
 SLIDING_FULL = ["sliding_attention", "full_attention"]
 GDN_3_TO_1 = ["linear_attention"] * 3 + ["full_attention"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvcore.presets import (
+from kvcore.model.presets import (
     GPUS,
     MODELS,
     PUBLISHED_PARAMS_ONLY,
@@ -28,7 +28,7 @@ KV_BYTES_BF16 = {
     "mixtral-8x7b": 131_072,
     "deepseek-v3": 70_272,  # (512 + 64) x 61 x 2, no factor 2 for K/V
     # hybrids: every layer as full attention (2 x KV heads x head_dim x 2 B x layers), the
-    # pre-hybrid baseline; kvcore.layers gives what each layer kind really holds
+    # pre-hybrid baseline; kvcore.model.layers gives what each layer kind really holds
     "gpt-oss-20b": 49_152,  # 2 x 8 x 64 x 2 x 24
     "gpt-oss-120b": 73_728,  # 2 x 8 x 64 x 2 x 36
     "gemma-3-27b": 507_904,  # 2 x 16 x 128 x 2 x 62
@@ -137,7 +137,7 @@ def test_gpu_memory_is_what_the_device_reports_in_gib():
     """The budget rules start from the total the device reports to CUDA, in GiB: an "80 GB"
     H100 reports 79.11 GiB (not 80e9 bytes = 74.51 GiB); each preset says where its figure
     comes from."""
-    from kvcore.presets import GPUS, GiB
+    from kvcore.model.presets import GPUS, GiB
 
     h100 = get_gpu("h100")
     assert h100.mem_bytes == pytest.approx(79.11 * GiB) and h100.mem_gib == pytest.approx(79.11)

@@ -1,16 +1,17 @@
-"""`Registry[T]` (kvcore/registry.py), the one way every named part is chosen, and the kinds
-registered through it: same errors, capabilities on the entries, each name once. Cost: < 0.1 s."""
+"""`Registry[T]` (kvcore/contract/registry.py), the one way every named part is chosen, and the
+kinds registered through it: same errors, capabilities on the entries, each name once.
+Cost: < 0.1 s."""
 
 from __future__ import annotations
 
 import pytest
 
+from kvcore.contiguous.placement import PLACEMENTS
+from kvcore.contract.registry import Registry
+from kvcore.contract.tiers import WRITES
 from kvcore.policies import POLICIES, PolicyConfig, make_policy, policy_kind
-from kvcore.policies.placement import PLACEMENTS
-from kvcore.registry import Registry
 from kvcore.sglang.node import EVICTION_PRIORITIES
 from kvcore.sglang.policy import FullAttentionPolicy
-from kvcore.tiers import WRITES
 
 
 def test_register_get_names_in_order() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 from kvcore.vllm.chain_index import ChainIndex, Segment
 
 # each step: ("append", run length, entries around it) | ("read",) | ("cut", fraction of n

@@ -1,4 +1,4 @@
-"""The shared lower tier (kvcore/shared_tier.py): one store several replicas' tier controllers
+"""The shared lower tier (kvcore/tiers/shared.py): one store several replicas' tier controllers
 use as their storage level, written through from each host.
 
 * the store alone, driven through its views by random writes of random replicas (hypothesis
@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from kvcore.contract.validation import InvariantError
 from kvcore.sglang.tier_tree import TierTree
-from kvcore.shared_tier import SharedTier
-from kvcore.validation import InvariantError
+from kvcore.tiers.shared import SharedTier
 from kvcore.vllm.block_hash import NONE_HASH, block_hash
 from kvcore.vllm.block_tiers import BlockTier
 from tests.kvcore.tier_machine import PageLRU, serve_alone, tiered_policy
@@ -87,7 +87,7 @@ class SharedStoreMachine(RuleBasedStateMachine):
         self.s = Store(kind, pages)
         shared = SharedTier(self.s.store)
         self.shared = shared
-        from kvcore.shared_tier import SharedView
+        from kvcore.tiers.shared import SharedView
 
         self.views = [SharedView(self.s.store, i) for i in range(replicas)]
         shared.views = self.views

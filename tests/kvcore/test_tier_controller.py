@@ -1,4 +1,4 @@
-"""The tier controller (kvcore/tier_controller.py): one definition of "reused" for both tiered
+"""The tier controller (kvcore/tiers/controller.py): one definition of "reused" for both tiered
 policies (the worked example of docs/tiers.md), the loads in flight and the tier state, over
 both stores (radix-path `TierTree`, block-hash `BlockTier`)."""
 
@@ -9,10 +9,10 @@ from dataclasses import FrozenInstanceError
 import numpy as np
 import pytest
 
+from kvcore.contract.tiers import TierConfig
+from kvcore.contract.validation import InvariantError
 from kvcore.sglang.tier_tree import TierTree
-from kvcore.tier_controller import TierController
-from kvcore.tiers import TierConfig
-from kvcore.validation import InvariantError
+from kvcore.tiers.controller import TierController
 from kvcore.vllm.block_tiers import BlockTier
 from tests.kvcore.tier_machine import serve_alone, tiered_policy
 

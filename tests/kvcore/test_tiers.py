@@ -1,4 +1,4 @@
-"""Hierarchical KV cache (kvcore/tiers.py, kvcore/sglang/hicache.py): worked examples, a
+"""Hierarchical KV cache (kvcore/contract/tiers.py, kvcore/sglang/hicache.py): worked examples, a
 stateful test with every tier checking the invariants after every operation, and the host tier
 against an independent LRU model over page-aligned prefix keys."""
 
@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from kvcore.policies.capabilities import LowerTiers
+from kvcore.contract.capabilities import LowerTiers
+from kvcore.contract.tiers import WRITE_POLICIES, TierConfig
 from kvcore.sglang.policy import FullAttentionPolicy, TieredPolicy
 from kvcore.sglang.tier_tree import TierTree
-from kvcore.tier_controller import TierController
-from kvcore.tiers import WRITE_POLICIES, TierConfig
+from kvcore.tiers.controller import TierController
 from tests.kvcore.tier_machine import (
     TieredPolicyMachine,
     serve_against_lru,

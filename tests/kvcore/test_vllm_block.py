@@ -16,9 +16,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kvcore.policies.base import PolicyConfig, make_policy, policy_help
-from kvcore.policies.capabilities import DecodeStretch
-from kvcore.validation import InvariantError
+from kvcore.contract.capabilities import DecodeStretch
+from kvcore.contract.validation import InvariantError
+from kvcore.policies import PolicyConfig, make_policy, policy_help
 from kvcore.vllm.block_hash import block_hash
 from kvcore.vllm.manager import VLLMManager
 from tests.kvcore.draws import draw_extend

@@ -20,8 +20,8 @@ import copy
 import numpy as np
 import pytest
 
-from kvcore.layers import HybridLayout, LayerGroup
-from kvcore.tiers import WRITE_POLICIES
+from kvcore.contract.tiers import WRITE_POLICIES
+from kvcore.model.layers import HybridLayout, LayerGroup
 from kvcore.vllm.block_hash import NONE_HASH
 from kvcore.vllm.tiered import TieredVLLMManager
 from tests.kvcore.test_vllm_hybrid import FULL1, SWA1, toy

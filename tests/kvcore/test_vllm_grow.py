@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.policies.base import PolicyConfig, make_policy
+from kvcore.policies import PolicyConfig, make_policy
 from kvcore.vllm.group_rules import GroupRule
 from kvcore.vllm.manager import VLLMManager
 from tests.kvcore.vllm_views import blocks, heads

@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvcore.hybrid_plan import vllm_plan
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.layers import HybridLayout, LayerGroup
+from kvcore.contract.capabilities import PoolKinds, PrefixCache
+from kvcore.model.hybrid_plan import vllm_plan
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.layers import HybridLayout, LayerGroup
+from kvcore.model.vllm_rules import vllm_rules
 from kvcore.policies import PolicyConfig, make_policy
-from kvcore.policies.capabilities import PoolKinds, PrefixCache
 from kvcore.vllm.block_hash import NONE_HASH
 from kvcore.vllm.kv_cache_groups import (
     GroupSpec,
@@ -34,7 +35,6 @@ from kvcore.vllm.kv_cache_groups import (
 )
 from kvcore.vllm.manager import VLLMManager
 from kvcore.vllm.pool_kinds import PooledVLLMManager
-from kvcore.vllm_rules import vllm_rules
 from tests.kvcore.vllm_views import blocks, tables
 
 # one token in one attention layer: 2 x 1 head x 8 x 2 B = 32 B. The linear layer's state:

@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.policies.base import PolicyConfig, make_policy
+from kvcore.policies import PolicyConfig, make_policy
 from kvcore.vllm.block_table import RowBlockTable, TokenSlotTable
 from kvcore.vllm.manager import VLLMManager
 from tests.kvcore.test_chain_index import SEQS, PoolMachine

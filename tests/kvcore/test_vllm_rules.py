@@ -1,17 +1,17 @@
-"""vLLM's hybrid rules by version (kvcore.vllm_rules), the engines' state dtypes
-(kvcore.state_dtypes), KV memory given directly under an engine's layout, and plan and run
+"""vLLM's hybrid rules by version (kvcore.model.vllm_rules), the engines' state dtypes
+(kvcore.model.state_dtypes), KV memory given directly under an engine's layout, and plan and run
 reading the same rules. About 3 s."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.memory import MemorySpec
-from kvcore.planner import model_layout, plan, resolve_kv_bytes
-from kvcore.presets import GiB, get_model
-from kvcore.state_dtypes import resolve_state_dtypes
-from kvcore.vllm_rules import CHANGES, RULE_NAMES, parse_version, vllm_rules
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import model_layout, plan, resolve_kv_bytes
+from kvcore.model.presets import GiB, get_model
+from kvcore.model.state_dtypes import resolve_state_dtypes
+from kvcore.model.vllm_rules import CHANGES, RULE_NAMES, parse_version, vllm_rules
 
 
 def test_every_rule_has_a_value_from_the_first_version_and_a_source() -> None:

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from kvcore.contract.capabilities import LowerTiers
+from kvcore.contract.policy import AdmitResult
+from kvcore.contract.tiers import WRITE_POLICIES, TierConfig
 from kvcore.policies import PolicyConfig
-from kvcore.policies.base import AdmitResult
-from kvcore.policies.capabilities import LowerTiers
-from kvcore.tiers import WRITE_POLICIES, TierConfig
 from kvcore.vllm.block_hash import NONE_HASH, ChainHasher
 from kvcore.vllm.block_tiers import BlockTier
 from kvcore.vllm.manager import VLLMManager

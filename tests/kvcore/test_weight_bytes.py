@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvcore.presets import GiB, ModelPreset, get_model, weight_dtype_bytes
+from kvcore.model.presets import GiB, ModelPreset, get_model, weight_dtype_bytes
 
 # gpt-oss-120b & gpt-oss-20b model card (OpenAI, 2025-08-05, arXiv 2508.10925), Table 1:
 # "Checkpoint Size" of the released MXFP4 checkpoints (MoE experts in MXFP4, the rest bf16).

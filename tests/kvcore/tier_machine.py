@@ -16,9 +16,9 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from kvcore.contract.capabilities import LowerTiers
+from kvcore.contract.policy import AdmitResult, KVPolicy
 from kvcore.policies import PolicyConfig, make_policy
-from kvcore.policies.base import AdmitResult, KVPolicy
-from kvcore.policies.capabilities import LowerTiers
 
 
 def tiered_policy(name: str, ps: int, pages: int, host: int, storage: int = 0,

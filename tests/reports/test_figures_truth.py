@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 
+from experiments.answers.recommend import page_size_sentence
 from reports.interactive import nice_ticks, page_data, render_page
 from reports.offscale import OVERLOADED_LABEL
 from reports.plots import (
@@ -171,7 +172,7 @@ def test_report_summary_names_the_off_scale_points(tmp_path):
     off: dict[str, list[str]] = {}
     plot_results(df, tmp_path, off_scale=off)
     assert off == {"normalized_latency_s_vs_page_size.png": ["paged at page 256 (13)"]}
-    lines = summary_lines(df, None, {}, off)
+    lines = summary_lines(df, None, {}, off, recommend=page_size_sentence)
     assert any("hollow" in ln for ln in lines)
     assert any(ln.startswith("figure normalized_latency_s_vs_page_size.png: off-scale")
                and "paged at page 256 (13)" in ln for ln in lines)
@@ -234,7 +235,7 @@ def test_report_md_names_the_off_scale_point(tmp_path):
     from reports.report import build_report
 
     sweep().to_csv(tmp_path / "summary.csv", index=False)
-    md, _ = build_report(tmp_path)
+    md, _ = build_report(tmp_path, recommend=page_size_sentence)
     text = md.read_text()
     summary = text[text.index("## Summary"):text.index("## Setup")]
     assert "figure normalized_latency_s_vs_page_size.png: off-scale" in summary

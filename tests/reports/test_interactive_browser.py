@@ -161,13 +161,14 @@ def test_the_report_shows_each_figure_at_the_size_it_was_drawn(tmp_path, browser
     """Issue 38 item 12: report.html capped every image at 520 px, so a breakdown of 12 bars
     (1,067 px wide as drawn) showed at half size and its 8 pt legend at 4 pt. On a 1,400 px
     wide window every figure now shows at its own size (it shrinks only to the window)."""
+    from experiments.answers.recommend import page_size_sentence
     from reports.report import build_report
 
     rows = summary()
     rows = rows[rows["seed"] == 0].assign(config_hash=lambda d: d["policy"] + d["page_size"]
                                           .astype(str))
     rows.to_csv(tmp_path / "summary.csv", index=False)
-    _, html = build_report(tmp_path)
+    _, html = build_report(tmp_path, recommend=page_size_sentence)
     page = browser.new_page()
     page.set_viewport_size({"width": 1400, "height": 900})
     page.goto(html.as_uri())

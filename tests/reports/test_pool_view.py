@@ -40,8 +40,8 @@ def test_a_shared_pool_is_shown_once_with_each_kinds_share() -> None:
 
 
 def test_a_vllm_hybrid_run_reports_one_shared_pool() -> None:
-    from experiments.options import RunOptions
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
+    from experiments.options.run_options import RunOptions
 
     opts = RunOptions.from_mapping({"model": "qwen3.5-4b", "policy": "vllm", "budget": "vllm",
                                     "workload": "chat", "num_requests": 6})

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvcore.memory import MemorySpec
-from kvcore.planner import plan
-from reports.recommend import recommend_page_size
+from experiments.answers.recommend import recommend_page_size
+from kvcore.model.memory import MemorySpec
+from kvcore.model.planner import plan
 
 
 def test_recommend_page_size():
@@ -70,7 +70,8 @@ def test_when_no_page_size_meets_every_rule_each_failure_is_named():
     assert "256 fails hit rate" in rec.reason and "1 fails latency" in rec.reason
     from rich.console import Console
 
-    from reports.plan_view import recommendation_notes, render_recommendation
+    from experiments.answers.recommend import recommendation_notes
+    from reports.plan_view import render_recommendation
 
     console = Console(width=200, record=True)
     console.print(render_recommendation(rec))

@@ -10,6 +10,7 @@ import re
 import pandas as pd
 from typer.testing import CliRunner
 
+from experiments.answers.recommend import page_size_sentence
 from reports.interactive import fmt_number, page_data
 from reports.report import build_report
 from reports.report_summary import best_page_sizes, summary_lines, table
@@ -54,7 +55,7 @@ def test_one_number_format():
 
 
 def test_best_page_size_per_policy_and_why():
-    lines = best_page_sizes(rows())
+    lines = best_page_sizes(rows(), page_size_sentence)
     assert len(lines) == 2 and lines[0].startswith("**paged**: page size 16")
     assert "of the best (0.01 s/token at page 64)" in lines[0]
     assert "of the best (0.5 at page 1)" in lines[0]
@@ -65,14 +66,14 @@ def test_the_report_and_plan_say_the_same_sentence():
     latency" where 256 was 8 % worse (the run noise had widened the band), while `plan`
     said something else. Both now print the recommendation's own sentence, which states the
     gap, each band and its basis."""
-    from reports.recommend import recommend_page_size
+    from experiments.answers.recommend import recommend_page_size
 
     df = pd.DataFrame({"policy": "paged", "page_size": [16, 128, 256],
                        "normalized_latency_s": [0.834, 0.85, 0.903],
                        "normalized_latency_se_s": [0.05, 0.05, 0.05],
                        "prefix_hit_rate": [0.05, 0.05, 0.049], "overloaded": False})
     rec = recommend_page_size(df, 0.02)
-    line = best_page_sizes(df)[0]
+    line = best_page_sizes(df, page_size_sentence)[0]
     assert line == f"**paged**: {rec.reason}"
     assert "within 2 % of the best latency" not in line
     assert "the noise band is unknown (1 seed" in line  # no batch figures: tolerance only
@@ -81,13 +82,15 @@ def test_the_report_and_plan_say_the_same_sentence():
 
 def test_overloaded_runs_are_flagged_and_left_out_of_the_recommendation():
     df = rows(overloaded=True)
-    lines = summary_lines(df, None, {})
+    lines = summary_lines(df, None, {}, recommend=page_size_sentence)
     over = [line for line in lines if line.startswith("**overloaded**")]
     assert over and "2 of 6 runs" in over[0] and "backlog 900" in over[0]
     assert "overloaded run(s) left out" in lines[0]
-    assert "no run is overloaded" in summary_lines(rows(overloaded=False), None, {})
+    assert "no run is overloaded" in summary_lines(rows(overloaded=False), None, {},
+                                                   recommend=page_size_sentence)
     # a summary without the column (before overload detection): nothing claimed about it
-    assert not any("overload" in line for line in summary_lines(rows(), None, {}))
+    assert not any("overload" in line for line in summary_lines(rows(), None, {},
+                                                                 recommend=page_size_sentence))
 
 
 def test_table_has_friendly_names_and_sorted_rows():
@@ -101,7 +104,7 @@ def test_table_has_friendly_names_and_sorted_rows():
 
 def test_report_opens_with_its_summary(tmp_path):
     d = write_dir(tmp_path, rows(overloaded=True))
-    md, html = build_report(d)
+    md, html = build_report(d, recommend=page_size_sentence)
     text = md.read_text()
     assert text.index("## Summary") < text.index("## Setup") < text.index("## Results")
     assert "internal_frag_pct_vs_page_size.png left out" in text

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.hybrid_presets import CONFIG_LAYOUTS
-from kvcore.layers import FULL, MAMBA, SLIDING, HybridLayout, LayerGroup
-from kvcore.presets import MODELS, ModelPreset
-from kvcore.tiers import WRITE_POLICIES
+from kvcore.contract.tiers import WRITE_POLICIES
+from kvcore.model.hybrid_presets import CONFIG_LAYOUTS
+from kvcore.model.layers import FULL, MAMBA, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.presets import MODELS, ModelPreset
 from simulator.config import SimConfig
 from simulator.guard import LivelockError
 from simulator.run import SimResult, simulate
@@ -241,7 +241,7 @@ def _same(x, y) -> bool:
 
 def run_case(seed: int, time_limit_s: float = 30.0) -> FuzzOutcome:
     """Simulate case `seed` stepped and fast-forwarded; classify what happened."""
-    from kvcore.validation import InvariantError
+    from kvcore.contract.validation import InvariantError
 
     w, cfg = make_case(seed)
     stepped_cfg = cfg.replace(max_steps_per_stretch=1)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcore.validation import InvariantError
+from kvcore.contract.validation import InvariantError
 from simulator.config import SimConfig
 from simulator.fleet import ROUTERS, FleetSetup, parse_settings, simulate_fleet
 from simulator.guard import LivelockError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcore.policies import base
+from kvcore import policies
 from simulator.config import SimConfig
 from simulator.run import simulate
 from workloads.registry import build_workload
@@ -26,8 +26,8 @@ STATIC = {"page_table_bytes", "policy"}
 def test_counting_standin_reports_what_paged_nocache_reports(page_size: int,
                                                              monkeypatch) -> None:
     # registered for this test only: users never see it
-    monkeypatch.setitem(base.POLICIES._items, "counting",
-                        base.PolicyKind(CountingPolicy, "benchmark only"))
+    monkeypatch.setitem(policies.POLICIES._items, "counting",
+                        policies.PolicyKind(CountingPolicy, "benchmark only"))
     wl = build_workload(WorkloadSpec(name="azure-conv", num_requests=400))
     runs = {p: simulate(wl, SimConfig.of(policy=p, page_size=page_size, kv_tokens=30000)).summary
             for p in ("paged-nocache", "counting")}

@@ -56,7 +56,7 @@ def test_admission_leaves_out_the_heads_evictable_prefix(admission: str) -> None
 def test_livelock_guard_names_the_requests(monkeypatch) -> None:
     """With the double count put back, the engine stops with an error naming the victims and
     the memory state instead of looping."""
-    from kvcore.policies.base import PrefixPeek
+    from kvcore.contract.policy import PrefixPeek
     from kvcore.sglang.policy import SGLangPolicy
     from simulator.guard import LivelockError
 

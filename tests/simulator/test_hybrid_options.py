@@ -1,5 +1,5 @@
-"""Hybrid models in a run's options (simulator/hybrid.py, experiments/options.py): the layout
-and budget reach PolicyConfig, an option the run would ignore is a one-line error, and a
+"""Hybrid models in a run's options (simulator/hybrid.py, experiments/options/run_options.py): the
+layout and budget reach PolicyConfig, an option the run would ignore is a one-line error, and a
 full-attention model's summary columns and config are what they were. The per-kind pool
 columns (simulator/pool_columns.py) by hand. Cost: about 1 s."""
 
@@ -10,15 +10,15 @@ import json
 import numpy as np
 import pytest
 
-from experiments.engines import ENGINE_OPTION
-from experiments.options import OPTIONS, RunOptions
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
-from kvcore.planner import plan
+from experiments.options.engines import ENGINE_OPTION
+from experiments.options.run_options import OPTIONS, RunOptions
+from kvcore.contract.capabilities import PoolUsage
+from kvcore.contract.policy import PolicyConfig
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.memory import HYBRID_MEMORY_OPTIONS, MemorySpec
+from kvcore.model.planner import plan
+from kvcore.model.presets import get_model
 from kvcore.policies import make_policy
-from kvcore.policies.base import PolicyConfig
-from kvcore.policies.capabilities import PoolUsage
-from kvcore.presets import get_model
 from simulator.config import SimConfig
 from simulator.fleet.spec import ROUTER_OPTIONS
 from simulator.hybrid import HYBRID_OPTIONS
@@ -104,7 +104,7 @@ def test_full_attention_columns_and_hash_leave_the_hybrid_options_out() -> None:
     assert not set(HYBRID_OPTIONS) & set(cols)
     # one replica: the fleet's options stay out too (simulator/fleet/spec.py), and so do the
     # shared tier's without one (simulator/shared_tier.py), and --engine without it
-    # (experiments/engines.py: a column only when given)
+    # (experiments/options/engines.py: a column only when given)
     fleet = {"replicas", *ROUTER_OPTIONS, *SHARED_OPTIONS}
     assert set(cols) >= (set(OPTIONS) - set(HYBRID_OPTIONS) - set(HYBRID_MEMORY_OPTIONS)
                          - {"kv_cache_memory_bytes", ENGINE_OPTION} - fleet)
@@ -191,7 +191,7 @@ def test_plan_and_run_read_the_same_rules(model: str, version: str | None) -> No
     """`plan` and a `vllm` run of the same options (the KV memory given directly under
     vLLM's layout, kvsim issue 37 item 3) build the same blocks: block size, block count,
     mamba cache mode and the state bytes, by the version's rules."""
-    from experiments.planning import static_plan
+    from experiments.answers.planning import static_plan
     from simulator.run import build_policy
 
     flat = {"model": model, "policy": "vllm", "budget": "vllm", "kv_mem_gib": 9.1,

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from kvcore.hybrid_presets import CONFIG_LAYOUTS
-from kvcore.layers import FULL, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.hybrid_presets import CONFIG_LAYOUTS
+from kvcore.model.layers import FULL, SLIDING, HybridLayout, LayerGroup
 from simulator.config import SimConfig
 from simulator.hybrid import HYBRID_OPTIONS
 from simulator.pool_columns import pool_column_names

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.layers import CHUNKED, FULL, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.layers import CHUNKED, FULL, SLIDING, HybridLayout, LayerGroup
 from simulator.latency import make_latency_model
 from simulator.latency_layers import LayerCosts, _prefix_pairs
 
@@ -106,6 +106,6 @@ def test_a_layout_of_full_layers_only_takes_the_full_attention_path() -> None:
 
 
 def _model(name: str):
-    from kvcore.presets import get_model
+    from kvcore.model.presets import get_model
 
     return get_model(name)

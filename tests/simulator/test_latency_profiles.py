@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.presets import get_gpu, get_model
+from kvcore.model.presets import get_gpu, get_model
 from simulator.attention_backends import BACKENDS, FA3_DECODE_PAGE_HEAD_S, get_backend
 from simulator.latency import make_latency_model
 from simulator.latency_profiles import (

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.presets import get_gpu, get_model
+from kvcore.model.presets import get_gpu, get_model
 from simulator.latency import make_latency_model
 from simulator.overload import (
     THRESHOLDS,

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 import simulator.run as run
-from kvcore.hybrid_presets import LAYOUTS
-from kvcore.layers import FULL, SLIDING, HybridLayout, LayerGroup
+from kvcore.model.hybrid_presets import LAYOUTS
+from kvcore.model.layers import FULL, SLIDING, HybridLayout, LayerGroup
 from kvcore.sglang.policy import PoolKindsPolicy
 from simulator.pool_columns import pool_column_names
 from simulator.reuse_gap import HYBRID_REUSE_COLUMNS

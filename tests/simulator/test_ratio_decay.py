@@ -11,7 +11,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcore.policies.base import PrefixPeek
+from kvcore.contract.policy import PrefixPeek
 from simulator.admission import AdmissionParams, SGLangAdmission, decayed_ratios
 from simulator.config import SimConfig
 from simulator.request import SimRequest

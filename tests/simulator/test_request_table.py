@@ -119,8 +119,8 @@ class Interrupted(Exception):
 def test_interrupted_run_leaves_no_file(tmp_path, monkeypatch):
     """A run that fails after row groups were written publishes nothing and leaves no
     temporary: neither requests.parquet nor a .tmp."""
-    from experiments.options import RunOptions
-    from experiments.runner import simulate_options
+    from experiments.answers.runner import simulate_options
+    from experiments.options.run_options import RunOptions
 
     monkeypatch.setattr(metrics, "CHUNK_ROWS", 5)
     opts = RunOptions.from_mapping({"workload": "sharegpt", "num_requests": 40,

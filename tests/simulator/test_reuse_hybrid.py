@@ -10,8 +10,8 @@ import io
 import pytest
 from rich.console import Console
 
-from experiments.options import RunOptions
-from experiments.runner import simulate_options
+from experiments.answers.runner import simulate_options
+from experiments.options.run_options import RunOptions
 from reports.reuse_view import reuse_sentence
 from reports.tables import latency_table
 

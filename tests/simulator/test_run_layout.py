@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import simulator.hybrid as hybrid
-from experiments.options import RunOptions
-from experiments.runner import simulate_options
+from experiments.answers.runner import simulate_options
+from experiments.options.run_options import RunOptions
 from simulator.config import SimConfig
 
 _QWEN = {"model": "qwen3.5-4b", "policy": "vllm", "budget": "vllm", "num_requests": 12,

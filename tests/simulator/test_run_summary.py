@@ -28,7 +28,7 @@ def _run(**flat) -> RunSummary:
 
 
 def test_the_recorded_header_is_the_records_columns() -> None:
-    """A full-attention run's summary columns, as summary_row (experiments/runner.py) lays
+    """A full-attention run's summary columns, as summary_row (experiments/answers/runner.py) lays
     them out, are the recorded summary.csv header from capacity_slots on (the options, which
     the engine's echo of its config stands for, come before)."""
     with RECORDED.open() as f:

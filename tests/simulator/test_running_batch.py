@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvcore.presets import get_gpu, get_model
+from kvcore.model.presets import get_gpu, get_model
 from simulator import latency as latency_mod
 from simulator.fastforward.steps import entries_at_steps
 from simulator.latency import make_latency_model

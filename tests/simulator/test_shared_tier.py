@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from experiments.options import RunOptions
+from experiments.options.run_options import RunOptions
 from simulator.fleet import FleetSetup, simulate_fleet
 from simulator.shared_tier import SHARED_COLUMNS, replica_tier
 from simulator.specs import TierSpec

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant
 
 import simulator.latency as latency_mod
-from kvcore.presets import get_gpu, get_model
+from kvcore.model.presets import get_gpu, get_model
 from simulator.fastforward.steps import entries_at_steps, entries_at_steps_short
 from simulator.latency import make_latency_model
 from simulator.metrics import SCALAR_PROFILE, Recorder, _group_counts

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import simpy
 
-from kvcore.presets import get_gpu, get_model
+from kvcore.model.presets import get_gpu, get_model
 from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.fastforward.rules import EvictLimit, StretchRules

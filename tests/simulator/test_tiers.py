@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments.options import RunOptions
+from experiments.options.run_options import RunOptions
 from simulator.run import simulate
 from simulator.specs import TierSpec
 from simulator.transfers import TransferModel

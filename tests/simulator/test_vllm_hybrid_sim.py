@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 import simulator.run as run
-from kvcore.hybrid_presets import LAYOUTS
+from kvcore.model.hybrid_presets import LAYOUTS
 from kvcore.vllm.pool_kinds import PooledVLLMManager
 
 from .helpers import config, kshot

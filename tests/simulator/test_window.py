@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvcore.breakdown import PARTS
+from kvcore.contract.breakdown import PARTS
 from tests.simulator.helpers import identical, mixed, run
 
 PCT_KEYS = ("token_states_pct", "cached_pct", "reserved_pct", "internal_frag_pct",

@@ -76,8 +76,8 @@ def test_as_a_workload_option():
 def test_summary_column_and_hash_only_for_diurnal_runs():
     """Other arrival processes keep their summary columns and config hash: the option is
     left out of both."""
-    from experiments.options import RunOptions
-    from experiments.runner import summary_row
+    from experiments.answers.runner import summary_row
+    from experiments.options.run_options import RunOptions
 
     base = {"workload": "sharegpt", "num_requests": 5}
     plain = RunOptions.from_mapping(base)

@@ -103,8 +103,8 @@ def test_rate_rescales_a_traces_timestamps_like_the_matching_rate_scale():
 
 
 def test_the_summary_reports_the_rate_simulated():
-    from experiments.options import RunOptions
-    from experiments.runner import _rate
+    from experiments.answers.runner import _rate
+    from experiments.options.run_options import RunOptions
 
     for extra, want in (({"rate": 7.5}, 7.5), ({}, None)):
         opts = RunOptions.from_mapping({"workload": "azure-conv", "num_requests": 200, **extra})
