@@ -76,14 +76,15 @@ def test_as_a_workload_option():
 def test_summary_column_and_hash_only_for_diurnal_runs():
     """Other arrival processes keep their summary columns and config hash: the option is
     left out of both."""
-    from experiments.answers.runner import summary_row
+    from experiments.answers.runner import simulate_options, summary_row
     from experiments.options.run_options import RunOptions
 
-    base = {"workload": "sharegpt", "num_requests": 5}
+    base = {"workload": "sharegpt", "num_requests": 5, "latency": "constant"}
     plain = RunOptions.from_mapping(base)
     w = build_workload(plain.workload_spec())
-    assert "peak_to_trough" not in summary_row(plain, {}, w)
+    summary = simulate_options(plain)[1].summary  # a real record: the row reads its fields
+    assert "peak_to_trough" not in summary_row(plain, summary, w)
     d3 = RunOptions.from_mapping({**base, "arrival": "diurnal"})
     d4 = RunOptions.from_mapping({**base, "arrival": "diurnal", "peak_to_trough": 4.0})
-    assert summary_row(d4, {}, w)["peak_to_trough"] == 4.0
+    assert summary_row(d4, summary, w)["peak_to_trough"] == 4.0
     assert len({plain.config_hash(), d3.config_hash(), d4.config_hash()}) == 3
