@@ -30,6 +30,10 @@ def model_lines() -> list[str]:
         lines.append(f"{m.id:<19} {m.num_params / 1e9:7.1f}B  {m.num_layers:3d} layers  "
                      f"{m.num_kv_heads:3d} KV heads x {m.head_dim}  "
                      f"{kv:>9,} B/token KV  max ctx {m.max_position:,}{extra}")
+    # the state figure depends on the engine and its version: say which one the list uses
+    lines.append(f"(KV in bf16 on one GPU; state per request as vLLM v{rules.version} stores "
+                 "it: `kvsim plan --budget sglang` for SGLang's, e.g. its fp32 recurrent "
+                 "state)")
     return lines
 
 

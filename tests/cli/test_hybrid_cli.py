@@ -21,6 +21,8 @@ def test_models_show_the_layer_mix(invoke):
     assert "16,384 B/token KV" in lines["nemotron-nano-9b-v2"]
     assert "+ 136.9 MiB state/request" in lines["nemotron-nano-9b-v2"]
     assert "131,072 B/token KV" in lines["llama-3.1-8b"]  # every layer, as before
+    # the state figure names the engine and version whose dtypes it uses
+    assert "state per request as vLLM v0.31.0 stores it" in r.output.splitlines()[-1]
 
 
 def test_plan_prints_and_writes_the_hybrid_layout(invoke):
