@@ -64,11 +64,16 @@ def _root(
     STATE["debug"] = debug
 
 
-def _engine_header(opts: RunOptions, err: bool = False) -> None:
-    """`--engine`'s line, first (on stderr under --json, which keeps stdout JSON)."""
+def _engine_header(opts: RunOptions, lists: dict[str, str | None] | None = None,
+                   err: bool = False) -> None:
+    """`--engine`'s line, first (on stderr under --json, which keeps stdout JSON); `lists`:
+    a grid command's list flags, whose values replace the engine's in every cell."""
     from experiments.options.engines import engine_header
+    from experiments.options.grid import SWEEP_AXES
 
-    line = engine_header(opts.to_dict())
+    swept = {name: f"{SWEEP_AXES[name]} {text}" for name, text in (lists or {}).items()
+             if text and name in SWEEP_AXES}
+    line = engine_header(opts.to_dict(), swept)
     if line is not None:
         opts.sim_config()  # a user mistake is the only line, not after the header
         typer.echo(line, err=err)
@@ -139,7 +144,7 @@ def sweep(
     from experiments.answers.sweep import run_grid
     from reports.plots import plot_dir
 
-    _engine_header(opts)
+    _engine_header(opts, lists)
     out, df = run_grid(opts, lists, jobs=jobs, executor=executor,
                        scheduler_address=scheduler_address, progress=progress, say=typer.echo)
     typer.echo(f"{len(df)} row(s) in {out}/summary.csv")
@@ -171,7 +176,7 @@ def compare(
     from reports.deltas import admission_notes, delta_table
     from reports.tables import breakdown_table, latency_table
 
-    _engine_header(opts)
+    _engine_header(opts, lists)
     c = compare_policies(opts, lists["policy"], baseline,
                          sys.stderr.isatty() if progress is None else progress)
     con = console()
@@ -393,7 +398,7 @@ def plan(
                       frozenset(n for n, v in mine.items() if v != PLAN_DEFAULTS[n]))
     on_probe = None if as_json else echo_probe
     announce = None if as_json else lambda m: typer.echo(m, err=True)
-    _engine_header(opts, err=as_json)
+    _engine_header(opts, lists, err=as_json)
     if target_hit_rate is not None:
         from experiments.answers.host_sizing import plan_host_tier
 

@@ -129,10 +129,13 @@ def apply_engine(levels: Sequence[Mapping[str, Any]], typed: bool = False) -> di
     return merged
 
 
-def engine_header(values: Mapping[str, Any]) -> str | None:
+def engine_header(values: Mapping[str, Any],
+                  swept: Mapping[str, str] | None = None) -> str | None:
     """The line every running command prints first under `--engine` (None without it):
     which engine, its release, the defaults in effect and those an explicit option
-    replaced. `values`: the run's options by name (RunOptions.to_dict())."""
+    replaced. `values`: the run's options by name (RunOptions.to_dict()); `swept`: option
+    name -> the list flag as given (`--policies paged,vllm`) for the options a grid command
+    runs several values of, which replace the engine's one value in every cell."""
     name = values.get(ENGINE_OPTION)
     if name is None:
         return None
@@ -141,7 +144,9 @@ def engine_header(values: Mapping[str, Any]) -> str | None:
     for d in e.defaults:
         flag = "--" + d.option.replace("_", "-")
         got = values.get(d.option)
-        if got == d.value:
+        if swept and d.option in swept:
+            replaced.append(swept[d.option])
+        elif got == d.value:
             kept.append(f"{flag} {d.value}")
         elif not _steps_aside(d.option, values):
             replaced.append(f"{flag} {got}")

@@ -76,6 +76,18 @@ def test_the_header_names_what_it_set_and_what_was_given_instead():
     assert engine_header(RunOptions().to_dict()) is None
 
 
+@pytest.mark.parametrize("command", ["sweep", "compare"])
+def test_a_grid_list_is_named_as_given_instead_of_the_engines_value(command, tmp_path):
+    # every cell runs the listed policies, never the engine's: the header must not claim it
+    extra = {"sweep": ["--page-sizes", "16", "--no-plot"], "compare": []}[command]
+    r = invoke(command, *SMALL, "--engine", "vllm", "--policies", "paged", *extra,
+               "--out", tmp_path / command)
+    assert r.exit_code == 0, r.output
+    head = r.stdout.splitlines()[0]
+    assert head.endswith("given instead: --policies paged"), head
+    assert "--policy vllm" not in head
+
+
 @pytest.mark.parametrize("command", ["run", "sweep", "compare", "plan", "capacity"])
 def test_every_running_command_echoes_the_engine_first(command, tmp_path):
     extra = {"sweep": ["--page-sizes", "16", "--no-plot", "--out", tmp_path / "s"],
