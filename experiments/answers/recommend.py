@@ -309,11 +309,13 @@ def recommend_page_size(df: Any, tolerance: float = TOLERANCE, *, hit_abs: float
                           f"{_band_pct(lat_margins[i], best_lat)})" for i in eq)
         which = (f"is the largest of {len(eq)} equivalent page sizes" if len(eq) > 1 else
                  "is the only page size within the bands of the best")
+        hit_bands = ", ".join(f"{int(ps[i])} {hit[i] - best_hit:+.3g} (band "
+                              f"{hit_margins[i]:.3g})" for i in eq)
         reason = (f"page size {chosen} {which}: latency within its band of the best "
                   f"({best_lat:.4g} s/token at page {int(ps[i_lat])}): {bands}; hit rate "
-                  f"within its band of the best ({best_hit:.3g} at page {int(ps[i_hit])}); "
-                  f"band = max({tol:.0%} of the best, noise); {basis}; tie-break: the "
-                  "smallest page table")
+                  f"within its band of the best ({best_hit:.3g} at page {int(ps[i_hit])}): "
+                  f"{hit_bands}; band = max({tol:.0%} of the best, {latency_abs_s:g} s / "
+                  f"{hit_abs:g} hit rate, noise); {basis}; tie-break: the smallest page table")
     elif not ok_run.any():
         reason = ("no recommendation: every page size's run is overloaded, so latency and hit "
                   "rate measure the queue, not the page size; lower the load (kvsim capacity "

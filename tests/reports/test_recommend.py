@@ -212,3 +212,16 @@ def test_one_seed_without_batch_figures_says_the_band_is_unknown():
     assert rec.page_size == 32
     assert "the noise band is unknown (1 seed" in rec.reason
     assert all(np.isnan(r["latency_band_s"]) for r in rec.rows)
+
+
+def test_the_sentence_gives_each_sizes_hit_gap_band_and_the_floors():
+    """The hit-rate half of the sentence states each equivalent size's gap from the best and
+    its band, and the basis names the absolute floors, which set the band when the best hit
+    rate is small (2 % of 0.1 is below the 0.005 floor)."""
+    df = pd.DataFrame({"page_size": [1, 16, 128], "normalized_latency_s": [0.20, 0.101, 0.100],
+                       "prefix_hit_rate": [0.10, 0.098, 0.09]})
+    rec = recommend_page_size(df, 0.02)
+    assert rec.page_size == 16
+    assert "hit rate within its band of the best (0.1 at page 1): 16 -0.002 (band 0.005)" \
+        in rec.reason
+    assert "band = max(2% of the best, 0 s / 0.005 hit rate, noise)" in rec.reason
