@@ -18,8 +18,9 @@ weight 1).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from itertools import repeat, takewhile
 
 import numpy as np
 
@@ -35,7 +36,11 @@ class KVEventIndex:
         self.delay = delay
         self.replicas = replicas
         self._pending: deque[tuple[float, int, bool, np.ndarray]] = deque()
-        self.holders: dict[int, dict[int, int]] = {}  # hash -> replica -> blocks holding it
+        # per replica: hash -> blocks holding it (no zero counts). One map per replica, not
+        # one per hash: an event is one replica's, applied with a few C-level map calls
+        # (`Counter.update`, `map(pop)`), and a score is each replica's leading run, found
+        # by a C-level `takewhile` that stops at the replica's first missing block.
+        self.held: list[Counter[int]] = [Counter() for _ in range(replicas)]
         self.blocks = [0] * replicas  # blocks each replica holds, as the index knows it
         self.events = 0  # events applied
 
@@ -51,65 +56,62 @@ class KVEventIndex:
             _, replica, stored, hashes = pending.popleft()
             self._apply(replica, stored, hashes.tolist())
 
-    def _apply(self, replica: int, stored: bool, hashes: Iterable[int]) -> None:
-        holders = self.holders
+    def _apply(self, replica: int, stored: bool, hashes: list[int]) -> None:
+        held = self.held[replica]
+        self.events += 1
+        if stored:
+            held.update(hashes)  # one more holder of each (a hash listed twice: two more)
+            self.blocks[replica] += len(hashes)
+            return
+        # a removal takes one holder of each hash the replica holds; the others are ignored.
+        # Fast path: pop them all, then put back each count above one less one; that is the
+        # rule when every hash was held (a popped 0: one was not, or one is listed twice)
+        popped = list(map(held.pop, hashes, repeat(0)))
+        if 0 not in popped:
+            for h, c in zip(hashes, popped, strict=True):
+                if c > 1:
+                    held[h] = c - 1
+            self.blocks[replica] -= len(hashes)
+            return
+        for h, c in zip(hashes, popped, strict=True):  # undo, then one hash at a time
+            if c:
+                held[h] = c
         n = 0
         for h in hashes:
-            per = holders.get(h)
-            if stored:
-                if per is None:
-                    holders[h] = {replica: 1}
-                else:
-                    per[replica] = per.get(replica, 0) + 1
-                n += 1
-            elif per is not None and replica in per:
-                if per[replica] == 1:
-                    del per[replica]
-                    if not per:
-                        del holders[h]
-                else:
-                    per[replica] -= 1
-                n -= 1
-        self.blocks[replica] += n
-        self.events += 1
+            c = held.get(h, 0)
+            if c == 1:
+                del held[h]
+            elif c:
+                held[h] = c - 1
+            n += c > 0
+        self.blocks[replica] -= n
 
-    def longest_prefix(self, hashes: Iterable[int]) -> dict[int, int]:
+    def longest_prefix(self, hashes: Sequence[int]) -> dict[int, int]:
         """replica -> consecutive blocks of `hashes` it holds from the first (replicas
         holding none are left out)."""
-        holders = self.holders
-        it = iter(hashes)
-        first = next(it, None)
-        if first is None or first not in holders:
+        if not hashes:
             return {}
-        active = list(holders[first])
+        first = hashes[0]
         scores: dict[int, int] = {}
-        k = 1  # blocks every replica still in `active` holds
-        for h in it:
-            per = holders.get(h)
-            if per is None:
-                break
-            if len(per) < len(active) or any(r not in per for r in active):
-                for r in active:
-                    if r not in per:
-                        scores[r] = k
-                active = [r for r in active if r in per]
-                if not active:
-                    break
-            k += 1
-        for r in active:
-            scores[r] = k
+        for r, held in enumerate(self.held):
+            if first in held:
+                scores[r] = len(list(takewhile(held.__contains__, hashes)))
         return scores
+
+    def entries(self) -> Iterator[tuple[int, int, int]]:
+        """(hash, replica, blocks holding it) of everything the index holds."""
+        for r, held in enumerate(self.held):
+            for h, c in held.items():
+                yield h, r, c
 
     def pending(self) -> int:
         return len(self._pending)
 
     def check_invariants(self) -> None:
-        counts = [0] * self.replicas
-        for h, per in self.holders.items():
-            if not per or any(c <= 0 for c in per.values()):
-                raise InvariantError(f"KV event index: hash {h} has an empty or non-positive "
-                                     "holder count")
-            for r, c in per.items():
-                counts[r] += c
+        for r, held in enumerate(self.held):
+            if any(c <= 0 for c in held.values()):
+                raise InvariantError(f"KV event index: replica {r} has a non-positive holder "
+                                     "count")
+        counts = [sum(held.values()) for held in self.held]
         if counts != self.blocks:
             raise InvariantError(f"KV event index: block counts {self.blocks} != {counts}")
