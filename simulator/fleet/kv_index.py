@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
-from itertools import repeat, takewhile
+from itertools import takewhile
 
 import numpy as np
 
@@ -36,11 +36,13 @@ class KVEventIndex:
         self.delay = delay
         self.replicas = replicas
         self._pending: deque[tuple[float, int, bool, np.ndarray]] = deque()
-        # per replica: hash -> blocks holding it (no zero counts). One map per replica, not
-        # one per hash: an event is one replica's, applied with a few C-level map calls
-        # (`Counter.update`, `map(pop)`), and a score is each replica's leading run, found
-        # by a C-level `takewhile` that stops at the replica's first missing block.
-        self.held: list[Counter[int]] = [Counter() for _ in range(replicas)]
+        # Per replica, not per hash: an event is one replica's, applied with a few C-level
+        # set calls, and a score is each replica's leading run, found by a C-level
+        # `takewhile` that stops at the replica's first missing block. A hash one block
+        # holds is in `held`; `extra` counts the further blocks holding it (vLLM's
+        # duplicates: none in a radix tree), so the common case is a set's.
+        self.held: list[set[int]] = [set() for _ in range(replicas)]
+        self.extra: list[dict[int, int]] = [{} for _ in range(replicas)]
         self.blocks = [0] * replicas  # blocks each replica holds, as the index knows it
         self.events = 0  # events applied
 
@@ -57,33 +59,44 @@ class KVEventIndex:
             self._apply(replica, stored, hashes.tolist())
 
     def _apply(self, replica: int, stored: bool, hashes: list[int]) -> None:
-        held = self.held[replica]
+        """Stored: one more holder of each hash (a hash listed twice: two more). Removed: one
+        holder less of each hash the replica holds, the others ignored."""
+        held, extra = self.held[replica], self.extra[replica]
         self.events += 1
+        before = len(held)
         if stored:
-            held.update(hashes)  # one more holder of each (a hash listed twice: two more)
+            if held.isdisjoint(hashes):  # all new: each the one block holding it
+                held.update(hashes)
+                self.blocks[replica] += len(hashes)
+                if len(held) - before < len(hashes):  # listed twice: count the repeats
+                    for h, c in Counter(hashes).items():
+                        if c > 1:
+                            extra[h] = c - 1
+                return
+            for h in hashes:
+                if h in held:
+                    extra[h] = extra.get(h, 0) + 1
+                else:
+                    held.add(h)
             self.blocks[replica] += len(hashes)
             return
-        # a removal takes one holder of each hash the replica holds; the others are ignored.
-        # Fast path: pop them all, then put back each count above one less one; that is the
-        # rule when every hash was held (a popped 0: one was not, or one is listed twice)
-        popped = list(map(held.pop, hashes, repeat(0)))
-        if 0 not in popped:
-            for h, c in zip(hashes, popped, strict=True):
-                if c > 1:
-                    held[h] = c - 1
-            self.blocks[replica] -= len(hashes)
+        if not extra or extra.keys().isdisjoint(hashes):  # each held by one block at most
+            held.difference_update(hashes)  # a repeat finds its hash gone, as it should
+            self.blocks[replica] -= before - len(held)
             return
-        for h, c in zip(hashes, popped, strict=True):  # undo, then one hash at a time
-            if c:
-                held[h] = c
         n = 0
         for h in hashes:
-            c = held.get(h, 0)
-            if c == 1:
-                del held[h]
-            elif c:
-                held[h] = c - 1
-            n += c > 0
+            more = extra.get(h)
+            if more is not None:
+                if more == 1:
+                    del extra[h]
+                else:
+                    extra[h] = more - 1
+            elif h in held:
+                held.remove(h)
+            else:
+                continue
+            n += 1
         self.blocks[replica] -= n
 
     def longest_prefix(self, hashes: Sequence[int]) -> dict[int, int]:
@@ -101,17 +114,19 @@ class KVEventIndex:
     def entries(self) -> Iterator[tuple[int, int, int]]:
         """(hash, replica, blocks holding it) of everything the index holds."""
         for r, held in enumerate(self.held):
-            for h, c in held.items():
-                yield h, r, c
+            extra = self.extra[r]
+            for h in held:
+                yield h, r, 1 + extra.get(h, 0)
 
     def pending(self) -> int:
         return len(self._pending)
 
     def check_invariants(self) -> None:
-        for r, held in enumerate(self.held):
-            if any(c <= 0 for c in held.values()):
-                raise InvariantError(f"KV event index: replica {r} has a non-positive holder "
-                                     "count")
-        counts = [sum(held.values()) for held in self.held]
+        for r, (held, extra) in enumerate(zip(self.held, self.extra, strict=True)):
+            if any(c <= 0 or h not in held for h, c in extra.items()):
+                raise InvariantError(f"KV event index: replica {r} counts extra holders of "
+                                     "a hash it does not hold, or none")
+        counts = [len(held) + sum(extra.values())
+                  for held, extra in zip(self.held, self.extra, strict=True)]
         if counts != self.blocks:
             raise InvariantError(f"KV event index: block counts {self.blocks} != {counts}")

@@ -218,11 +218,10 @@ class KVIndexMachine(RuleBasedStateMachine):
     def same_as_model(self) -> None:
         self.index.advance(self.now)
         self.index.check_invariants()
-        want: list[dict[int, int]] = [{} for _ in range(3)]
-        for h, per in self.model().items():
-            for r, c in per.items():
-                want[r][h] = c
-        assert [dict(held) for held in self.index.held] == want
+        got: dict[int, dict[int, int]] = {}
+        for h, r, c in self.index.entries():
+            got.setdefault(h, {})[r] = c
+        assert got == self.model()
 
 
 TestKVIndex = KVIndexMachine.TestCase
