@@ -305,8 +305,7 @@ class Fleet:
         n = range(self.n)
         index = None
         if self.kv_index is not None:
-            index = hash(frozenset((h, r, c) for h, per in self.kv_index.holders.items()
-                                   for r, c in per.items()))
+            index = hash(frozenset(self.kv_index.entries()))
         return hash((self.now, tuple(self.waiting(i) for i in n),
                      tuple(self.running(i) for i in n), tuple(self.kv_usage(i) for i in n),
                      tuple(self.router.in_flight),

@@ -18,8 +18,9 @@ weight 1).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from itertools import takewhile
 
 import numpy as np
 
@@ -35,7 +36,13 @@ class KVEventIndex:
         self.delay = delay
         self.replicas = replicas
         self._pending: deque[tuple[float, int, bool, np.ndarray]] = deque()
-        self.holders: dict[int, dict[int, int]] = {}  # hash -> replica -> blocks holding it
+        # Per replica, not per hash: an event is one replica's, applied with a few C-level
+        # set calls, and a score is each replica's leading run, found by a C-level
+        # `takewhile` that stops at the replica's first missing block. A hash one block
+        # holds is in `held`; `extra` counts the further blocks holding it (vLLM's
+        # duplicates: none in a radix tree), so the common case is a set's.
+        self.held: list[set[int]] = [set() for _ in range(replicas)]
+        self.extra: list[dict[int, int]] = [{} for _ in range(replicas)]
         self.blocks = [0] * replicas  # blocks each replica holds, as the index knows it
         self.events = 0  # events applied
 
@@ -51,65 +58,75 @@ class KVEventIndex:
             _, replica, stored, hashes = pending.popleft()
             self._apply(replica, stored, hashes.tolist())
 
-    def _apply(self, replica: int, stored: bool, hashes: Iterable[int]) -> None:
-        holders = self.holders
+    def _apply(self, replica: int, stored: bool, hashes: list[int]) -> None:
+        """Stored: one more holder of each hash (a hash listed twice: two more). Removed: one
+        holder less of each hash the replica holds, the others ignored."""
+        held, extra = self.held[replica], self.extra[replica]
+        self.events += 1
+        before = len(held)
+        if stored:
+            if held.isdisjoint(hashes):  # all new: each the one block holding it
+                held.update(hashes)
+                self.blocks[replica] += len(hashes)
+                if len(held) - before < len(hashes):  # listed twice: count the repeats
+                    for h, c in Counter(hashes).items():
+                        if c > 1:
+                            extra[h] = c - 1
+                return
+            for h in hashes:
+                if h in held:
+                    extra[h] = extra.get(h, 0) + 1
+                else:
+                    held.add(h)
+            self.blocks[replica] += len(hashes)
+            return
+        if not extra or extra.keys().isdisjoint(hashes):  # each held by one block at most
+            held.difference_update(hashes)  # a repeat finds its hash gone, as it should
+            self.blocks[replica] -= before - len(held)
+            return
         n = 0
         for h in hashes:
-            per = holders.get(h)
-            if stored:
-                if per is None:
-                    holders[h] = {replica: 1}
+            more = extra.get(h)
+            if more is not None:
+                if more == 1:
+                    del extra[h]
                 else:
-                    per[replica] = per.get(replica, 0) + 1
-                n += 1
-            elif per is not None and replica in per:
-                if per[replica] == 1:
-                    del per[replica]
-                    if not per:
-                        del holders[h]
-                else:
-                    per[replica] -= 1
-                n -= 1
-        self.blocks[replica] += n
-        self.events += 1
+                    extra[h] = more - 1
+            elif h in held:
+                held.remove(h)
+            else:
+                continue
+            n += 1
+        self.blocks[replica] -= n
 
-    def longest_prefix(self, hashes: Iterable[int]) -> dict[int, int]:
+    def longest_prefix(self, hashes: Sequence[int]) -> dict[int, int]:
         """replica -> consecutive blocks of `hashes` it holds from the first (replicas
         holding none are left out)."""
-        holders = self.holders
-        it = iter(hashes)
-        first = next(it, None)
-        if first is None or first not in holders:
+        if not hashes:
             return {}
-        active = list(holders[first])
+        first = hashes[0]
         scores: dict[int, int] = {}
-        k = 1  # blocks every replica still in `active` holds
-        for h in it:
-            per = holders.get(h)
-            if per is None:
-                break
-            if len(per) < len(active) or any(r not in per for r in active):
-                for r in active:
-                    if r not in per:
-                        scores[r] = k
-                active = [r for r in active if r in per]
-                if not active:
-                    break
-            k += 1
-        for r in active:
-            scores[r] = k
+        for r, held in enumerate(self.held):
+            if first in held:
+                scores[r] = len(list(takewhile(held.__contains__, hashes)))
         return scores
+
+    def entries(self) -> Iterator[tuple[int, int, int]]:
+        """(hash, replica, blocks holding it) of everything the index holds."""
+        for r, held in enumerate(self.held):
+            extra = self.extra[r]
+            for h in held:
+                yield h, r, 1 + extra.get(h, 0)
 
     def pending(self) -> int:
         return len(self._pending)
 
     def check_invariants(self) -> None:
-        counts = [0] * self.replicas
-        for h, per in self.holders.items():
-            if not per or any(c <= 0 for c in per.values()):
-                raise InvariantError(f"KV event index: hash {h} has an empty or non-positive "
-                                     "holder count")
-            for r, c in per.items():
-                counts[r] += c
+        for r, (held, extra) in enumerate(zip(self.held, self.extra, strict=True)):
+            if any(c <= 0 or h not in held for h, c in extra.items()):
+                raise InvariantError(f"KV event index: replica {r} counts extra holders of "
+                                     "a hash it does not hold, or none")
+        counts = [len(held) + sum(extra.values())
+                  for held, extra in zip(self.held, self.extra, strict=True)]
         if counts != self.blocks:
             raise InvariantError(f"KV event index: block counts {self.blocks} != {counts}")

@@ -278,7 +278,7 @@ def test_kv_events_rebuild_the_replicas_caches(policy: str, page: int) -> None:
     assert index is not None
     index.advance(env.now)
     for i, p in enumerate(fleet.parts):
-        held = sorted(h for h, per in index.holders.items() for _ in range(per.get(i, 0)))
+        held = sorted(h for h, r, c in index.entries() if r == i for _ in range(c))
         if policy == "vllm":
             pool = p.policy.pool
             want = sorted(int(x) for x in pool.block_hash[pool.is_hashed])
