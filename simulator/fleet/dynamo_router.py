@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 
@@ -200,22 +199,12 @@ class DynamoRouter(Router):
         super().finished(replica, rid)
         act = self.active[replica]
         act.prefill.pop(rid, None)
-        hashes = act.reqs.pop(rid, [])
         blocks = act.blocks
-        # one holder less of each: pop them all with C-level calls, then put back each count
-        # above one less one; a popped 0 (a hash listed twice in the chain, which only a
-        # collision makes) takes the rule one hash at a time instead
-        popped = list(map(blocks.pop, hashes, repeat(0)))
-        if 0 in popped:
-            for h, c in zip(hashes, popped, strict=True):
-                if c:
-                    blocks[h] = c
-            for h in hashes:
-                if blocks[h] == 1:
-                    del blocks[h]
-                else:
-                    blocks[h] -= 1
-            return
-        for h, c in zip(hashes, popped, strict=True):
-            if c > 1:
+        # one holder less of each (a hash listed twice: two less); `pop` is dict's own,
+        # where Counter's `del` runs Python code
+        for h in act.reqs.pop(rid, []):
+            c = blocks[h]
+            if c == 1:
+                blocks.pop(h)
+            else:
                 blocks[h] = c - 1
